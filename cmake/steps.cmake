@@ -1,0 +1,39 @@
+# For every folder NN_name in FA_STEPS:
+#   fa_stepNN   a library: blueprint.cpp (+ kernel.cu when CUDA is on)
+#   stepNN      the step program at the build root (main generated from cmake/step_main.cpp.in)
+# and one generated registry (fa_registry) that lists every step for the tests and tools.
+set(FA_STEP_LIBS "")
+set(FA_REGISTRY_DECLS "")
+set(FA_REGISTRY_ITEMS "")
+foreach(step_dir IN LISTS FA_STEPS)
+  string(SUBSTRING ${step_dir} 0 2 nn)
+  set(dir ${PROJECT_SOURCE_DIR}/steps/${step_dir})
+  set(lib fa_step${nn})
+  set(srcs ${dir}/blueprint.cpp)
+  if(FA_HAVE_CUDA AND EXISTS ${dir}/kernel.cu)
+    list(APPEND srcs ${dir}/kernel.cu)
+  endif()
+  add_library(${lib} STATIC ${srcs})
+  target_include_directories(${lib} PUBLIC ${dir})
+  target_link_libraries(${lib} PUBLIC fa_common)
+  target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
+                                        $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS}>)
+  if(FA_HAVE_CUDA)
+    target_link_libraries(${lib} PUBLIC CUDA::cublas)
+  endif()
+
+  set(FA_STEP_NS step${nn})
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/step_main.cpp.in
+                 ${PROJECT_BINARY_DIR}/gen/step${nn}_main.cpp @ONLY)
+  add_executable(step${nn} ${PROJECT_BINARY_DIR}/gen/step${nn}_main.cpp)
+  target_link_libraries(step${nn} PRIVATE ${lib})
+  set_target_properties(step${nn} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+
+  list(APPEND FA_STEP_LIBS ${lib})
+  string(APPEND FA_REGISTRY_DECLS "namespace fa::step${nn} { const StepInfo& info(); }\n")
+  string(APPEND FA_REGISTRY_ITEMS "    &fa::step${nn}::info(),\n")
+endforeach()
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/registry.cpp.in ${PROJECT_BINARY_DIR}/gen/registry.cpp @ONLY)
+add_library(fa_registry STATIC ${PROJECT_BINARY_DIR}/gen/registry.cpp)
+target_link_libraries(fa_registry PUBLIC ${FA_STEP_LIBS})

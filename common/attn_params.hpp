@@ -1,0 +1,36 @@
+// What a step's launcher receives: device pointers with strides (in elements), the shape, and
+// the step's workspace. Plain data, usable from host and device code alike.
+//
+// Q, K, V, O are [B, H, rows, d] in the storage type (fp16 or bf16), last dimension contiguous;
+// strides let the tests place them inside padded buffers. L (log-sum-exp) is fp32 [B, H, N].
+#pragma once
+#include <cstdint>
+
+// Functions shared by kernels and blueprints (schedule.hpp) are marked FA_HD.
+#if defined(__CUDACC__)
+#define FA_HD __host__ __device__
+#else
+#define FA_HD
+#endif
+
+namespace fa {
+
+struct AttnParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  int64_t q_sb = 0, q_sh = 0, q_sn = 0;  // batch, head, row strides of Q (elements)
+  int64_t k_sb = 0, k_sh = 0, k_sn = 0;
+  int64_t v_sb = 0, v_sh = 0, v_sn = 0;
+  int64_t o_sb = 0, o_sh = 0, o_sn = 0;
+  int64_t lse_sb = 0, lse_sh = 0;        // L rows are contiguous within a head
+  int B = 0, H = 0, N = 0, Nk = 0, d = 0;
+  bool causal = false;
+  bool bf16 = false;                     // storage type: false = fp16, true = bf16
+  float scale = 0.0f;                    // softmax scale (already resolved, never 0)
+  void* workspace = nullptr;             // step-specific scratch in global memory
+};
+
+}  // namespace fa

@@ -1,0 +1,154 @@
+#include "cli.hpp"
+
+#include <charconv>
+#include <sstream>
+
+namespace fa {
+
+namespace {
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  const char* end = v.data() + v.size();
+  auto [p, ec] = std::from_chars(v.data(), end, x);
+  if (ec != std::errc() || p != end || v.empty())
+    throw CliError(flag + " expects an integer (got '" + v + "')");
+  if (x < lo || x > hi) {
+    std::ostringstream os;
+    os << flag << " must be in [" << lo << ", " << hi << "] (got " << v << ")";
+    throw CliError(os.str());
+  }
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used != v.size()) throw std::invalid_argument("trailing");
+    return x;
+  } catch (const std::exception&) {
+    throw CliError(flag + " expects a number (got '" + v + "')");
+  }
+}
+
+}  // namespace
+
+std::string usage(const StepInfo& step) {
+  std::ostringstream os;
+  os << "usage: " << step.program() << " [flags]\n"
+     << "  step " << step.id << ": " << step.title << "\n\n"
+     << "Runs the step on the GPU when there is one (else its CPU blueprint), checks O and L against\n"
+     << "the Eigen double-precision reference, and reports the ledger, the roofline prediction and\n"
+     << "the measured time. Exit status: 0 check passed, 1 check failed, 2 bad flags.\n\n"
+     << "shape (defaults: GPU B=4 H=16 N=4096 d=128; CPU blueprint B=1 H=2 N=256 d=64):\n"
+     << "  --b B            batch size\n"
+     << "  --h H            heads\n"
+     << "  --n N            query length\n"
+     << "  --nk NK          key/value length (default N)\n"
+     << "  --d D            head dimension: 16, 32, 64 or 128\n"
+     << "  --causal         causal mask, bottom-right aligned when NK != N (query i sees keys j <= i + NK - N)\n"
+     << "  --dtype T        storage type of Q, K, V, P, O: fp16 (default) or bf16\n"
+     << "  --scale X        softmax scale (default 1/sqrt(d))\n"
+     << "run:\n"
+     << "  --backend B      auto (default: GPU if present), gpu, or cpu (the blueprint)\n"
+     << "  --seed S         input seed (default 42); inputs are 0.5 + randn, rounded to the storage type\n"
+     << "  --reps R         timed repetitions on the GPU, median reported (default 20; 0 = check only)\n"
+     << "  --warmup W       untimed launches before timing (default 3)\n"
+     << "output:\n"
+     << "  --csv            print a CSV header and one row instead of the report\n"
+     << "  --save DIR       write q.npy k.npy v.npy o.npy lse.npy ([B,H,N,d]; lse float32 [B,H,N];\n"
+     << "                   fp16 tensors as float16, bf16 tensors as float32 since NumPy has no bf16)\n"
+     << "  --help           this text\n";
+  if (!step.flags.empty()) {
+    os << "step " << step.id << " flags:\n";
+    for (const auto& f : step.flags) {
+      std::string choices;
+      for (const auto& c : f.choices) choices += (choices.empty() ? "" : "|") + c;
+      os << "  --" << f.name << " " << choices << "  " << f.help << " (default " << f.choices.front() << ")\n";
+    }
+  }
+  return os.str();
+}
+
+CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args) {
+  CliOptions o;
+  o.step = step.default_options();
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i], value;
+    bool has_inline = false;
+    if (a.rfind("--", 0) != 0) throw CliError("unexpected argument '" + a + "' (flags start with --; see --help)");
+    if (auto eq = a.find('='); eq != std::string::npos) { value = a.substr(eq + 1); a = a.substr(0, eq); has_inline = true; }
+    auto next = [&]() -> std::string {
+      if (has_inline) return value;
+      if (i + 1 >= args.size()) throw CliError(a + " needs a value");
+      return args[++i];
+    };
+    constexpr int64_t kBig = int64_t(1) << 30;
+    if (a == "--help" || a == "-h") o.help = true;
+    else if (a == "--b") { o.shape.B = parse_int(a, next(), 1, kBig); o.b_given = true; }
+    else if (a == "--h") { o.shape.H = parse_int(a, next(), 1, kBig); o.h_given = true; }
+    else if (a == "--n") { o.shape.N = parse_int(a, next(), 1, kBig); o.n_given = true; }
+    else if (a == "--nk") { o.shape.Nk = parse_int(a, next(), 1, kBig); o.nk_given = true; }
+    else if (a == "--d") { o.shape.d = parse_int(a, next(), 1, 1024); o.d_given = true; }
+    else if (a == "--causal") {
+      if (has_inline) o.shape.causal = parse_int(a, value, 0, 1) == 1;
+      else o.shape.causal = true;
+    }
+    else if (a == "--dtype") {
+      const std::string v = next();
+      if (v == "fp16" || v == "f16" || v == "half") o.shape.dtype = DType::f16;
+      else if (v == "bf16") o.shape.dtype = DType::bf16;
+      else throw CliError("--dtype must be fp16 or bf16 (got '" + v + "')");
+    }
+    else if (a == "--scale") {
+      o.shape.scale = parse_double(a, next());
+      if (!(o.shape.scale > 0.0)) throw CliError("--scale must be a positive number");
+    }
+    else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_int(a, next(), 0, INT64_MAX));
+    else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, next(), 0, 100000));
+    else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(a, next(), 0, 1000));
+    else if (a == "--csv") o.csv = true;
+    else if (a == "--save") { o.save_dir = next(); if (o.save_dir.empty()) throw CliError("--save needs a directory"); }
+    else if (a == "--backend") {
+      const std::string v = next();
+      if (v == "auto") o.backend = Backend::Auto;
+      else if (v == "gpu") o.backend = Backend::Gpu;
+      else if (v == "cpu") o.backend = Backend::Cpu;
+      else throw CliError("--backend must be auto, gpu or cpu (got '" + v + "')");
+    }
+    else {
+      bool found = false;
+      for (const auto& f : step.flags) {
+        if (a != "--" + f.name) continue;
+        const std::string v = next();
+        bool ok = false;
+        for (const auto& c : f.choices) ok = ok || c == v;
+        if (!ok) {
+          std::string choices;
+          for (const auto& c : f.choices) choices += (choices.empty() ? "" : ", ") + c;
+          throw CliError(a + " must be one of " + choices + " (got '" + v + "')");
+        }
+        o.step[f.name] = v;
+        found = true;
+      }
+      if (!found) throw CliError("unknown flag " + a + " (see --help)");
+    }
+  }
+  o.shape_given = o.b_given || o.h_given || o.n_given || o.nk_given || o.d_given;
+  if (!o.nk_given) o.shape.Nk = o.shape.N;
+  return o;
+}
+
+void apply_default_shape(CliOptions& o, bool on_gpu) {
+  Shape& s = o.shape;
+  if (!o.b_given) s.B = on_gpu ? 4 : 1;
+  if (!o.h_given) s.H = on_gpu ? 16 : 2;
+  if (!o.n_given) s.N = on_gpu ? 4096 : 256;
+  if (!o.nk_given) s.Nk = s.N;
+  if (!o.d_given) s.d = on_gpu ? 128 : 64;
+  const std::string err = validate(s);
+  if (!err.empty()) throw CliError(err);
+}
+
+}  // namespace fa

@@ -1,0 +1,42 @@
+// The command line every step program shares (DESIGN.md, Conventions):
+//   --b --h --n --nk --d --causal --dtype --seed --reps --csv --save DIR --help
+// plus --backend, --scale, --warmup and the step's own flags (e.g. step 01's --gemm).
+// Bad values throw CliError, whose message names the flag; the runner exits 2 on it.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "problem.hpp"
+#include "step.hpp"
+
+namespace fa {
+
+struct CliError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Backend { Auto, Gpu, Cpu };
+
+struct CliOptions {
+  Shape shape;
+  bool shape_given = false;  // any of --b --h --n --nk --d was given
+  bool b_given = false, h_given = false, n_given = false, nk_given = false, d_given = false;
+  uint64_t seed = 42;
+  int reps = 20, warmup = 3;
+  bool csv = false, help = false;
+  std::string save_dir;
+  Backend backend = Backend::Auto;
+  StepOptions step;
+};
+
+// argv[0] is skipped. Throws CliError on any bad flag or value.
+CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args);
+std::string usage(const StepInfo& step);
+
+// Fill the shape fields the user did not give with the defaults for where the step runs:
+// the CPU blueprint gets a small shape, a GPU FlashAttention's benchmark shape (B·N = 16k, H·d = 2048).
+void apply_default_shape(CliOptions& o, bool on_gpu);
+
+}  // namespace fa

@@ -1,0 +1,71 @@
+// Storage types and their rounding, on the host.
+//
+// Q, K, V, P and O are stored in fp16 or bf16; arithmetic accumulates in fp32. The CPU side keeps
+// tensors as float values that are *already rounded* to the storage type, so the Eigen reference
+// and the blueprints see exactly the numbers the GPU sees. These conversions are plain C++ (no CUDA
+// headers) and round to nearest, ties to even, like __float2half_rn and __float2bfloat16_rn.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace fa {
+
+enum class DType { f16, bf16 };
+
+inline const char* dtype_name(DType t) { return t == DType::f16 ? "fp16" : "bf16"; }
+inline constexpr int dtype_bytes(DType) { return 2; }
+
+// Unit roundoff u = 2^-(p) for a p+1-bit significand: |round(x) - x| <= u |x| for normal x.
+inline double unit_roundoff(DType t) { return t == DType::f16 ? 0x1p-11 : 0x1p-8; }
+
+inline uint32_t float_bits(float f) { uint32_t x; std::memcpy(&x, &f, 4); return x; }
+inline float bits_float(uint32_t x) { float f; std::memcpy(&f, &x, 4); return f; }
+
+inline uint16_t float_to_half_bits(float f) {
+  const uint32_t x = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;            // NaN stays NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00u;           // >= 65520 rounds to infinity
+  if (a >= 0x38800000u) {                                // normal half: |f| >= 2^-14
+    uint32_t h = ((((a >> 23) - 127u + 15u)) << 10) | ((a & 0x7fffffu) >> 13);
+    const uint32_t rest = a & 0x1fffu;                   // the 13 bits that are dropped
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carry may reach the exponent: fine
+    return static_cast<uint16_t>(sign | h);
+  }
+  // Subnormal half (or zero): units of 2^-24. Scaling by 2^24 is exact; nearbyint rounds to even.
+  const float q = bits_float(a) * 16777216.0f;
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(q)));
+}
+
+inline float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    const float v = static_cast<float>(m) * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13));
+  return bits_float(sign | ((e - 15u + 127u) << 23) | (m << 13));
+}
+
+inline uint16_t float_to_bf16_bits(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+inline uint16_t to_bits(DType t, float f) {
+  return t == DType::f16 ? float_to_half_bits(f) : float_to_bf16_bits(f);
+}
+inline float from_bits(DType t, uint16_t b) {
+  return t == DType::f16 ? half_bits_to_float(b) : bf16_bits_to_float(b);
+}
+// The value a float becomes when stored in the storage type.
+inline float round_to(DType t, float f) { return from_bits(t, to_bits(t, f)); }
+
+}  // namespace fa

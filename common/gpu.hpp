@@ -1,0 +1,44 @@
+// The GPU harness as plain C++ (no CUDA headers), so the runner and the tests build without CUDA.
+// Implemented in gpu_harness.cu when CUDA is on, and in gpu_stub.cpp otherwise.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "device.hpp"
+#include "problem.hpp"
+#include "step.hpp"
+
+namespace fa {
+
+// Extra elements placed around every tensor on the device and filled with NaN: per row (after d),
+// per head (after the rows) and per batch (after the heads). A kernel that reads past a ragged
+// tile's edge — which memcheck cannot see inside one allocation — then poisons its output.
+struct Padding {
+  int64_t row = 0, head = 0, batch = 0;
+};
+
+struct GpuConfig {
+  int warmup = 3;
+  int reps = 20;  // 0: one checked launch, no timing
+  Padding pad;
+};
+
+struct GpuResult {
+  Forward out;               // O and L copied back from the checked launch
+  std::vector<double> ms;    // each timed launch, in order
+  double ms_median = 0;
+  int64_t stray_writes = 0;  // padding elements of O or L that are no longer NaN after the launch
+};
+
+// True when a CUDA device can be used; otherwise `why` says why not (one line).
+bool gpu_available(std::string& why);
+DeviceSpec gpu_device_spec();        // queried with cudaDeviceGetAttribute
+std::string cuda_version_string();   // "runtime 13.0, driver 13.0"
+
+// Upload the inputs (inside NaN-padded buffers when cfg.pad is set), poison O and L with NaN, launch
+// the step once and read back; then, if cfg.reps > 0, warm up and time cfg.reps launches with CUDA
+// events (O and L poisoned again before each) and report the median. Throws on any CUDA error.
+GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
+                     const GpuConfig& cfg);
+
+}  // namespace fa

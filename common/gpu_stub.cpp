@@ -1,0 +1,18 @@
+// Built when there is no CUDA compiler: the GPU is never available, and the runner uses blueprints.
+#include <stdexcept>
+
+#include "gpu.hpp"
+
+namespace fa {
+
+bool gpu_available(std::string& why) {
+  why = "this build has no CUDA (no CUDA compiler was found when CMake configured it)";
+  return false;
+}
+DeviceSpec gpu_device_spec() { throw std::runtime_error("built without CUDA"); }
+std::string cuda_version_string() { return "none"; }
+GpuResult run_on_gpu(const StepInfo&, const Shape&, const Inputs&, const StepOptions&, const GpuConfig&) {
+  throw std::runtime_error("built without CUDA");
+}
+
+}  // namespace fa

@@ -1,0 +1,64 @@
+#include "problem.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "rng.hpp"
+
+namespace fa {
+
+double Shape::softmax_scale() const { return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)); }
+
+int64_t Shape::last_visible_key(int64_t i) const { return causal ? i + (Nk - N) : Nk - 1; }
+
+double Shape::flops_fa_convention() const {
+  const double f = 4.0 * double(B) * double(H) * double(N) * double(Nk) * double(d);
+  return causal ? f / 2.0 : f;
+}
+
+std::string Shape::str() const {
+  std::ostringstream os;
+  os << "B=" << B << " H=" << H << " N=" << N << " Nk=" << Nk << " d=" << d
+     << " causal=" << (causal ? 1 : 0) << " " << dtype_name(dtype);
+  return os.str();
+}
+
+std::string validate(const Shape& s) {
+  std::ostringstream os;
+  auto positive = [&](const char* flag, int64_t v) {
+    if (v < 1 && os.str().empty()) os << flag << " must be a positive integer (got " << v << ")";
+  };
+  positive("--b", s.B);
+  positive("--h", s.H);
+  positive("--n", s.N);
+  positive("--nk", s.Nk);
+  if (!os.str().empty()) return os.str();
+  bool d_ok = false;
+  for (int d : kHeadDims) d_ok = d_ok || s.d == d;
+  if (!d_ok) {
+    os << "--d must be one of 16, 32, 64, 128 (got " << s.d
+       << "); the head dimension is a template parameter of the kernels";
+    return os.str();
+  }
+  if (!(s.scale >= 0.0) || !std::isfinite(s.scale)) return "--scale must be a finite number >= 0 (0 means 1/sqrt(d))";
+  // Keep every element index inside 2^31 per tensor and the problem within reason on a host.
+  constexpr int64_t kMaxElems = int64_t(1) << 31;
+  if (s.q_elems() >= kMaxElems || s.kv_elems() >= kMaxElems)
+    return "--b/--h/--n/--nk/--d: a tensor of B·H·N·d elements must stay below 2^31";
+  return "";
+}
+
+Inputs make_inputs(const Shape& s, const InputSpec& spec) {
+  Inputs in{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)};
+  Rng rng(spec.seed);
+  auto fill = [&](Tensor4& t, double spread) {
+    for (float& x : t.v) x = round_to(s.dtype, static_cast<float>(spec.offset + spread * rng.normal()));
+  };
+  fill(in.q, spec.qk_spread);
+  fill(in.k, spec.qk_spread);
+  fill(in.v, spec.v_spread);
+  return in;
+}
+
+}  // namespace fa

@@ -1,0 +1,74 @@
+// The attention problem: its shape, its host tensors and its seeded inputs.
+//
+// Conventions (DESIGN.md): tensors are [B, H, N, d] (keys and values [B, H, Nk, d]), last dimension
+// contiguous; the softmax scale defaults to 1/sqrt(d); causal masking is aligned bottom-right when
+// Nk != N, as FlashAttention does: query i sees key j when j <= i + (Nk - N).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtype.hpp"
+
+namespace fa {
+
+// Head dimensions the kernels are instantiated for (a template parameter of every kernel).
+inline constexpr int kHeadDims[] = {16, 32, 64, 128};
+
+struct Shape {
+  int64_t B = 1, H = 1, N = 1, Nk = 1, d = 64;
+  bool causal = false;
+  DType dtype = DType::f16;
+  double scale = 0.0;  // 0 means 1/sqrt(d)
+
+  double softmax_scale() const;
+  int64_t q_elems() const { return B * H * N * d; }
+  int64_t kv_elems() const { return B * H * Nk * d; }
+  int64_t rows() const { return B * H * N; }
+  // The last key query i may see (bottom-right aligned); < 0 means none. Nk-1 when not causal.
+  int64_t last_visible_key(int64_t i) const;
+  // FlashAttention's FLOP convention: 4·B·H·N·Nk·d for QKᵀ and PV, halved when causal.
+  double flops_fa_convention() const;
+  std::string str() const;  // "B=2 H=4 N=128 Nk=128 d=64 causal=0 fp16"
+};
+
+// "" when the shape is valid; otherwise a message that names the offending flag.
+std::string validate(const Shape& s);
+
+// A host tensor [B, H, rows, cols], contiguous, holding float values.
+struct Tensor4 {
+  int64_t B = 0, H = 0, rows = 0, cols = 0;
+  std::vector<float> v;
+  Tensor4() = default;
+  Tensor4(int64_t b, int64_t h, int64_t r, int64_t c, float fill = 0.0f)
+      : B(b), H(h), rows(r), cols(c), v(static_cast<size_t>(b * h * r * c), fill) {}
+  int64_t index(int64_t b, int64_t h, int64_t r, int64_t c) const {
+    return ((b * H + h) * rows + r) * cols + c;
+  }
+  float& at(int64_t b, int64_t h, int64_t r, int64_t c) { return v[static_cast<size_t>(index(b, h, r, c))]; }
+  float at(int64_t b, int64_t h, int64_t r, int64_t c) const { return v[static_cast<size_t>(index(b, h, r, c))]; }
+  const float* head(int64_t b, int64_t h) const { return v.data() + index(b, h, 0, 0); }
+  float* head(int64_t b, int64_t h) { return v.data() + index(b, h, 0, 0); }
+};
+
+// Q, K, V drawn as offset + spread·randn, then rounded to the storage type. Never zeros: zeros
+// hide unwritten outputs and wrong indexing. `qk_spread` > 1 makes large logits (softmax stress).
+struct InputSpec {
+  uint64_t seed = 42;
+  double offset = 0.5;
+  double qk_spread = 1.0;
+  double v_spread = 1.0;
+};
+
+struct Inputs {
+  Tensor4 q, k, v;  // [B,H,N,d], [B,H,Nk,d], [B,H,Nk,d], values exactly representable in dtype
+};
+
+Inputs make_inputs(const Shape& s, const InputSpec& spec = {});
+
+// Outputs of a forward pass: O [B,H,N,d] (rounded to the storage type) and L [B,H,N,1] in fp32.
+struct Forward {
+  Tensor4 o, lse;
+};
+
+}  // namespace fa

@@ -1,0 +1,38 @@
+// The Eigen reference: attention in double precision on the inputs *after* rounding to the
+// storage type, so any difference from a kernel is the kernel's own arithmetic.
+//
+//   S = scale · Q Kᵀ,  masked (causal, bottom-right) entries set to −inf
+//   m = rowmax(S),  l = Σ_j exp(S_ij − m),  P = exp(S − m) / l,  O = P V,  L = m + log(l)
+//   A row that sees no key: O = 0 and L = +inf (so a backward's exp(S − L) is 0).
+//
+// Every row on small shapes, or a seeded sample of rows (the same rows in every (b, h)) on large.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "problem.hpp"
+
+namespace fa {
+
+struct Reference {
+  std::vector<int64_t> rows;  // query rows checked, ascending, the same in every (b, h)
+  std::vector<double> o;      // [B, H, rows.size(), d]
+  std::vector<double> lse;    // [B, H, rows.size()]; +inf for a row with no visible key
+  int64_t d = 0;
+  double o_at(int64_t bh, int64_t r, int64_t c) const { return o[static_cast<size_t>((bh * int64_t(rows.size()) + r) * d + c)]; }
+  double lse_at(int64_t bh, int64_t r) const { return lse[static_cast<size_t>(bh * int64_t(rows.size()) + r)]; }
+};
+
+// All rows when B·H·N·Nk·d <= budget; otherwise about budget/(B·H·Nk·d) rows per head (at least 8),
+// drawn with `seed`, always including the first and last rows and, when causal, the first row
+// that sees a key and its neighbour.
+std::vector<int64_t> pick_rows(const Shape& s, uint64_t seed, double budget = 6.0e8);
+
+Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<int64_t>& rows);
+inline Reference reference_forward(const Shape& s, const Inputs& in) {
+  std::vector<int64_t> all(static_cast<size_t>(s.N));
+  for (int64_t i = 0; i < s.N; ++i) all[static_cast<size_t>(i)] = i;
+  return reference_forward(s, in, all);
+}
+
+}  // namespace fa

@@ -1,0 +1,54 @@
+// A step's registration: what the shared runner, the tests and the tools need from it.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attn_params.hpp"
+#include "ledger.hpp"
+#include "problem.hpp"
+
+namespace fa {
+
+// A flag of the step's own (e.g. step 01's --gemm wmma|cublas). Always a choice among strings.
+struct StepFlag {
+  std::string name;                  // without the dashes: "gemm"
+  std::vector<std::string> choices;  // the first is the default
+  std::string help;
+};
+using StepOptions = std::map<std::string, std::string>;  // flag name -> chosen value
+
+struct BlueprintResult {
+  Forward out;       // O rounded to the storage type, L in fp32
+  LedgerSet ledger;  // counted while it ran
+};
+
+struct StepInfo {
+  std::string id;       // "01"
+  std::string slug;     // "naive" (the folder is steps/01_naive)
+  std::string title;    // "naive three-kernel attention"
+  std::string teaches;  // one line for tables
+  std::vector<StepFlag> flags;
+
+  // The schedule run on the CPU, counting its ledger.
+  BlueprintResult (*blueprint)(const Shape&, const Inputs&, const StepOptions&) = nullptr;
+  // The same ledger in closed form (what the doc derives).
+  LedgerSet (*closed_form)(const Shape&, const StepOptions&) = nullptr;
+
+  // The GPU side; null when the project was built without CUDA. `stream` is a cudaStream_t.
+  void (*launch)(const AttnParams&, const StepOptions&, void* stream) = nullptr;
+  size_t (*workspace_bytes)(const Shape&, const StepOptions&) = nullptr;
+  // Prefix shared by the step's kernel names (Nsight filters on it), e.g. "step01_".
+  std::string kernel_prefix;
+
+  std::string program() const { return "step" + id; }
+  // Every option at its default value.
+  StepOptions default_options() const {
+    StepOptions o;
+    for (const auto& f : flags) o[f.name] = f.choices.front();
+    return o;
+  }
+};
+
+}  // namespace fa
