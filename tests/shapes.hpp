@@ -1,0 +1,73 @@
+// The shape matrix shared by the blueprint tests and the GPU tests (DESIGN.md, "Checks that can fail"):
+// N not a multiple of the tile, N smaller than a tile, Nk != N both ways, d in {16, 32, 64, 128},
+// causal on and off, B and H > 1, both storage types, and inputs scaled for large logits.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "problem.hpp"
+#include "step.hpp"
+
+namespace fa::test {
+
+struct Case {
+  Shape shape;
+  InputSpec inputs;
+  std::string name() const {
+    return shape.str() + (inputs.qk_spread != 1.0 ? " large-logits" : "");
+  }
+};
+
+inline Case make_case(int64_t B, int64_t H, int64_t N, int64_t Nk, int64_t d, bool causal, DType t, double spread = 1.0,
+                      uint64_t seed = 7) {
+  Case c;
+  c.shape.B = B; c.shape.H = H; c.shape.N = N; c.shape.Nk = Nk; c.shape.d = d;
+  c.shape.causal = causal; c.shape.dtype = t;
+  c.inputs.seed = seed + uint64_t(N * 131 + Nk * 7 + d);
+  c.inputs.qk_spread = spread;
+  return c;
+}
+
+// `big` adds the N = 1023 cases (slower on the CPU).
+inline std::vector<Case> shape_matrix(bool big) {
+  std::vector<Case> cs;
+  const std::pair<int64_t, int64_t> lens[] = {{1, 1}, {17, 17}, {64, 64}, {113, 255}, {255, 113}, {1, 64}, {64, 1}};
+  int k = 0;
+  for (int64_t d : {16, 32, 64, 128})
+    for (auto [N, Nk] : lens)
+      for (bool causal : {false, true}) {
+        const DType t = (k++ % 2) ? DType::bf16 : DType::f16;
+        const bool small = N * Nk <= 64 * 64;
+        cs.push_back(make_case(small ? 2 : 1, small ? 3 : 2, N, Nk, d, causal, t));
+      }
+  // Large logits: |S| reaches tens, so exp() without the max subtraction would overflow fp32.
+  for (DType t : {DType::f16, DType::bf16}) {
+    cs.push_back(make_case(1, 2, 200, 200, 64, true, t, 6.0));
+    cs.push_back(make_case(1, 2, 77, 130, 128, false, t, 6.0));
+  }
+  if (big) {
+    cs.push_back(make_case(1, 1, 1023, 1023, 64, false, DType::f16));
+    cs.push_back(make_case(1, 1, 1023, 1023, 128, true, DType::bf16));
+    cs.push_back(make_case(1, 1, 1023, 700, 32, true, DType::f16));
+    cs.push_back(make_case(1, 1, 700, 1023, 16, true, DType::bf16));
+  }
+  return cs;
+}
+
+// Every combination of a step's own flags (e.g. step 01: gemm=wmma, gemm=cublas).
+inline std::vector<StepOptions> all_options(const StepInfo& st) {
+  std::vector<StepOptions> out = {StepOptions{}};
+  for (const auto& f : st.flags) {
+    std::vector<StepOptions> next;
+    for (const auto& o : out)
+      for (const auto& c : f.choices) {
+        StepOptions x = o;
+        x[f.name] = c;
+        next.push_back(x);
+      }
+    out = next;
+  }
+  return out;
+}
+
+}  // namespace fa::test

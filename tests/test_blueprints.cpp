@@ -1,0 +1,72 @@
+// Every registered step's blueprint against the Eigen reference over the shape matrix, and its
+// counted ledger against its closed form on many small shapes.
+#include <doctest/doctest.h>
+
+#include "metrics.hpp"
+#include "registry.hpp"
+#include "rng.hpp"
+#include "shapes.hpp"
+
+using namespace fa;
+
+
+TEST_CASE("blueprints match the reference over the shape matrix") {
+  REQUIRE(!all_steps().empty());
+  for (const StepInfo* st : all_steps())
+    for (const test::Case& c : test::shape_matrix(true)) {
+      CAPTURE(st->id);
+      const std::string name = c.name();
+      CAPTURE(name);
+      const Inputs in = make_inputs(c.shape, c.inputs);
+      const Reference ref = reference_forward(c.shape, in);
+      const BlueprintResult r = st->blueprint(c.shape, in, st->default_options());
+      const Check chk = check_forward(c.shape, in, ref, r.out);
+      INFO(chk.summary());
+      CHECK(chk.pass);
+    }
+}
+
+TEST_CASE("counted ledger equals the closed form on many small shapes") {
+  Rng rng(99);
+  for (const StepInfo* st : all_steps())
+    for (const StepOptions& opt : test::all_options(*st))
+      for (int t = 0; t < 40; ++t) {
+        Shape s;
+        s.B = 1 + int64_t(rng.below(2));
+        s.H = 1 + int64_t(rng.below(2));
+        s.N = 1 + int64_t(rng.below(150));
+        s.Nk = (t % 3 == 0) ? s.N : 1 + int64_t(rng.below(150));
+        s.d = kHeadDims[rng.below(4)];
+        s.causal = rng.below(2) == 1;
+        s.dtype = rng.below(2) ? DType::bf16 : DType::f16;
+        const std::string shape = s.str();
+        CAPTURE(st->id);
+        CAPTURE(shape);
+        const Inputs in = make_inputs(s, {uint64_t(t)});
+        const LedgerSet counted = st->blueprint(s, in, opt).ledger, closed = st->closed_form(s, opt);
+        const std::string diff = counted.diff(closed);
+        INFO(diff);
+        CHECK(diff.empty());
+      }
+}
+
+TEST_CASE("the shape matrix covers what DESIGN.md asks for") {
+  bool ragged = false, tiny = false, nk_gt = false, nk_lt = false, causal = false, bh = false, big_logits = false;
+  for (const test::Case& c : test::shape_matrix(true)) {
+    const Shape& s = c.shape;
+    ragged |= s.N % 16 != 0;
+    tiny |= s.N < 16;
+    nk_gt |= s.Nk > s.N;
+    nk_lt |= s.Nk < s.N;
+    causal |= s.causal;
+    bh |= s.B > 1 && s.H > 1;
+    big_logits |= c.inputs.qk_spread > 1;
+  }
+  CHECK(ragged);
+  CHECK(tiny);
+  CHECK(nk_gt);
+  CHECK(nk_lt);
+  CHECK(causal);
+  CHECK(bh);
+  CHECK(big_logits);
+}

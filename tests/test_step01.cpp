@@ -1,0 +1,55 @@
+// Step 01 on its own: a second tile configuration, the tile classification, and the ledger's shape.
+#include <doctest/doctest.h>
+
+#include "metrics.hpp"
+#include "schedule.hpp"
+#include "shapes.hpp"
+
+using namespace fa;
+using namespace fa::step01;
+
+TEST_CASE("step01: a second tile configuration (Br = 32, Bc = 16) passes and counts its closed form") {
+  const Schedule small{32, 16};
+  for (const test::Case& c : test::shape_matrix(false)) {
+    const std::string name = c.name();
+    CAPTURE(name);
+    const Inputs in = make_inputs(c.shape, c.inputs);
+    const BlueprintResult r = blueprint(c.shape, in, small);
+    const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), r.out);
+    INFO(chk.summary());
+    CHECK(chk.pass);
+    const std::string diff = r.ledger.diff(closed_form(c.shape, small));
+    INFO(diff);
+    CHECK(diff.empty());
+  }
+}
+
+TEST_CASE("step01: tiles are classified against the bottom-right causal diagonal") {
+  // N = Nk = 64, 16 × 16 tiles: the diagonal tiles are (t, t); above them masked, below visible.
+  CHECK(classify_tile(0, 16, 0, 16, 64, 64, true) == TileKind::Diagonal);
+  CHECK(classify_tile(0, 16, 16, 32, 64, 64, true) == TileKind::Masked);
+  CHECK(classify_tile(16, 32, 0, 16, 64, 64, true) == TileKind::Visible);
+  CHECK(classify_tile(0, 16, 16, 32, 64, 64, false) == TileKind::Visible);
+  // Nk - N = 16: the diagonal moves one tile to the right.
+  CHECK(classify_tile(0, 16, 0, 16, 64, 80, true) == TileKind::Visible);
+  CHECK(classify_tile(0, 16, 16, 32, 64, 80, true) == TileKind::Diagonal);
+  CHECK(visible_keys(0, 64, 80, true) == 17);
+  CHECK(visible_keys(3, 10, 4, true) == 0);
+  CHECK(visible_keys(9, 10, 4, true) == 4);
+}
+
+TEST_CASE("step01: S and P make the traffic quadratic in N") {
+  Shape s;
+  s.B = 1; s.H = 1; s.d = 128;
+  s.N = s.Nk = 4096;
+  const Ledger a = closed_form(s, kSchedule).total();
+  s.N = s.Nk = 8192;
+  const Ledger b = closed_form(s, kSchedule).total();
+  const double ratio = double(b.hbm_read + b.hbm_write) / double(a.hbm_read + a.hbm_write);
+  CHECK(ratio > 3.9);
+  CHECK(ratio < 4.0);
+  // At N = 4096 the S write alone is N²·4 bytes = 64 MiB per head; Q, K, V, O together are 4 MiB.
+  s.N = s.Nk = 4096;
+  const LedgerSet ls = closed_form(s, kSchedule);
+  CHECK(ls.kernels[0].second.hbm_write == 4096LL * 4096 * 4);
+}
