@@ -59,6 +59,7 @@ std::string usage(const StepInfo& step) {
      << "  --csv            print a CSV header and one row instead of the report\n"
      << "  --save DIR       write q.npy k.npy v.npy o.npy lse.npy ([B,H,N,d]; lse float32 [B,H,N];\n"
      << "                   fp16 tensors as float16, bf16 tensors as float32 since NumPy has no bf16)\n"
+     << "  --ledger-csv F   write the ledger kernel by kernel to F (CSV), e.g. to set beside Nsight Compute\n"
      << "  --help           this text\n";
   if (!step.flags.empty()) {
     os << "step " << step.id << " flags:\n";
@@ -110,6 +111,7 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(a, next(), 0, 1000));
     else if (a == "--csv") o.csv = true;
     else if (a == "--save") { o.save_dir = next(); if (o.save_dir.empty()) throw CliError("--save needs a directory"); }
+    else if (a == "--ledger-csv") { o.ledger_csv = next(); if (o.ledger_csv.empty()) throw CliError("--ledger-csv needs a file name"); }
     else if (a == "--backend") {
       const std::string v = next();
       if (v == "auto") o.backend = Backend::Auto;

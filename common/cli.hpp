@@ -27,6 +27,7 @@ struct CliOptions {
   int reps = 20, warmup = 3;
   bool csv = false, help = false;
   std::string save_dir;
+  std::string ledger_csv;  // --ledger-csv FILE: the ledger kernel by kernel (for comparing with Nsight)
   Backend backend = Backend::Auto;
   StepOptions step;
 };

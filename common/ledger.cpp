@@ -104,6 +104,15 @@ void print_ledger(std::ostream& os, const LedgerSet& ls) {
   if (t.workspace > 0) os << "  workspace in HBM beyond Q, K, V, O, L: " << human_bytes(double(t.workspace)) << "\n";
 }
 
+void write_ledger_csv(std::ostream& os, const LedgerSet& ls) {
+  os << "kernel,hbm_read,hbm_write,smem_read,smem_write,barriers,matmul_flops,nonmatmul_ops,tiles_computed,"
+        "tiles_masked,tiles_skipped,smem_peak,workspace\n";
+  for (const auto& [name, l] : ls.kernels)
+    os << name << "," << l.hbm_read << "," << l.hbm_write << "," << l.smem_read << "," << l.smem_write << ","
+       << l.barriers << "," << l.matmul_flops << "," << l.nonmatmul_ops << "," << l.tiles_computed << ","
+       << l.tiles_masked << "," << l.tiles_skipped << "," << l.smem_peak << "," << l.workspace << "\n";
+}
+
 void GlobalMat::bounds(int64_t r, int64_t c) const {
   if (r < 0 || r >= rows_ || c < 0 || c >= cols_) {
     std::ostringstream os;

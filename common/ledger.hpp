@@ -48,6 +48,8 @@ struct LedgerSet {
 };
 
 void print_ledger(std::ostream& os, const LedgerSet& ls);
+// CSV: a header line, then one line per kernel.
+void write_ledger_csv(std::ostream& os, const LedgerSet& ls);
 
 // How an element is stored: fp32 (4 bytes) or the storage type (2 bytes, rounded on store).
 struct Store {

@@ -1,9 +1,11 @@
 #include "problem.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
 
+#include "parallel.hpp"
 #include "rng.hpp"
 
 namespace fa {
@@ -51,9 +53,18 @@ std::string validate(const Shape& s) {
 
 Inputs make_inputs(const Shape& s, const InputSpec& spec) {
   Inputs in{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)};
-  Rng rng(spec.seed);
+  // Each tensor is drawn in fixed chunks, each chunk from its own generator seeded by (seed, tensor,
+  // chunk): the same inputs for a seed whatever the number of threads.
+  constexpr int64_t kChunk = int64_t(1) << 16;
+  uint64_t tensor_id = 0;
   auto fill = [&](Tensor4& t, double spread) {
-    for (float& x : t.v) x = round_to(s.dtype, static_cast<float>(spec.offset + spread * rng.normal()));
+    const int64_t n = static_cast<int64_t>(t.v.size()), chunks = (n + kChunk - 1) / kChunk;
+    const uint64_t tid = ++tensor_id;
+    parallel_for(chunks, [&](int64_t c) {
+      Rng rng(spec.seed * 0x100000001b3ull + tid * 0x9e3779b97f4a7c15ull + uint64_t(c));
+      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
+        t.v[static_cast<size_t>(i)] = round_to(s.dtype, static_cast<float>(spec.offset + spread * rng.normal()));
+    });
   };
   fill(in.q, spec.qk_spread);
   fill(in.k, spec.qk_spread);

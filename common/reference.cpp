@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "parallel.hpp"
 #include "rng.hpp"
 
 namespace fa {
@@ -46,9 +47,10 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
   const double scale = s.softmax_scale();
   const double inf = std::numeric_limits<double>::infinity();
 
-  for (int64_t b = 0; b < s.B; ++b) {
-    for (int64_t h = 0; h < s.H; ++h) {
-      const int64_t bh = b * s.H + h;
+  // Heads are independent: one task each (each writes only its own slice of the result).
+  parallel_for(s.B * s.H, [&](int64_t bh) {
+    {
+      const int64_t b = bh / s.H, h = bh % s.H;
       // Upcast this head to double once (the values are already rounded to the storage type).
       MatD Q(R, s.d), K(s.Nk, s.d), V(s.Nk, s.d);
       for (int64_t r = 0; r < R; ++r)
@@ -72,7 +74,7 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < s.d; ++c) ref.o[static_cast<size_t>((bh * R + r) * s.d + c)] = O(r, c);
     }
-  }
+  });
   return ref;
 }
 

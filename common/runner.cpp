@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -168,6 +169,14 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << step.program() << ": error: " << e.what() << "\n";
     return 1;
+  }
+  if (!o.ledger_csv.empty()) {
+    std::ofstream f(o.ledger_csv);
+    write_ledger_csv(f, r.ledger);
+    if (!f) {
+      std::cerr << step.program() << ": error: cannot write " << o.ledger_csv << "\n";
+      return 1;
+    }
   }
   if (o.csv) {
     std::cout << csv_header() << "\n" << csv_row(r) << "\n";

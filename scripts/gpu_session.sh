@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# One GPU session, start to finish (on a machine with a CUDA GPU; under eight minutes on an H200):
+#   1. build everything;  2. the whole test suite, GPU tests included;
+#   3. compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step at a small shape;
+#   4. every step over N = 512 ... 16k on FlashAttention's benchmark shapes (B·N = 16k, H·d = 2048);
+#   5. Nsight Compute: bytes requested from global memory, L2 and DRAM bytes, beside the ledger.
+# Writes, into OUTDIR (default plots/data):
+#   session_<gpu>.csv   one row per measured run, with date, commit, GPU and CUDA version
+#   ncu_<gpu>.csv       per kernel: ledger bytes against Nsight's requested / L2 / DRAM bytes
+#   session.log, ctest.log, sanitizer.log
+# Usage: scripts/gpu_session.sh [OUTDIR]      (FA_COMMIT names the commit when .git is absent;
+#        FA_BUDGET_S bounds the sweep's wall time, default 200 s; FA_QUICK=1 runs a smaller sweep)
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="$(realpath -m "${1:-$root/plots/data}")"
+mkdir -p "$out"
+log="$out/session.log"
+: >"$log"
+t0=$(date +%s)
+say() { printf '[session %4ds] %s\n' "$(( $(date +%s) - t0 ))" "$*" | tee -a "$log" >&2; }
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+[ -n "$gpu" ] || { say "no GPU visible (nvidia-smi): this script is for a GPU machine"; exit 2; }
+slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/_/g; s/^_//; s/_$//')
+commit="${FA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
+cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
+say "GPU $gpu, CUDA $cuda, driver $driver, commit $commit"
+
+# ---- 1. build --------------------------------------------------------------------------------
+source "$root/scripts/setup.sh"
+say "building"
+make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory >>"$log" 2>&1 || { say "build failed"; tail -n 40 "$log"; exit 1; }
+steps=$(cd "$FA_BUILD" && ls step[0-9][0-9] 2>/dev/null | sort)
+say "steps: $(echo $steps)"
+
+# ---- 2. tests --------------------------------------------------------------------------------
+say "test suite"
+(cd "$FA_BUILD" && ctest --output-on-failure) >"$out/ctest.log" 2>&1
+test_rc=$?
+say "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n1) (rc $test_rc)"
+grep -q '(Skipped)' "$out/ctest.log" && say "WARNING: tests were skipped on a GPU machine"
+
+# The step's own flag choices as argument lists, one per line ("--gemm wmma", "--gemm cublas"),
+# read from its --help; an empty line when it has none.
+variants_of() {
+  local line flag choices c
+  line=$("$FA_BUILD/$1" --help | sed -n 's/^  --\([a-z]*\) \([a-z]*|[a-z|]*\) .*/\1 \2/p' | head -n1)
+  if [ -z "$line" ]; then echo ""; return; fi
+  flag=${line%% *}; choices=${line#* }
+  for c in ${choices//|/ }; do echo "--$flag $c"; done
+}
+
+# ---- 3. compute-sanitizer ----------------------------------------------------------------------
+say "compute-sanitizer"
+: >"$out/sanitizer.log"
+san_fail=0
+small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
+for st in $steps; do
+  mapfile -t vars < <(variants_of "$st")
+  for tool in memcheck racecheck synccheck initcheck; do
+    for v in "${vars[@]}"; do
+      # memcheck on every variant; the other tools on our own kernels (the first variant).
+      [ "$tool" != memcheck ] && [ "$v" != "${vars[0]}" ] && continue
+      echo "=== $st $v $tool" >>"$out/sanitizer.log"
+      compute-sanitizer --tool "$tool" --error-exitcode 99 "$FA_BUILD/$st" $small $v >>"$out/sanitizer.log" 2>&1
+      rc=$?
+      summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" | tail -n1)
+      say "  $st $v $tool: rc $rc, $summary"
+      [ $rc -ne 0 ] && san_fail=1
+    done
+  done
+done
+
+# ---- 4. the sweep ------------------------------------------------------------------------------
+csv="$out/session_${slug}.csv"
+budget=${FA_BUDGET_S:-200}
+ns="512 1024 2048 4096 8192 16384"
+[ "${FA_QUICK:-0}" = 1 ] && ns="1024 4096"
+first=1
+runs=()
+for st in $steps; do
+  mapfile -t vars < <(variants_of "$st")
+  for v in "${vars[@]}"; do
+    for d in 128 64; do
+      for causal in 0 1; do
+        for dtype in fp16 bf16; do
+          # d = 64 in fp16 only; bf16 at d = 128 without the mask only (the storage type changes little here).
+          [ $d = 64 ] && [ $dtype = bf16 ] && continue
+          [ $dtype = bf16 ] && [ $causal = 1 ] && continue
+          for n in $ns; do runs+=("$st|$v|$d|$causal|$dtype|$n"); done
+        done
+      done
+    done
+  done
+done
+say "sweep: ${#runs[@]} runs, budget ${budget}s"
+sweep_t0=$(date +%s)
+done_runs=0
+for r in "${runs[@]}"; do
+  IFS='|' read -r st v d causal dtype n <<<"$r"
+  if [ $(( $(date +%s) - sweep_t0 )) -gt "$budget" ]; then
+    say "sweep budget spent: $(( ${#runs[@]} - done_runs )) runs not measured"
+    break
+  fi
+  b=$(( 16384 / n )); h=$(( 2048 / d ))
+  args=(--b $b --h $h --n $n --d $d --dtype $dtype --reps 10 --warmup 3 --csv --backend gpu)
+  [ "$causal" = 1 ] && args+=(--causal)
+  res=$("$FA_BUILD/$st" "${args[@]}" $v 2>>"$log")
+  rc=$?
+  if [ $first = 1 ]; then echo "date,commit,cuda,driver,$(echo "$res" | head -n1)" >"$csv"; first=0; fi
+  echo "$date_utc,$commit,$cuda,$driver,$(echo "$res" | tail -n1)" >>"$csv"
+  done_runs=$((done_runs + 1))
+  say "  [$done_runs/${#runs[@]}] $st ${v:-} d=$d causal=$causal $dtype N=$n: rc $rc, $(echo "$res" | tail -n1 | awk -F, '{print $17 " ms, " $19 " TFLOP/s, pass=" $16}')"
+done
+
+# ---- 5. Nsight Compute -------------------------------------------------------------------------
+ncsv="$out/ncu_${slug}.csv"
+metrics="l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
+header=1
+for st in $steps; do
+  mapfile -t vars < <(variants_of "$st")
+  for v in "${vars[@]}"; do
+    for n in 1024 4096; do
+      for causal in 0 1; do
+        b=$(( 16384 / n )); h=16; d=128
+        args=(--b $b --h $h --n $n --d $d --reps 0 --backend gpu --ledger-csv "$FA_BUILD/ledger.csv")
+        [ "$causal" = 1 ] && args+=(--causal)
+        ncu --clock-control none --csv --print-units base --metrics "$metrics" --log-file "$FA_BUILD/ncu_raw.csv" \
+          "$FA_BUILD/$st" "${args[@]}" $v >>"$log" 2>&1
+        rc=$?
+        if [ $rc -ne 0 ] || ! grep -q '"ID"' "$FA_BUILD/ncu_raw.csv"; then
+          say "  ncu $st $v N=$n causal=$causal failed (rc $rc); see session.log"
+          cat "$FA_BUILD/ncu_raw.csv" >>"$log" 2>/dev/null
+          continue
+        fi
+        HEADER=$header python3 "$root/scripts/ncu_ledger.py" "$FA_BUILD/ncu_raw.csv" "$FA_BUILD/ledger.csv" "${st}_" \
+          date="$date_utc" commit="$commit" gpu="$gpu" step="${st#step}" variant="$(echo "${v:--}" | sed "s/^--\([a-z]*\) /\1=/")" B=$b H=$h N=$n d=$d causal=$causal \
+          >>"$ncsv" 2>>"$log" && header=0
+        say "  ncu $st $v N=$n causal=$causal: done"
+      done
+    done
+  done
+done
+
+say "finished in $(( $(date +%s) - t0 ))s: tests rc $test_rc, sanitizer $([ $san_fail = 0 ] && echo clean || echo ERRORS)"
+[ -f "$ncsv" ] && column -s, -t <"$ncsv" | cut -c1-220 | tail -n 20 >&2
+[ $test_rc -eq 0 ] && [ $san_fail -eq 0 ]
