@@ -2,7 +2,10 @@
 #include <doctest/doctest.h>
 
 #include "cli.hpp"
+#include <filesystem>
+
 #include "registry.hpp"
+#include "runner.hpp"
 
 using namespace fa;
 
@@ -72,4 +75,17 @@ TEST_CASE("usage lists every shared flag and the step's own") {
   for (const char* f : {"--b", "--h", "--n", "--nk", "--d", "--causal", "--dtype", "--seed", "--reps", "--csv", "--save",
                         "--help", "--gemm"})
     CHECK(u.find(f) != std::string::npos);
+}
+
+TEST_CASE("--save writes q, k, v, o and lse as .npy files") {
+  const std::string dir = (std::filesystem::temp_directory_path() / "fa_save_test").string();
+  std::filesystem::remove_all(dir);
+  CliOptions o = parse_cli(step01(), {"--n", "20", "--nk", "9", "--d", "16", "--save", dir});
+  apply_default_shape(o, false);
+  const RunRecord r = run_once(step01(), o, false);
+  CHECK(r.check.pass);
+  for (const char* f : {"q.npy", "k.npy", "v.npy", "o.npy", "lse.npy"}) {
+    CAPTURE(f);
+    CHECK(std::filesystem::file_size(dir + "/" + f) > 128);
+  }
 }

@@ -53,3 +53,16 @@ TEST_CASE("step01: S and P make the traffic quadratic in N") {
   const LedgerSet ls = closed_form(s, kSchedule);
   CHECK(ls.kernels[0].second.hbm_write == 4096LL * 4096 * 4);
 }
+
+TEST_CASE("step01: the worked example of docs/01_naive.md (N = Nk = 4096, d = 128, one head)") {
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  const LedgerSet ls = closed_form(s, kSchedule);
+  CHECK(ls.kernels[0].second.hbm_read == 134217728);
+  CHECK(ls.kernels[1].second.hbm_read == 201326592);
+  CHECK(ls.kernels[1].second.hbm_write == 33570816);
+  CHECK(ls.kernels[2].second.hbm_read == 100663296);
+  CHECK(ls.total().hbm_read == 436207616);
+  CHECK(ls.total().hbm_write == 101728256);
+}

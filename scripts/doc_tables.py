@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Write the measured tables into the docs and the README from the committed CSVs.
+
+  scripts/doc_tables.py           rewrite every block between <!-- table:NAME --> and <!-- /table:NAME -->
+  scripts/doc_tables.py --check   exit 1 if any block is not what the CSVs give (a ctest runs this)
+
+Tables come only from plots/data/*.csv, which scripts/gpu_session.sh writes on a GPU: no measured
+number in the docs is typed by hand. Standard library only.
+"""
+import csv
+import glob
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "plots", "data")
+
+
+def rows(pattern):
+    out = []
+    for path in sorted(glob.glob(os.path.join(DATA, pattern))):
+        with open(path, newline="") as f:
+            out.extend(csv.DictReader(f))
+    return out
+
+
+def mb(x):
+    return f"{float(x) / 1e6:,.0f}" if x not in ("", None) else "–"
+
+
+def provenance(rs):
+    if not rs:
+        return "_no measurements yet: run `scripts/gpu_session.sh` on a GPU machine_"
+    r = rs[0]
+    gpu = r.get("device") or r.get("gpu")
+    cuda = f", CUDA {r['cuda']}" if "cuda" in r else ""
+    return f"_Measured on an {gpu}{cuda}, commit `{r['commit']}`, {r['date']}, by `scripts/gpu_session.sh`._"
+
+
+def table(header, body):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def step_sweep(step):
+    """Per (d, causal, N): each variant's median time and TFLOP/s, and the ledger's prediction."""
+    rs = [r for r in rows("session_*.csv") if r["step"] == step and r["dtype"] == "fp16"]
+    variants = sorted({r["variant"] for r in rs}, key=lambda v: (v != "gemm=wmma", v))
+    by = {}
+    for r in rs:
+        by[(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"])] = r
+    keys = sorted({(d, c, n) for (d, c, n, _) in by}, key=lambda k: (-k[0], k[1], k[2]))
+    header = ["d", "causal", "N", "B×H"]
+    for v in variants:
+        name = v.split("=")[-1] if v != "-" else "kernel"
+        header += [f"{name} ms", f"{name} TFLOP/s"]
+    header += ["ledger MB (read+write)", "predicted ms"]
+    body = []
+    for d, c, n in keys:
+        first = by.get((d, c, n, variants[0]))
+        row = [d, "yes" if c else "no", n, f"{first['B']}×{first['H']}" if first else ""]
+        for v in variants:
+            r = by.get((d, c, n, v))
+            row += [f"{float(r['ms']):.3f}", f"{float(r['tflops']):.1f}"] if r else ["–", "–"]
+        row += [mb(int(first["hbm_read_bytes"]) + int(first["hbm_write_bytes"])), f"{float(first['predicted_ms']):.3f}"]
+        body.append(row)
+    return provenance(rs) + "\n\n" + table(header, body)
+
+
+def step_dtype(step):
+    rs = [r for r in rows("session_*.csv") if r["step"] == step and r["d"] == "128" and r["causal"] == "0"]
+    by = {(r["variant"], int(r["N"]), r["dtype"]): r for r in rs}
+    body = []
+    for (v, n) in sorted({(v, n) for (v, n, _) in by}):
+        a, b = by.get((v, n, "fp16")), by.get((v, n, "bf16"))
+        if a and b:
+            body.append([v, n, f"{float(a['ms']):.3f}", f"{float(b['ms']):.3f}", f"{float(a['max_abs_err']):.1e}",
+                         f"{float(b['max_abs_err']):.1e}"])
+    return provenance(rs) + "\n\n" + table(["variant", "N", "fp16 ms", "bf16 ms", "fp16 max abs err", "bf16 max abs err"], body)
+
+
+def step_ncu(step):
+    rs = [r for r in rows("ncu_*.csv") if r["step"] == step]
+    header = ["variant", "N", "causal", "kernel", "ledger read MB", "requested read MB", "L2 read MB", "DRAM read MB",
+              "ledger write MB", "requested write MB", "DRAM write MB", "kernel ms", "DRAM GB/s"]
+    body = []
+    for r in rs:
+        dram = int(r["dram_read"]) + int(r["dram_write"])
+        ms = float(r["ncu_ms"])
+        body.append([r["variant"].split("=")[-1], r["N"], "yes" if r["causal"] == "1" else "no", r["kernel"][:28],
+                     mb(r["ledger_read"]), mb(r["req_read"]), mb(r["l2_read"]), mb(r["dram_read"]), mb(r["ledger_write"]),
+                     mb(r["req_write"]), mb(r["dram_write"]), f"{ms:.3f}", f"{dram / (ms * 1e-3) / 1e9:,.0f}" if ms else "–"])
+    return provenance(rs) + "\n\n" + table(header, body)
+
+
+TABLES = {
+    "step01-sweep": lambda: step_sweep("01"),
+    "step01-dtype": lambda: step_dtype("01"),
+    "step01-ncu": lambda: step_ncu("01"),
+}
+
+BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
+
+
+def main():
+    check = "--check" in sys.argv
+    stale = []
+    files = glob.glob(os.path.join(ROOT, "docs", "*.md")) + [os.path.join(ROOT, "README.md")]
+    for path in sorted(files):
+        if not os.path.exists(path):
+            continue
+        text = open(path, encoding="utf-8").read()
+
+        def fill(m):
+            name = m.group(2)
+            if name not in TABLES:
+                sys.exit(f"{path}: unknown table '{name}'")
+            return m.group(1) + TABLES[name]() + "\n" + m.group(4)
+
+        new = BLOCK.sub(fill, text)
+        if new != text:
+            stale.append(os.path.relpath(path, ROOT))
+            if not check:
+                open(path, "w", encoding="utf-8").write(new)
+    if check and stale:
+        print("stale tables (run scripts/doc_tables.py):", ", ".join(stale))
+        sys.exit(1)
+    print(("checked: " if check else "updated: ") + (", ".join(stale) if stale else "all tables current"))
+
+
+if __name__ == "__main__":
+    main()
