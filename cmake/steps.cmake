@@ -37,3 +37,9 @@ endforeach()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/registry.cpp.in ${PROJECT_BINARY_DIR}/gen/registry.cpp @ONLY)
 add_library(fa_registry STATIC ${PROJECT_BINARY_DIR}/gen/registry.cpp)
 target_link_libraries(fa_registry PUBLIC ${FA_STEP_LIBS})
+
+# The tour: every registered step on one shape (what scripts/run.sh runs by default).
+add_executable(tour ${PROJECT_SOURCE_DIR}/common/tour.cpp)
+target_link_libraries(tour PRIVATE fa_registry)
+target_compile_options(tour PRIVATE ${FA_CXX_WARNINGS})
+set_target_properties(tour PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})

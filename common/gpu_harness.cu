@@ -51,6 +51,7 @@ DeviceSpec gpu_device_spec() {
   // Double data rate: two transfers per memory clock on a bus_width-bit bus.
   d.hbm_bytes_per_s = 2.0 * d.mem_clock_hz * d.bus_width_bits / 8.0;
   d.tensor_flops = double(tensor_flops_per_clock_per_sm(d.cc_major, d.cc_minor)) * d.sm_count * d.sm_clock_hz;
+  d.fp32_flops = double(fp32_flops_per_clock_per_sm(d.cc_major, d.cc_minor)) * d.sm_count * d.sm_clock_hz;
   std::ostringstream os;
   os << "queried: " << d.sm_count << " SMs at " << d.sm_clock_hz / 1e6 << " MHz, " << d.bus_width_bits
      << "-bit memory at " << d.mem_clock_hz / 1e6 << " MHz; tensor peak = SMs x clock x "

@@ -14,6 +14,7 @@ Ledger& Ledger::operator+=(const Ledger& o) {
   smem_write += o.smem_write;
   barriers += o.barriers;
   matmul_flops += o.matmul_flops;
+  cuda_core_flops += o.cuda_core_flops;
   nonmatmul_ops += o.nonmatmul_ops;
   tiles_computed += o.tiles_computed;
   tiles_masked += o.tiles_masked;
@@ -34,6 +35,7 @@ std::string Ledger::diff(const Ledger& o) const {
   f("smem_write", smem_write, o.smem_write);
   f("barriers", barriers, o.barriers);
   f("matmul_flops", matmul_flops, o.matmul_flops);
+  f("cuda_core_flops", cuda_core_flops, o.cuda_core_flops);
   f("nonmatmul_ops", nonmatmul_ops, o.nonmatmul_ops);
   f("tiles_computed", tiles_computed, o.tiles_computed);
   f("tiles_masked", tiles_masked, o.tiles_masked);
@@ -87,7 +89,7 @@ std::string human_count(double x) {
 void print_ledger(std::ostream& os, const LedgerSet& ls) {
   os << "  " << std::left << std::setw(10) << "kernel" << std::right << std::setw(12) << "HBM read"
      << std::setw(12) << "HBM write" << std::setw(12) << "smem r+w" << std::setw(10) << "barriers"
-     << std::setw(12) << "MMA FLOPs" << std::setw(11) << "other ops" << std::setw(16) << "S tiles c/m/s"
+     << std::setw(12) << "MMA FLOPs" << std::setw(12) << "FMA FLOPs" << std::setw(11) << "other ops" << std::setw(16) << "S tiles c/m/s"
      << std::setw(11) << "smem/blk" << "\n";
   auto row = [&](const std::string& name, const Ledger& l) {
     std::ostringstream tiles;
@@ -95,7 +97,8 @@ void print_ledger(std::ostream& os, const LedgerSet& ls) {
     os << "  " << std::left << std::setw(10) << name << std::right << std::setw(12) << human_bytes(double(l.hbm_read))
        << std::setw(12) << human_bytes(double(l.hbm_write)) << std::setw(12)
        << human_bytes(double(l.smem_read + l.smem_write)) << std::setw(10) << human_count(double(l.barriers))
-       << std::setw(12) << human_count(double(l.matmul_flops)) << std::setw(11) << human_count(double(l.nonmatmul_ops))
+       << std::setw(12) << human_count(double(l.matmul_flops)) << std::setw(12) << human_count(double(l.cuda_core_flops))
+       << std::setw(11) << human_count(double(l.nonmatmul_ops))
        << std::setw(16) << tiles.str() << std::setw(11) << human_bytes(double(l.smem_peak)) << "\n";
   };
   for (const auto& [name, l] : ls.kernels) row(name, l);
@@ -105,11 +108,11 @@ void print_ledger(std::ostream& os, const LedgerSet& ls) {
 }
 
 void write_ledger_csv(std::ostream& os, const LedgerSet& ls) {
-  os << "kernel,hbm_read,hbm_write,smem_read,smem_write,barriers,matmul_flops,nonmatmul_ops,tiles_computed,"
+  os << "kernel,hbm_read,hbm_write,smem_read,smem_write,barriers,matmul_flops,cuda_core_flops,nonmatmul_ops,tiles_computed,"
         "tiles_masked,tiles_skipped,smem_peak,workspace\n";
   for (const auto& [name, l] : ls.kernels)
     os << name << "," << l.hbm_read << "," << l.hbm_write << "," << l.smem_read << "," << l.smem_write << ","
-       << l.barriers << "," << l.matmul_flops << "," << l.nonmatmul_ops << "," << l.tiles_computed << ","
+       << l.barriers << "," << l.matmul_flops << "," << l.cuda_core_flops << "," << l.nonmatmul_ops << "," << l.tiles_computed << ","
        << l.tiles_masked << "," << l.tiles_skipped << "," << l.smem_peak << "," << l.workspace << "\n";
 }
 

@@ -7,6 +7,7 @@
 //   smem_read / smem_write bytes moved to and from shared memory
 //   barriers               block-wide barriers executed, summed over blocks
 //   matmul_flops           tensor-core FLOPs issued (2·16·16·16 per fragment product, padding included)
+//   cuda_core_flops        matrix-product FLOPs done on CUDA cores instead (step 02's dot products)
 //   nonmatmul_ops          scalar operations on S and P (scale, max, exp, add, mul, ...)
 //   tiles_*                S tiles computed / containing masked entries / skipped
 //   smem_peak              the largest shared-memory footprint of one block, in bytes
@@ -28,6 +29,7 @@ struct Ledger {
   int64_t smem_read = 0, smem_write = 0;
   int64_t barriers = 0;
   int64_t matmul_flops = 0;
+  int64_t cuda_core_flops = 0;
   int64_t nonmatmul_ops = 0;
   int64_t tiles_computed = 0, tiles_masked = 0, tiles_skipped = 0;
   int64_t smem_peak = 0;

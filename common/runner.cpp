@@ -111,7 +111,7 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   print_ledger(os, r.ledger);
   os << "roofline  " << std::setprecision(3) << r.predicted.ms << " ms predicted ("
      << (r.predicted.memory_bound() ? "memory-bound" : "compute-bound") << ": bytes/bandwidth " << r.predicted.ms_memory
-     << " ms, FLOPs/tensor peak " << r.predicted.ms_compute << " ms)\n"
+     << " ms, FLOPs/peak " << r.predicted.ms_compute << " ms)\n"
      << "          for " << r.predicted_for << "\n";
   if (r.backend == "gpu") {
     if (r.reps > 0)

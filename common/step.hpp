@@ -42,7 +42,8 @@ struct StepInfo {
   // Prefix shared by the step's kernel names (Nsight filters on it), e.g. "step01_".
   std::string kernel_prefix;
 
-  std::string program() const { return "step" + id; }
+  std::string program_name;  // set only by tools that are not a step (the tour)
+  std::string program() const { return program_name.empty() ? "step" + id : program_name; }
   // Every option at its default value.
   StepOptions default_options() const {
     StepOptions o;

@@ -95,10 +95,35 @@ def step_ncu(step):
     return provenance(rs) + "\n\n" + table(header, body)
 
 
+def compare(a, b):
+    """Step b against step a (their default variants), d = 128 and 64, fp16, with and without the mask."""
+    rs = rows("session_*.csv")
+    pick = {}
+    for r in rs:
+        if r["dtype"] == "fp16" and r["step"] in (a, b) and r["variant"] in ("-", "gemm=wmma"):
+            pick[(r["step"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    body = []
+    for (st, d, c, n) in sorted(pick, key=lambda k: (-k[1], k[2], k[3])):
+        if st != a or (b, d, c, n) not in pick:
+            continue
+        ra, rb = pick[(a, d, c, n)], pick[(b, d, c, n)]
+        ba = int(ra["hbm_read_bytes"]) + int(ra["hbm_write_bytes"])
+        bb = int(rb["hbm_read_bytes"]) + int(rb["hbm_write_bytes"])
+        body.append([d, "yes" if c else "no", n, mb(ba), mb(bb), f"{float(ra['ms']):.3f}", f"{float(rb['ms']):.3f}",
+                     f"{float(rb['ms']) / float(ra['ms']):.2f}"])
+    used = [pick[k] for k in pick if k[0] == b]
+    return provenance(used) + "\n\n" + table(
+        ["d", "causal", "N", f"step {a} ledger MB", f"step {b} ledger MB", f"step {a} ms", f"step {b} ms",
+         f"time ratio {b}/{a}"], body)
+
+
 TABLES = {
     "step01-sweep": lambda: step_sweep("01"),
     "step01-dtype": lambda: step_dtype("01"),
     "step01-ncu": lambda: step_ncu("01"),
+    "step02-sweep": lambda: step_sweep("02"),
+    "step02-ncu": lambda: step_ncu("02"),
+    "step02-vs-01": lambda: compare("01", "02"),
 }
 
 BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)

@@ -5,11 +5,14 @@
 #   4. every step over N = 512 ... 16k on FlashAttention's benchmark shapes (B·N = 16k, H·d = 2048);
 #   5. Nsight Compute: bytes requested from global memory, L2 and DRAM bytes, beside the ledger.
 # Writes, into OUTDIR (default plots/data):
-#   session_<gpu>.csv   one row per measured run, with date, commit, GPU and CUDA version
-#   ncu_<gpu>.csv       per kernel: ledger bytes against Nsight's requested / L2 / DRAM bytes
+#   session_<gpu>_stepNN.csv   one row per measured run, with date, commit, GPU and CUDA version
+#   ncu_<gpu>_stepNN.csv       per kernel: ledger bytes against Nsight's requested / L2 / DRAM bytes
+#   tour_<gpu>.csv             the tour at its default GPU shape
 #   session.log, ctest.log, sanitizer.log
-# Usage: scripts/gpu_session.sh [OUTDIR]      (FA_COMMIT names the commit when .git is absent;
-#        FA_BUDGET_S bounds the sweep's wall time, default 200 s; FA_QUICK=1 runs a smaller sweep)
+# Usage: scripts/gpu_session.sh [OUTDIR]
+#   FA_STEPS="step02 step03"  measure only these steps (tests and sanitizers still cover every step)
+#   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
+#   FA_COMMIT=abc1234         the commit, when the tree has no .git
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(realpath -m "${1:-$root/plots/data}")"
@@ -33,7 +36,8 @@ source "$root/scripts/setup.sh"
 say "building"
 make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory >>"$log" 2>&1 || { say "build failed"; tail -n 40 "$log"; exit 1; }
 steps=$(cd "$FA_BUILD" && ls step[0-9][0-9] 2>/dev/null | sort)
-say "steps: $(echo $steps)"
+measure="${FA_STEPS:-$steps}"
+say "steps: $(echo $steps); measured: $(echo $measure)"
 
 # ---- 2. tests --------------------------------------------------------------------------------
 say "test suite"
@@ -73,14 +77,15 @@ for st in $steps; do
   done
 done
 
-# ---- 4. the sweep ------------------------------------------------------------------------------
-csv="$out/session_${slug}.csv"
+# ---- 4. the tour and the sweep ---------------------------------------------------------------
+say "tour"
+"$FA_BUILD/tour" --csv --reps 10 2>>"$log" | sed "1s/^/date,commit,cuda,driver,/; 2,\$s/^/$date_utc,$commit,$cuda,$driver,/" >"$out/tour_${slug}.csv"
+"$FA_BUILD/tour" --reps 10 2>/dev/null | tee -a "$log" >&2
 budget=${FA_BUDGET_S:-200}
 ns="512 1024 2048 4096 8192 16384"
 [ "${FA_QUICK:-0}" = 1 ] && ns="1024 4096"
-first=1
 runs=()
-for st in $steps; do
+for st in $measure; do
   mapfile -t vars < <(variants_of "$st")
   for v in "${vars[@]}"; do
     for d in 128 64; do
@@ -97,6 +102,7 @@ for st in $steps; do
 done
 say "sweep: ${#runs[@]} runs, budget ${budget}s"
 sweep_t0=$(date +%s)
+for st in $measure; do rm -f "$out/session_${slug}_${st}.csv" "$out/ncu_${slug}_${st}.csv"; done
 done_runs=0
 for r in "${runs[@]}"; do
   IFS='|' read -r st v d causal dtype n <<<"$r"
@@ -109,17 +115,18 @@ for r in "${runs[@]}"; do
   [ "$causal" = 1 ] && args+=(--causal)
   res=$("$FA_BUILD/$st" "${args[@]}" $v 2>>"$log")
   rc=$?
-  if [ $first = 1 ]; then echo "date,commit,cuda,driver,$(echo "$res" | head -n1)" >"$csv"; first=0; fi
+  csv="$out/session_${slug}_${st}.csv"
+  [ -f "$csv" ] || echo "date,commit,cuda,driver,$(echo "$res" | head -n1)" >"$csv"
   echo "$date_utc,$commit,$cuda,$driver,$(echo "$res" | tail -n1)" >>"$csv"
   done_runs=$((done_runs + 1))
   say "  [$done_runs/${#runs[@]}] $st ${v:-} d=$d causal=$causal $dtype N=$n: rc $rc, $(echo "$res" | tail -n1 | awk -F, '{print $17 " ms, " $19 " TFLOP/s, pass=" $16}')"
 done
 
 # ---- 5. Nsight Compute -------------------------------------------------------------------------
-ncsv="$out/ncu_${slug}.csv"
 metrics="l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
-header=1
-for st in $steps; do
+for st in $measure; do
+  ncsv="$out/ncu_${slug}_${st}.csv"
+  header=1
   mapfile -t vars < <(variants_of "$st")
   for v in "${vars[@]}"; do
     for n in 1024 4096; do
@@ -145,5 +152,4 @@ for st in $steps; do
 done
 
 say "finished in $(( $(date +%s) - t0 ))s: tests rc $test_rc, sanitizer $([ $san_fail = 0 ] && echo clean || echo ERRORS)"
-[ -f "$ncsv" ] && column -s, -t <"$ncsv" | cut -c1-220 | tail -n 20 >&2
 [ $test_rc -eq 0 ] && [ $san_fail -eq 0 ]

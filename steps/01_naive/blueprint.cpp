@@ -207,10 +207,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   a.workspace = s_bytes_aligned(s);
 
   Ledger& m = ls["softmax"];
-  // Σ_i visible_keys(i) = T(Nk) − T(max(0, Nk − N)) with T(x) = x(x+1)/2; rows that see a key: min(N, Nk).
-  auto T = [](int64_t x) { return x * (x + 1) / 2; };
-  const int64_t vis = s.causal ? T(Nk) - T(std::max<int64_t>(0, Nk - N)) : N * Nk;
-  const int64_t rows_vis = s.causal ? std::min(N, Nk) : N;
+  const int64_t vis = visible_pairs(N, Nk, s.causal), rows_vis = rows_with_keys(N, Nk, s.causal);
   m.hbm_read = BH * 3 * vis * 4;                 // three passes over the visible part of S
   m.hbm_write = BH * (N * Nk * 2 + N * 4);        // P in the storage type, L in fp32
   m.smem_write = BH * rows_vis * 2 * kSoftmaxWarps * 4;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "attn_params.hpp"
+#include "causal.hpp"
 #include "step.hpp"
 
 namespace fa::step01 {
@@ -43,30 +44,8 @@ FA_HD constexpr int64_t pv_smem_bytes(const Schedule& s, int d) {
 static_assert(scores_smem_bytes(kSchedule, 128) <= kSmemBudget, "scores tiles must fit 48 KB at d = 128");
 static_assert(pv_smem_bytes(kSchedule, 128) <= kSmemBudget, "pv tiles must fit 48 KB at d = 128");
 
-// Number of tiles of size `tile` covering `n` (the last one may be ragged).
-FA_HD constexpr int64_t num_tiles(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
-
 // Leading dimension of the P workspace: rows padded to 8 elements so a row starts 16-byte aligned.
 FA_HD constexpr int64_t p_ld(int64_t Nk) { return (Nk + 7) / 8 * 8; }
-
-// [causal-mask] Query i sees key j when j <= i + (Nk - N): bottom-right alignment, as FlashAttention.
-// Number of keys row i sees (0 when it sees none).
-FA_HD constexpr int64_t visible_keys(int64_t i, int64_t N, int64_t Nk, bool causal) {
-  if (!causal) return Nk;
-  const int64_t last = i + (Nk - N);
-  return last < 0 ? 0 : (last + 1 < Nk ? last + 1 : Nk);
-}
-
-// [tile-class] How the causal mask meets the tile of rows [i0, i1) and columns [j0, j1) (clipped).
-enum class TileKind { Visible, Diagonal, Masked };
-FA_HD constexpr TileKind classify_tile(int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t N, int64_t Nk,
-                                       bool causal) {
-  if (!causal) return TileKind::Visible;
-  const int64_t off = Nk - N;
-  if (j1 - 1 <= i0 + off) return TileKind::Visible;  // the tile's first row already sees its last column
-  if (j0 > i1 - 1 + off) return TileKind::Masked;    // even its last row sees none of its columns
-  return TileKind::Diagonal;
-}
 
 // Workspace in global memory: S (fp32, [B·H, N, Nk]) then P (storage type, [B·H, N, p_ld(Nk)]).
 inline int64_t s_bytes(const Shape& s) { return s.B * s.H * s.N * s.Nk * 4; }

@@ -1,0 +1,105 @@
+// The tour: every registered step on one shape, one table — what each teaches, whether it passed,
+// what it cost (ledger bytes, predicted and measured time). What scripts/run.sh runs by default.
+//   tour [--b --h --n --nk --d --causal --dtype --seed --reps --warmup --backend --csv]
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "gpu.hpp"
+#include "registry.hpp"
+#include "runner.hpp"
+
+using namespace fa;
+
+namespace {
+
+std::string mb(int64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(bytes < 10'000'000 ? 2 : 0) << double(bytes) / 1e6;
+  return os.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  StepInfo tour;
+  tour.program_name = "tour";
+  tour.title = "every registered step on one shape";
+  CliOptions o;
+  try {
+    o = parse_cli(tour, std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const CliError& e) {
+    std::cerr << "tour: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (o.help) {
+    std::cout << usage(tour) << "\nThe tour runs each step with its default flags (and every choice of a step's own flag).\n";
+    return 0;
+  }
+  std::string why;
+  const bool have_gpu = gpu_available(why);
+  if (o.backend == Backend::Gpu && !have_gpu) {
+    std::cerr << "tour: error: --backend gpu, but " << why << "\n";
+    return 2;
+  }
+  const bool on_gpu = have_gpu && o.backend != Backend::Cpu;
+  try {
+    apply_default_shape(o, on_gpu);
+  } catch (const CliError& e) {
+    std::cerr << "tour: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (!on_gpu && !o.csv) std::cout << why << ": running every step's CPU blueprint\n";
+  if (!o.csv)
+    std::cout << "tour: " << o.shape.str() << (on_gpu ? ", on " + gpu_device_spec().name : ", CPU blueprints") << "\n\n";
+
+  std::vector<RunRecord> records;
+  int failed = 0;
+  for (const StepInfo* st : all_steps()) {
+    // Every choice of the step's own flag (one flag at most so far), each as its own row.
+    std::vector<StepOptions> variants = {st->default_options()};
+    for (const auto& f : st->flags)
+      for (size_t c = 1; c < f.choices.size(); ++c) {
+        StepOptions v = st->default_options();
+        v[f.name] = f.choices[c];
+        variants.push_back(v);
+      }
+    for (const StepOptions& v : variants) {
+      if (!on_gpu && v != st->default_options()) continue;  // the blueprint is the same algorithm
+      CliOptions oo = o;
+      oo.step = v;
+      std::cerr << "[tour] step " << st->id << " " << variant_name(v) << " ...\n";
+      try {
+        records.push_back(run_once(*st, oo, on_gpu && st->launch));
+      } catch (const std::exception& e) {
+        std::cerr << "tour: step " << st->id << ": " << e.what() << "\n";
+        ++failed;
+        continue;
+      }
+      const RunRecord& r = records.back();
+      failed += (r.check.pass && r.stray_writes == 0 && r.ledger_matches_closed_form) ? 0 : 1;
+    }
+  }
+
+  if (o.csv) {
+    std::cout << csv_header() << "\n";
+    for (const auto& r : records) std::cout << csv_row(r) << "\n";
+    return failed ? 1 : 0;
+  }
+  std::cout << std::left << std::setw(5) << "step" << std::setw(14) << "variant" << std::setw(58) << "what it teaches"
+            << std::setw(6) << "check" << std::right << std::setw(12) << "HBM MB" << std::setw(14) << "predicted ms"
+            << std::setw(12) << (on_gpu ? "GPU ms" : "CPU ms") << std::setw(10) << "TFLOP/s" << "\n";
+  for (const auto& r : records) {
+    const StepInfo* st = nullptr;
+    for (const StepInfo* s : all_steps()) if (s->id == r.step) st = s;
+    const Ledger t = r.ledger.total();
+    std::cout << std::left << std::setw(5) << r.step << std::setw(14) << r.variant << std::setw(58) << st->teaches
+              << std::setw(6) << (r.check.pass && r.stray_writes == 0 ? "PASS" : "FAIL") << std::right << std::setw(12)
+              << mb(t.hbm_read + t.hbm_write) << std::setw(14) << std::defaultfloat << std::setprecision(4)
+              << r.predicted.ms << std::setw(12) << r.ms << std::setw(10) << std::fixed << std::setprecision(1)
+              << (on_gpu ? r.tflops() : 0.0) << "\n";
+  }
+  std::cout << "\npredicted: the ledger's bytes and FLOPs over " << (on_gpu ? "this GPU's queried peaks" : "an H200's datasheet peaks")
+            << (on_gpu ? "" : "; CPU ms is the blueprint's own time, not a GPU figure") << "\n";
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,90 @@
+// The HBM-traffic plot: from every registered step's closed-form ledger, bytes per head against N
+// (log-log, N = Nk = 256 ... 32k), and the memory each step needs beyond Q, K, V and O.
+//   make plot_traffic && ./plot_traffic [--d 128] [--out DIR]
+// Writes DIR/traffic.png, DIR/memory.png (default: the repository's plots/) and the numbers behind
+// them, DIR/data/traffic_model.csv. A new step appears here by registering; nothing to edit.
+#include <gnuplot-iostream.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "registry.hpp"
+
+using namespace fa;
+
+namespace {
+
+using Series = std::vector<std::pair<double, double>>;
+
+void draw(const std::string& png, const std::string& title, const std::string& ylabel,
+          const std::vector<std::pair<std::string, Series>>& series) {
+  Gnuplot gp("gnuplot");
+  gp << "set terminal pngcairo size 1000,640 font ',11'\n"
+     << "set output '" << png << "'\n"
+     << "set title '" << title << "'\n"
+     << "set logscale xy 2\nset format y '2^{%L}'\nset xlabel 'N = Nk (sequence length)'\n"
+     << "set ylabel '" << ylabel << "'\nset key top left\nset grid\n"
+     << "set xtics (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)\nset xrange [200:42000]\n"
+     << "plot ";
+  for (size_t i = 0; i < series.size(); ++i)
+    gp << (i ? ", " : "") << "'-' with linespoints lw 2 pt 7 title '" << series[i].first << "'";
+  gp << "\n";
+  for (const auto& s : series) gp.send1d(s.second);
+  gp << "set output\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t d = 128;
+  std::string out = FA_PLOTS_DIR;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--d" && i + 1 < argc) d = std::stoll(argv[++i]);
+    else if (a == "--out" && i + 1 < argc) out = argv[++i];
+    else {
+      std::cerr << "usage: plot_traffic [--d 16|32|64|128] [--out DIR]\n";
+      return 2;
+    }
+  }
+  if (d != 16 && d != 32 && d != 64 && d != 128) {
+    std::cerr << "plot_traffic: error: --d must be 16, 32, 64 or 128\n";
+    return 2;
+  }
+  std::filesystem::create_directories(out + "/data");
+  std::ofstream csv(out + "/data/traffic_model.csv");
+  csv << "step,N,d,hbm_read_bytes,hbm_write_bytes,extra_memory_bytes\n";
+  std::vector<std::pair<std::string, Series>> traffic, memory;
+  for (const StepInfo* st : all_steps()) {
+    Series t, m;
+    for (int64_t n = 256; n <= 32768; n *= 2) {
+      Shape s;
+      s.N = s.Nk = n;
+      s.d = d;
+      const Ledger l = st->closed_form(s, st->default_options()).total();
+      // Beyond Q, K, V and O: the step's workspace (S and P in step 01) and L (4 bytes per row).
+      const int64_t extra = l.workspace + 4 * n;
+      t.emplace_back(double(n), double(l.hbm_read + l.hbm_write));
+      m.emplace_back(double(n), double(extra));
+      csv << st->id << "," << n << "," << d << "," << l.hbm_read << "," << l.hbm_write << "," << extra << "\n";
+    }
+    std::string name = "step " + st->id + ": " + st->slug;
+    for (char& c : name) c = c == '_' ? ' ' : c;  // '_' would turn into a subscript in gnuplot
+    traffic.emplace_back(name, t);
+    memory.emplace_back(name, m);
+  }
+  Series floor;  // Q, K, V read once and O written once: what any exact attention must move
+  for (int64_t n = 256; n <= 32768; n *= 2) floor.emplace_back(double(n), double(4 * n * d * 2));
+  traffic.emplace_back("Q, K, V read once + O written once", floor);
+  const std::string dd = std::to_string(d);
+  draw(out + "/traffic.png", "HBM traffic per head (closed-form ledgers, d = " + dd + ", fp16/bf16)",
+       "bytes requested from HBM per head", traffic);
+  draw(out + "/memory.png", "Memory beyond Q, K, V, O per head (d = " + dd + ")", "bytes", memory);
+  std::cout << "wrote " << out << "/traffic.png, " << out << "/memory.png, " << out << "/data/traffic_model.csv\n";
+  return 0;
+}
