@@ -125,6 +125,8 @@ class Smem {
   Smem(int64_t capacity_bytes, Ledger& L) : cap_(capacity_bytes), L_(&L) {}
   SmemTile tile(int64_t rows, int64_t cols, int64_t ld, Store st);
   SmemTile tile(int64_t rows, int64_t cols, Store st) { return tile(rows, cols, cols, st); }
+  // A tile written over another one's bytes (e.g. P over S): counted traffic, no extra footprint.
+  SmemTile overlay(int64_t rows, int64_t cols, Store st) { return SmemTile(rows, cols, st, *L_); }
   int64_t used() const { return used_; }
 
  private:

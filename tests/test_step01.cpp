@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "metrics.hpp"
-#include "schedule.hpp"
+#include "../steps/01_naive/schedule.hpp"
 #include "shapes.hpp"
 
 using namespace fa;

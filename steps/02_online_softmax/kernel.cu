@@ -27,18 +27,41 @@ template <class T> __device__ inline T from_f32(float x);
 template <> __device__ inline __half from_f32(float x) { return __float2half_rn(x); }
 template <> __device__ inline __nv_bfloat16 from_f32(float x) { return __float2bfloat16_rn(x); }
 
-// EPL consecutive 16-bit elements as one 2-, 4- or 8-byte access.
+// EPL consecutive 16-bit elements as one 2-, 4- or 8-byte access (one instruction per lane, so a
+// warp's access to a row is a single coalesced request).
 template <int EPL> struct Vec;
 template <> struct Vec<1> { using type = unsigned short; };
 template <> struct Vec<2> { using type = unsigned int; };
 template <> struct Vec<4> { using type = uint2; };
 
+template <class T> __device__ inline unsigned short bits_of(T x);
+template <> __device__ inline unsigned short bits_of(__half x) { return __half_as_ushort(x); }
+template <> __device__ inline unsigned short bits_of(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+template <class T> __device__ inline T of_bits(unsigned short b);
+template <> __device__ inline __half of_bits(unsigned short b) { return __ushort_as_half(b); }
+template <> __device__ inline __nv_bfloat16 of_bits(unsigned short b) { return __ushort_as_bfloat16(b); }
+
 template <class T, int EPL>
 __device__ inline void load_row_slice(const T* __restrict__ src, float (&dst)[EPL]) {
-  union { typename Vec<EPL>::type v; T e[EPL]; } u;
-  u.v = *reinterpret_cast<const typename Vec<EPL>::type*>(src);
+  const typename Vec<EPL>::type v = *reinterpret_cast<const typename Vec<EPL>::type*>(src);
+  unsigned short b[4];
+  if constexpr (EPL == 1) { b[0] = v; }
+  else if constexpr (EPL == 2) { b[0] = v & 0xffffu; b[1] = v >> 16; }
+  else { b[0] = v.x & 0xffffu; b[1] = v.x >> 16; b[2] = v.y & 0xffffu; b[3] = v.y >> 16; }
 #pragma unroll
-  for (int e = 0; e < EPL; ++e) dst[e] = to_f32(u.e[e]);
+  for (int e = 0; e < EPL; ++e) dst[e] = to_f32(of_bits<T>(b[e]));
+}
+
+template <class T, int EPL>
+__device__ inline void store_row_slice(T* __restrict__ dst, const float (&src)[EPL]) {
+  unsigned int b[4];
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) b[e] = bits_of(from_f32<T>(src[e]));
+  typename Vec<EPL>::type v;
+  if constexpr (EPL == 1) { v = static_cast<unsigned short>(b[0]); }
+  else if constexpr (EPL == 2) { v = b[0] | (b[1] << 16); }
+  else { v.x = b[0] | (b[1] << 16); v.y = b[2] | (b[3] << 16); }
+  *reinterpret_cast<typename Vec<EPL>::type*>(dst) = v;
 }
 
 __device__ inline float warp_sum(float x) {
@@ -86,10 +109,9 @@ __global__ void __launch_bounds__(kThreads) step02_online(AttnParams p) {
   }
   T* O = static_cast<T*>(p.o) + b * p.o_sb + h * p.o_sh + int64_t(i) * p.o_sn;
   if (active) {
-    union { typename Vec<EPL>::type v; T e[EPL]; } u;
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) u.e[e] = from_f32<T>(nv > 0 ? o[e] / l : 0.0f);
-    *reinterpret_cast<typename Vec<EPL>::type*>(O + lane * EPL) = u.v;
+    for (int e = 0; e < EPL; ++e) o[e] = nv > 0 ? o[e] / l : 0.0f;
+    store_row_slice<T, EPL>(O + lane * EPL, o);
   }
   if (lane == 0) p.lse[b * p.lse_sb + h * p.lse_sh + i] = nv > 0 ? m + logf(l) : INFINITY;
 }

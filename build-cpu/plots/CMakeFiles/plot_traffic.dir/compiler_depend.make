@@ -1,0 +1,2 @@
+# Empty compiler generated dependencies file for plot_traffic.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,276 @@
+// Step 03 — FlashAttention-1's tiling on tensor cores: K/V tiles outer, Q tiles inner.
+//
+//   step03_kv_outer   one block per (batch, head). For each K/V tile j (loaded once), for each Q
+//                     tile i: load Q_i, O_i, m_i, l_i; S_ij = scale · Q_i K_jᵀ (WMMA); update the
+//                     softmax statistics; O_i = (l_i e^{m_i - m_new} O_i + P_ij V_j) / l_new (WMMA);
+//                     write O_i, m_i, l_i back to HBM.
+//
+// What it buys against step 02: K and V are read from HBM once, and every S_ij lives only in shared
+// memory. What it still costs: Q_i, O_i, m_i, l_i travel to and from HBM once per K/V tile (Tc
+// times), and a grid of B·H blocks leaves most of a large GPU idle. Inside the block the two warps
+// split the tile's keys (split-K) and must merge through shared memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "cuda_check.cuh"
+#include "schedule.hpp"
+
+namespace fa::step03 {
+
+using namespace nvcuda;
+
+constexpr int Br = kSchedule.Br;
+constexpr int Bc = kSchedule.Bc;
+constexpr int W = kSchedule.warps();
+constexpr int kThreads = W * 32;
+constexpr int kLdP = 2 * (Bc + kPadS);  // P's row stride in 16-bit elements (P is written over S's rows)
+
+template <class T> __device__ inline float to_f32(T x);
+template <> __device__ inline float to_f32(__half x) { return __half2float(x); }
+template <> __device__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T> __device__ inline T from_f32(float x);
+template <> __device__ inline __half from_f32(float x) { return __float2half_rn(x); }
+template <> __device__ inline __nv_bfloat16 from_f32(float x) { return __float2bfloat16_rn(x); }
+
+// [rescale-guard] exp(m_old - m_new), 0 when nothing has been seen (both -inf).
+__device__ inline float rescale_factor(float m_old, float m_new) { return m_old == -INFINITY ? 0.0f : expf(m_old - m_new); }
+
+// The block's shared memory (smem_bytes() in schedule.hpp counts the same bytes).
+template <class T, int D>
+struct Shared {
+  alignas(32) T Qs[Br][D + kPad];        // Br × d
+  alignas(32) T Ks[Bc][D + kPad];        // Bc × d
+  alignas(32) T Vs[Bc][D + kPad];        // Bc × d
+  alignas(32) float Ss[Br][Bc + kPadS];  // Br × Bc, fp32; P (storage type) is written over its rows
+  alignas(32) float Os[Br][D + kPadO];   // Br × d, fp32
+  float mi[Br], li[Br], mnew[Br], lnew[Br], cold[Br];
+  float redm[W][Br], redl[W][Br];        // per-warp partial maxima and sums
+};
+
+// [load-tile] Rows [r0, r0 + R) of a (rows × D) matrix -> shared memory (16-byte loads, zero-fill).
+template <class T, int R, int D>
+__device__ inline void load_rows(T* __restrict__ sm, const T* __restrict__ g, int64_t ld, int r0, int rows) {
+  constexpr int kVecPerRow = D / 8;
+  for (int c = threadIdx.x; c < R * kVecPerRow; c += blockDim.x) {
+    const int r = c / kVecPerRow, col = (c % kVecPerRow) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r0 + r < rows) v = *reinterpret_cast<const uint4*>(g + int64_t(r0 + r) * ld + col);
+    *reinterpret_cast<uint4*>(sm + r * (D + kPad) + col) = v;
+  }
+}
+
+// [tile-update] One (Q tile, K/V tile) pair; Q_i, O_i, m_i, l_i are in shared memory on entry and exit.
+template <class T, int D>
+__device__ inline void tile_update(Shared<T, D>& sm, const AttnParams& p, int i0, int j0) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
+  T* Ps = reinterpret_cast<T*>(&sm.Ss[0][0]);
+  // S_ij = scale · Q_i K_jᵀ: warp w computes the Br × 16 slice for keys [16w, 16w + 16).
+#pragma unroll
+  for (int rf = 0; rf < Br / 16; ++rf) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < D; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kt;
+      wmma::load_matrix_sync(a, &sm.Qs[16 * rf][kk], D + kPad);
+      wmma::load_matrix_sync(kt, &sm.Ks[16 * warp][kk], D + kPad);
+      wmma::mma_sync(acc, a, kt, acc);
+    }
+#pragma unroll
+    for (int t = 0; t < acc.num_elements; ++t) acc.x[t] *= p.scale;
+    wmma::store_matrix_sync(&sm.Ss[16 * rf][16 * warp], acc, Bc + kPadS, wmma::mem_row_major);
+  }
+  __syncwarp();
+  // Pass 1 (lane r: row r, this warp's 16 keys): [causal-mask], partial row maximum.
+  if (lane < Br) {
+    const int nv = int(visible_keys(i0 + lane, p.N, p.Nk, p.causal));
+    float m = -INFINITY;
+#pragma unroll
+    for (int c = 16 * warp; c < 16 * warp + 16; ++c) {
+      float x = sm.Ss[lane][c];
+      if (j0 + c >= nv) x = -INFINITY;
+      sm.Ss[lane][c] = x;
+      m = fmaxf(m, x);
+    }
+    sm.redm[warp][lane] = m;
+  }
+  __syncthreads();
+  // Row statistics 1: m_new = max(m_i, partial maxima); alpha = exp(m_i - m_new).
+  if (tid < Br) {
+    const float m_old = sm.mi[tid];
+    float m = m_old;
+#pragma unroll
+    for (int w = 0; w < W; ++w) m = fmaxf(m, sm.redm[w][tid]);
+    sm.mnew[tid] = m;
+    sm.cold[tid] = rescale_factor(m_old, m);
+  }
+  __syncthreads();
+  // Pass 2: this warp's S values into registers; barrier; P = exp(S - m_new) over S's rows.
+  float sreg[16], mrow = 0.0f;
+  if (lane < Br) {
+#pragma unroll
+    for (int c = 0; c < 16; ++c) sreg[c] = sm.Ss[lane][16 * warp + c];
+    mrow = sm.mnew[lane];
+  }
+  __syncthreads();
+  if (lane < Br) {
+    float l = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      const float pv = mrow == -INFINITY ? 0.0f : expf(sreg[c] - mrow);
+      Ps[lane * kLdP + 16 * warp + c] = from_f32<T>(pv);
+      l += pv;
+    }
+    sm.redl[warp][lane] = l;
+  }
+  __syncthreads();
+  // Row statistics 2: l_new = alpha·l_i + partial sums; the old (normalized) O_i is scaled by alpha·l_i.
+  if (tid < Br) {
+    const float alpha = sm.cold[tid], li = sm.li[tid];
+    float l = alpha * li;
+#pragma unroll
+    for (int w = 0; w < W; ++w) l += sm.redl[w][tid];
+    sm.lnew[tid] = l;
+    sm.cold[tid] = alpha * li;
+  }
+  __syncthreads();
+  // [rescale-o] O_i *= alpha·l_i.
+  for (int e = tid; e < Br * D; e += kThreads) sm.Os[e / D][e % D] *= sm.cold[e / D];
+  __syncthreads();
+  // [merge-rounds] Split-K: warp w adds P[:, its keys] · V[its keys, :] onto O_i, one warp at a time.
+#pragma unroll 1
+  for (int w = 0; w < W; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int rf = 0; rf < Br / 16; ++rf) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::load_matrix_sync(a, Ps + 16 * rf * kLdP + 16 * w, kLdP);
+#pragma unroll
+        for (int n = 0; n < D / 16; ++n) {
+          wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
+          wmma::load_matrix_sync(acc, &sm.Os[16 * rf][16 * n], D + kPadO, wmma::mem_row_major);
+          wmma::load_matrix_sync(vb, &sm.Vs[16 * w][16 * n], D + kPad);
+          wmma::mma_sync(acc, a, vb, acc);
+          wmma::store_matrix_sync(&sm.Os[16 * rf][16 * n], acc, D + kPadO, wmma::mem_row_major);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // [normalize] Per-iteration normalization: O_i /= l_new; m_i, l_i advance.
+  for (int e = tid; e < Br * D; e += kThreads) {
+    const float l = sm.lnew[e / D], o = sm.Os[e / D][e % D];
+    sm.Os[e / D][e % D] = l > 0.0f ? o / l : 0.0f;
+  }
+  if (tid < Br) {
+    sm.mi[tid] = sm.mnew[tid];
+    sm.li[tid] = sm.lnew[tid];
+  }
+  __syncthreads();
+}
+
+// [kv-outer] One block per (b, h): K/V tiles outer, Q tiles inner, O_i, m_i, l_i through HBM.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) step03_kv_outer(AttnParams p, float* __restrict__ oacc_all,
+                                                            float* __restrict__ m_all, float* __restrict__ l_all) {
+  __shared__ Shared<T, D> sm;
+  const int bh = blockIdx.x, b = bh / p.H, h = bh % p.H, tid = threadIdx.x;
+  const T* Q = static_cast<const T*>(p.q) + b * p.q_sb + h * p.q_sh;
+  const T* K = static_cast<const T*>(p.k) + b * p.k_sb + h * p.k_sh;
+  const T* V = static_cast<const T*>(p.v) + b * p.v_sb + h * p.v_sh;
+  T* O = static_cast<T*>(p.o) + b * p.o_sb + h * p.o_sh;
+  float* Lse = p.lse + b * p.lse_sb + h * p.lse_sh;
+  float* oacc = oacc_all + int64_t(bh) * p.N * D;  // [hbm-state] O_i, m_i, l_i between visits
+  float* mws = m_all + int64_t(bh) * p.N;
+  float* lws = l_all + int64_t(bh) * p.N;
+  const int Tc = int(num_tiles(p.Nk, Bc)), Tr = int(num_tiles(p.N, Br));
+
+  for (int j = 0; j < Tc; ++j) {
+    const int j0 = j * Bc;
+    load_rows<T, Bc, D>(&sm.Ks[0][0], K, p.k_sn, j0, p.Nk);
+    load_rows<T, Bc, D>(&sm.Vs[0][0], V, p.v_sn, j0, p.Nk);
+    __syncthreads();
+    for (int i = 0; i < Tr; ++i) {
+      const int i0 = i * Br, rows = min(Br, p.N - i0);
+      load_rows<T, Br, D>(&sm.Qs[0][0], Q, p.q_sn, i0, p.N);
+      if (j == 0) {  // first visit: O_i = 0, m_i = -inf, l_i = 0
+        for (int e = tid; e < Br * D; e += kThreads) sm.Os[e / D][e % D] = 0.0f;
+        if (tid < Br) { sm.mi[tid] = -INFINITY; sm.li[tid] = 0.0f; }
+      } else {       // O_i, m_i, l_i back from HBM (16-byte loads for O)
+        for (int e = tid; e < Br * D / 4; e += kThreads) {
+          const int r = e / (D / 4), c = (e % (D / 4)) * 4;
+          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (r < rows) v = *reinterpret_cast<const float4*>(oacc + int64_t(i0 + r) * D + c);
+          *reinterpret_cast<float4*>(&sm.Os[r][c]) = v;
+        }
+        if (tid < Br) {
+          sm.mi[tid] = tid < rows ? mws[i0 + tid] : 0.0f;
+          sm.li[tid] = tid < rows ? lws[i0 + tid] : 0.0f;
+        }
+      }
+      __syncthreads();
+      tile_update<T, D>(sm, p, i0, j0);
+      if (j + 1 < Tc) {  // ... and back to HBM
+        for (int e = tid; e < rows * D / 4; e += kThreads) {
+          const int r = e / (D / 4), c = (e % (D / 4)) * 4;
+          *reinterpret_cast<float4*>(oacc + int64_t(i0 + r) * D + c) = *reinterpret_cast<const float4*>(&sm.Os[r][c]);
+        }
+        if (tid < rows) { mws[i0 + tid] = sm.mi[tid]; lws[i0 + tid] = sm.li[tid]; }
+      } else {           // the last K/V tile: O in the storage type, L = m + log(l)
+        for (int e = tid; e < rows * D; e += kThreads)
+          O[int64_t(i0 + e / D) * p.o_sn + e % D] = from_f32<T>(sm.Os[e / D][e % D]);
+        if (tid < rows) {
+          const float m = sm.mi[tid], l = sm.li[tid];
+          Lse[i0 + tid] = l > 0.0f ? m + logf(l) : INFINITY;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+namespace {
+
+template <class T, int D>
+void launch_typed(const AttnParams& p, cudaStream_t st) {
+  float* oacc = static_cast<float*>(p.workspace);
+  float* m = oacc + int64_t(p.B) * p.H * p.N * D;
+  float* l = m + int64_t(p.B) * p.H * p.N;
+  step03_kv_outer<T, D><<<unsigned(p.B * p.H), kThreads, 0, st>>>(p, oacc, m, l);
+  CUDA_CHECK_LAUNCH("step03_kv_outer");
+}
+
+template <class T>
+void launch_d(const AttnParams& p, cudaStream_t st) {
+  switch (p.d) {
+    case 16: return launch_typed<T, 16>(p, st);
+    case 32: return launch_typed<T, 32>(p, st);
+    case 64: return launch_typed<T, 64>(p, st);
+    case 128: return launch_typed<T, 128>(p, st);
+    default: throw std::invalid_argument("step03: head dimension " + std::to_string(p.d) + " is not compiled (16, 32, 64, 128)");
+  }
+}
+
+}  // namespace
+
+size_t workspace_bytes(const Shape& s, const StepOptions&) { return size_t(o_acc_bytes(s) + 2 * stats_bytes(s)); }
+
+void launch(const AttnParams& p, const StepOptions&, void* stream) {
+  auto aligned = [](const void* ptr, int64_t sb, int64_t sh, int64_t sn) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && sn % 8 == 0;
+  };
+  if (!aligned(p.q, p.q_sb, p.q_sh, p.q_sn) || !aligned(p.k, p.k_sb, p.k_sh, p.k_sn) ||
+      !aligned(p.v, p.v_sb, p.v_sh, p.v_sn))
+    throw std::invalid_argument("step03: Q, K, V need 16-byte aligned pointers and strides that are multiples of 8");
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (p.bf16) launch_d<__nv_bfloat16>(p, st);
+  else launch_d<__half>(p, st);
+}
+
+}  // namespace fa::step03
