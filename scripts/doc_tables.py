@@ -35,7 +35,8 @@ def provenance(rs):
     r = rs[0]
     gpu = r.get("device") or r.get("gpu")
     cuda = f", CUDA {r['cuda']}" if "cuda" in r else ""
-    return f"_Measured on an {gpu}{cuda}, commit `{r['commit']}`, {r['date']}, by `scripts/gpu_session.sh`._"
+    return (f"_Measured on an {gpu}{cuda}, commit `{r['commit']}`, {r['date']}: the programs' own `--csv` rows "
+            f"(how each file was made: `plots/data/README.md`)._")
 
 
 def table(header, body):
@@ -47,7 +48,8 @@ def table(header, body):
 def step_sweep(step):
     """Per (d, causal, N): each variant's median time and TFLOP/s, and the ledger's prediction."""
     rs = [r for r in rows("session_*.csv") if r["step"] == step and r["dtype"] == "fp16"]
-    variants = sorted({r["variant"] for r in rs}, key=lambda v: (v != "gemm=wmma", v))
+    defaults = ("-", "gemm=wmma", "grid=qtile")  # each step's default variant comes first
+    variants = sorted({r["variant"] for r in rs}, key=lambda v: (v not in defaults, v))
     by = {}
     for r in rs:
         by[(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"])] = r
@@ -59,7 +61,7 @@ def step_sweep(step):
     header += ["ledger MB (read+write)", "predicted ms"]
     body = []
     for d, c, n in keys:
-        first = by.get((d, c, n, variants[0]))
+        first = next((by[(d, c, n, v)] for v in variants if (d, c, n, v) in by), None)
         row = [d, "yes" if c else "no", n, f"{first['B']}×{first['H']}" if first else ""]
         for v in variants:
             r = by.get((d, c, n, v))
@@ -117,6 +119,43 @@ def compare(a, b):
          f"time ratio {b}/{a}"], body)
 
 
+def loop_and_grid():
+    """Step 03 (K/V outer, a block per (b, h)), step 04 with the same grid, step 04 with a block per Q tile."""
+    rs = rows("session_*.csv")
+    pick = {}
+    for r in rs:
+        if r["dtype"] == "fp16" and r["causal"] == "0" and r["step"] in ("03", "04"):
+            pick[(r["step"], r["variant"], int(r["d"]), int(r["N"]))] = r
+    body = []
+    for (d, n) in sorted({(k[2], k[3]) for k in pick}, key=lambda k: (-k[0], k[1])):
+        a, b, c = pick.get(("03", "-", d, n)), pick.get(("04", "grid=bh", d, n)), pick.get(("04", "grid=qtile", d, n))
+        if not (a and b and c):
+            continue
+        la = int(a["hbm_read_bytes"]) + int(a["hbm_write_bytes"])
+        lb = int(b["hbm_read_bytes"]) + int(b["hbm_write_bytes"])
+        ta, tb, tc = float(a["ms"]), float(b["ms"]), float(c["ms"])
+        body.append([d, n, f"{a['B']}×{a['H']}", mb(la), mb(lb), f"{ta:.2f}", f"{tb:.2f}", f"{tc:.2f}", f"{ta / tb:.2f}", f"{tb / tc:.1f}"])
+    used = [r for k, r in pick.items()]
+    return provenance(used) + "\n\n" + table(
+        ["d", "N", "B×H", "step 03 ledger MB", "step 04 ledger MB", "03 ms (B·H blocks)", "04 ms, --grid bh",
+         "04 ms, --grid qtile", "loop order: 03/04-bh", "grid: bh/qtile"], body)
+
+
+def tour():
+    rs = rows("tour_*.csv")
+    docs = {os.path.basename(p)[:2]: os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "docs", "[0-9][0-9]_*.md"))}
+    body = []
+    for r in rs:
+        doc = docs.get(r["step"])
+        step = f"[{r['step']}](docs/{doc})" if doc else r["step"]
+        led = int(r["hbm_read_bytes"]) + int(r["hbm_write_bytes"])
+        body.append([step, r["variant"], "PASS" if r["pass"] == "1" else "FAIL", mb(led), f"{float(r['predicted_ms']):.2f}",
+                     f"{float(r['ms']):.2f}", f"{float(r['tflops']):.1f}"])
+    shape = f"B={rs[0]['B']}, H={rs[0]['H']}, N={rs[0]['N']}, d={rs[0]['d']}, {rs[0]['dtype']}, no mask" if rs else ""
+    return provenance(rs) + f" _The tour's shape: {shape}._\n\n" + table(
+        ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s"], body)
+
+
 TABLES = {
     "step01-sweep": lambda: step_sweep("01"),
     "step01-dtype": lambda: step_dtype("01"),
@@ -124,6 +163,12 @@ TABLES = {
     "step02-sweep": lambda: step_sweep("02"),
     "step02-ncu": lambda: step_ncu("02"),
     "step02-vs-01": lambda: compare("01", "02"),
+    "step03-sweep": lambda: step_sweep("03"),
+    "step03-ncu": lambda: step_ncu("03"),
+    "step04-sweep": lambda: step_sweep("04"),
+    "step04-ncu": lambda: step_ncu("04"),
+    "loop-and-grid": loop_and_grid,
+    "tour": tour,
 }
 
 BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)

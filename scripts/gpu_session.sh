@@ -13,6 +13,8 @@
 #   FA_STEPS="step02 step03"  measure only these steps (tests and sanitizers still cover every step)
 #   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
+#   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
+#                             failure or an interrupt (for machines that return only a few files)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(realpath -m "${1:-$root/plots/data}")"
@@ -20,6 +22,10 @@ mkdir -p "$out"
 log="$out/session.log"
 : >"$log"
 t0=$(date +%s)
+if [ "${FA_BUNDLE:-0}" = 1 ]; then
+  bundle() { (cd "$out" && files=$(ls | grep -v '^session.tgz$') && tar czf session.tgz $files && rm -f $files); }
+  trap bundle EXIT
+fi
 say() { printf '[session %4ds] %s\n' "$(( $(date +%s) - t0 ))" "$*" | tee -a "$log" >&2; }
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)

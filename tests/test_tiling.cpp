@@ -45,3 +45,15 @@ TEST_CASE("the loop order: step 03 moves Q, O, m, l Tc times, step 04 moves K, V
   CHECK(a.matmul_flops == b.matmul_flops);  // the same arithmetic, in another order
   CHECK(b.workspace == 0);
 }
+
+TEST_CASE("the worked examples of docs/03 and docs/04 (N = Nk = 4096, d = 128, one head)") {
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  const Ledger a = step03::closed_form(s, step03::kSchedule).total(), b = step04::closed_form(s, step04::kSchedule).total();
+  CHECK(a.hbm_read == 406814720);
+  CHECK(a.hbm_write == 271564800);
+  CHECK(b.hbm_read == 269484032);
+  CHECK(b.hbm_write == 1064960);
+  CHECK(step03::smem_bytes(step03::kSchedule, 128) == 48768);  // "48,768 bytes at d = 128"
+}
