@@ -109,10 +109,10 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   if (r.backend == "cpu") os << (r.ledger_matches_closed_form ? "; equals the closed form" : "; DIFFERS from the closed form: " + r.ledger_diff);
   os << "\n";
   print_ledger(os, r.ledger);
-  os << "roofline  " << std::setprecision(3) << r.predicted.ms << " ms predicted ("
+  os << std::defaultfloat << "roofline  " << std::setprecision(4) << r.predicted.ms << " ms predicted ("
      << (r.predicted.memory_bound() ? "memory-bound" : "compute-bound") << ": bytes/bandwidth " << r.predicted.ms_memory
      << " ms, FLOPs/peak " << r.predicted.ms_compute << " ms)\n"
-     << "          for " << r.predicted_for << "\n";
+     << "          for " << r.predicted_for << "\n" << std::fixed;
   if (r.backend == "gpu") {
     if (r.reps > 0)
       os << "measured  " << std::setprecision(3) << r.ms << " ms median of " << r.reps << " (after " << o.warmup

@@ -1,3 +1,0 @@
-file(REMOVE_RECURSE
-  "libfa_step03.a"
-)

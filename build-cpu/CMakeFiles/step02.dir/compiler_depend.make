@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for step02.
-# This may be replaced when dependencies are built.

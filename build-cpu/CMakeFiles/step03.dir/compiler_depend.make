@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for step03.
-# This may be replaced when dependencies are built.

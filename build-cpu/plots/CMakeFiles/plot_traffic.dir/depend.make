@@ -1,2 +1,0 @@
-# Empty dependencies file for plot_traffic.
-# This may be replaced when dependencies are built.

@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-cpu/tests/test_gpu_tests-b858cb2.cmake")
-  include("/work/main/build-cpu/tests/test_gpu_tests-b858cb2.cmake")
-else()
-  add_test(test_gpu_NOT_BUILT-b858cb2 test_gpu_NOT_BUILT-b858cb2)
-endif()
