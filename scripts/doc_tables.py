@@ -48,6 +48,8 @@ def table(header, body):
 def step_sweep(step):
     """Per (d, causal, N): each variant's median time and TFLOP/s, and the ledger's prediction."""
     rs = [r for r in rows("session_*.csv") if r["step"] == step and r["dtype"] == "fp16"]
+    if not rs:
+        return provenance(rs)
     defaults = ("-", "gemm=wmma", "grid=qtile")  # each step's default variant comes first
     variants = sorted({r["variant"] for r in rs}, key=lambda v: (v not in defaults, v))
     by = {}
@@ -85,6 +87,8 @@ def step_dtype(step):
 
 def step_ncu(step):
     rs = [r for r in rows("ncu_*.csv") if r["step"] == step]
+    if not rs:
+        return provenance(rs)
     header = ["variant", "N", "causal", "kernel", "ledger read MB", "requested read MB", "L2 read MB", "DRAM read MB",
               "ledger write MB", "requested write MB", "DRAM write MB", "kernel ms", "DRAM GB/s"]
     body = []
@@ -167,6 +171,8 @@ TABLES = {
     "step03-ncu": lambda: step_ncu("03"),
     "step04-sweep": lambda: step_sweep("04"),
     "step04-ncu": lambda: step_ncu("04"),
+    "step05-sweep": lambda: step_sweep("05"),
+    "step05-ncu": lambda: step_ncu("05"),
     "loop-and-grid": loop_and_grid,
     "tour": tour,
 }

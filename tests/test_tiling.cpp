@@ -8,6 +8,7 @@
 
 #include "../steps/03_fa1_kv_outer/schedule.hpp"
 #include "../steps/04_fa2_q_outer/schedule.hpp"
+#include "../steps/05_warp_split/schedule.hpp"
 
 using namespace fa;
 
@@ -56,4 +57,35 @@ TEST_CASE("the worked examples of docs/03 and docs/04 (N = Nk = 4096, d = 128, o
   CHECK(b.hbm_read == 269484032);
   CHECK(b.hbm_write == 1064960);
   CHECK(step03::smem_bytes(step03::kSchedule, 128) == 48768);  // "48,768 bytes at d = 128"
+}
+
+TEST_CASE("step 05: both warp mappings in a second tile configuration (Br = 16, Bc = 48)") {
+  const step05::Schedule sc{16, 48};  // split-Q: one warp; split-K: three
+  for (bool split_q : {true, false})
+    for (const test::Case& c : test::shape_matrix(false)) {
+      const std::string name = c.name() + (split_q ? " split-q" : " split-k");
+      CAPTURE(name);
+      const Inputs in = make_inputs(c.shape, c.inputs);
+      const BlueprintResult r = step05::blueprint(c.shape, in, sc, split_q);
+      const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), r.out);
+      INFO(chk.summary());
+      CHECK(chk.pass);
+      CHECK(r.ledger.diff(step05::closed_form(c.shape, sc, split_q)).empty());
+    }
+}
+
+TEST_CASE("step 05: split-Q moves the same HBM bytes as split-K with fewer barriers and less shared traffic") {
+  Shape s;
+  s.N = s.Nk = 1024;
+  s.d = 128;
+  const Ledger q = step05::closed_form(s, step05::kSchedule, true).total();
+  const Ledger k = step05::closed_form(s, step05::kSchedule, false).total();
+  const Ledger four = step04::closed_form(s, step04::kSchedule).total();
+  CHECK(q.hbm_read == k.hbm_read);
+  CHECK(q.hbm_write == k.hbm_write);
+  CHECK(k.hbm_read == four.hbm_read);  // split-K is step 04's update
+  CHECK(k.barriers == four.barriers);
+  CHECK(q.barriers * 4 < k.barriers);
+  CHECK(q.smem_read + q.smem_write < k.smem_read + k.smem_write);
+  CHECK(q.matmul_flops == k.matmul_flops);
 }

@@ -1,0 +1,348 @@
+// Step 05 — the blueprint: kernel.cu's two warp mappings as CPU loops.
+//
+// The loop is step 04's (Q tiles outer, O on chip). The tile update is either step 04's split-K
+// update (warps split the keys and merge through shared memory) or the split-Q update (each warp
+// owns 16 rows and all keys). Both run through the counting views, so their ledgers differ exactly
+// where the mappings do: shared-memory traffic and barriers.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "schedule.hpp"
+
+namespace fa::step05 {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// [rescale-guard] exp(m_old - m_new), 0 when nothing has been seen (both -inf).
+float rescale_factor(float m_old, float m_new) { return m_old == -kInf ? 0.0f : std::exp(m_old - m_new); }
+
+struct Block {  // one thread block's shared memory (the kernel's __shared__ arrays)
+  SmemTile Qs, Ks, Vs, Ss, Ps, Os, mi, li, mnew, lnew, cold, redm, redl;
+};
+
+Block make_block(const Schedule& sc, const Shape& s, Smem& smem) {
+  const Store st = Store::of(s.dtype), f32 = Store::f32();
+  const int64_t d = s.d, W = sc.warps();
+  Block k{smem.tile(sc.Br, d, d + kPad, st),  smem.tile(sc.Bc, d, d + kPad, st), smem.tile(sc.Bc, d, d + kPad, st),
+          smem.tile(sc.Br, sc.Bc, sc.Bc + kPadS, f32), smem.overlay(sc.Br, sc.Bc, st),  // P over S's rows
+          smem.tile(sc.Br, d, d + kPadO, f32),      smem.tile(1, sc.Br, f32),           smem.tile(1, sc.Br, f32),
+          smem.tile(1, sc.Br, f32),                 smem.tile(1, sc.Br, f32),           smem.tile(1, sc.Br, f32),
+          smem.tile(W, sc.Br, f32),                 smem.tile(W, sc.Br, f32)};
+  return k;
+}
+
+// [tile-update] One (Q tile i, K/V tile j) pair: S_ij, the split-K softmax update, O_i += P_ij V_j
+// merged warp by warp, and the per-iteration normalization O_i /= l_i. Q_i, O_i, m_i, l_i are in
+// shared memory on entry and on exit.
+void tile_update(const Schedule& sc, const Shape& s, Block& k, int64_t i0, int64_t j0, Ledger& L) {
+  const int64_t d = s.d, W = sc.warps();
+  const float scale = static_cast<float>(s.softmax_scale());
+  // S_ij = scale · Q_i K_jᵀ: warp w computes the Br × 16 slice of keys [16w, 16w + 16).
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t rf = 0; rf < sc.Br / 16; ++rf) {
+      Frag16 acc;
+      for (int64_t kk = 0; kk < d; kk += 16) mma(acc, load_frag(k.Qs, 16 * rf, kk), load_frag_transposed(k.Ks, 16 * w, kk), L);
+      store_frag(k.Ss, 16 * rf, 16 * w, acc, [&](float x) { return x * scale; });
+      L.nonmatmul_ops += 16 * 16;
+    }
+  // Pass 1 (lane r of warp w: row r, keys 16w..16w+15): mask, partial row max -> redm[w][r].
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t r = 0; r < sc.Br; ++r) {
+      float m = -kInf;
+      for (int64_t c = 16 * w; c < 16 * w + 16; ++c) {
+        const int64_t i = i0 + r, j = j0 + c;
+        const bool visible = j < s.Nk && j < visible_keys(i, s.N, s.Nk, s.causal);  // [causal-mask]
+        const float x = visible ? k.Ss.read(r, c) : (k.Ss.read(r, c), -kInf);  // every element is read
+        k.Ss.write(r, c, x);
+        m = std::max(m, x);
+      }
+      L.nonmatmul_ops += 2 * 16;
+      k.redm.write(w, r, m);
+    }
+  barrier(L);
+  // Row statistics 1 (thread r < Br): m_new = max(m_i, max_w redm[w][r]), alpha = exp(m_i - m_new).
+  for (int64_t r = 0; r < sc.Br; ++r) {
+    float m = k.mi.read(0, r);
+    const float m_old = m;
+    for (int64_t w = 0; w < W; ++w) m = std::max(m, k.redm.read(w, r));
+    k.mnew.write(0, r, m);
+    k.cold.write(0, r, rescale_factor(m_old, m));  // alpha for now; times l_i below
+    L.nonmatmul_ops += W + 3;
+  }
+  barrier(L);
+  // Pass 2a: each lane reads its 16 values of S into registers (P is about to overwrite S's rows).
+  std::vector<float> sreg(static_cast<size_t>(W * sc.Br * 16));
+  std::vector<float> mreg(static_cast<size_t>(W * sc.Br));
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t r = 0; r < sc.Br; ++r) {
+      for (int64_t c = 0; c < 16; ++c) sreg[static_cast<size_t>((w * sc.Br + r) * 16 + c)] = k.Ss.read(r, 16 * w + c);
+      mreg[static_cast<size_t>(w * sc.Br + r)] = k.mnew.read(0, r);
+    }
+  barrier(L);
+  // Pass 2b: P = exp(S - m_new) in the storage type (0 where m_new = -inf), partial sums -> redl[w][r].
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t r = 0; r < sc.Br; ++r) {
+      const float m = mreg[static_cast<size_t>(w * sc.Br + r)];
+      float l = 0.0f;
+      for (int64_t c = 0; c < 16; ++c) {
+        const float p = m == -kInf ? 0.0f : std::exp(sreg[static_cast<size_t>((w * sc.Br + r) * 16 + c)] - m);
+        k.Ps.write(r, 16 * w + c, p);
+        l += p;
+      }
+      L.nonmatmul_ops += 3 * 16;
+      k.redl.write(w, r, l);
+    }
+  barrier(L);
+  // Row statistics 2 (thread r): l_new = alpha·l_i + Σ_w redl[w][r]; the old O is scaled by alpha·l_i.
+  for (int64_t r = 0; r < sc.Br; ++r) {
+    const float alpha = k.cold.read(0, r), li = k.li.read(0, r);
+    float l = alpha * li;
+    for (int64_t w = 0; w < W; ++w) l += k.redl.read(w, r);
+    k.lnew.write(0, r, l);
+    k.cold.write(0, r, alpha * li);
+    L.nonmatmul_ops += W + 2;
+  }
+  barrier(L);
+  // [rescale-o] O_i *= alpha·l_i: back from "normalized by l_i at m_i" to "unnormalized at m_new".
+  for (int64_t r = 0; r < sc.Br; ++r)
+    for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, k.Os.read(r, c) * k.cold.read(0, r));
+  L.nonmatmul_ops += sc.Br * d;
+  barrier(L);
+  // [merge-rounds] Split-K: warp w adds P_ij[:, its keys] · V_j[its keys, :] onto O_i, one warp at a
+  // time (the accumulator fragments are loaded from and stored back to shared memory).
+  for (int64_t w = 0; w < W; ++w) {
+    for (int64_t rf = 0; rf < sc.Br / 16; ++rf) {
+      const Frag16 a = load_frag(k.Ps, 16 * rf, 16 * w);
+      for (int64_t n = 0; n < d / 16; ++n) {
+        Frag16 acc = load_frag(k.Os, 16 * rf, 16 * n);
+        mma(acc, a, load_frag(k.Vs, 16 * w, 16 * n), L);
+        store_frag(k.Os, 16 * rf, 16 * n, acc, [](float x) { return x; });
+      }
+    }
+    barrier(L);
+  }
+  // [normalize] Per-iteration normalization (FlashAttention-1): O_i /= l_new; then m_i, l_i advance.
+  for (int64_t r = 0; r < sc.Br; ++r)
+    for (int64_t c = 0; c < d; ++c) {
+      const float l = k.lnew.read(0, r), o = k.Os.read(r, c);
+      k.Os.write(r, c, l > 0.0f ? o / l : 0.0f);  // a row with no visible key yet stays 0
+    }
+  L.nonmatmul_ops += sc.Br * d;
+  for (int64_t r = 0; r < sc.Br; ++r) {
+    k.mi.write(0, r, k.mnew.read(0, r));
+    k.li.write(0, r, k.lnew.read(0, r));
+  }
+  barrier(L);
+}
+
+// [split-q] The same pair, split by rows: warp w owns rows [16w, 16w + 16) and all Bc keys. Two
+// lanes share a row (Bc/2 keys each) and combine their maximum and sum with one shuffle each; the
+// warp rescales, accumulates and normalizes its own rows of O. No barrier inside; one at the end,
+// before the next K/V tile overwrites K_j and V_j.
+void tile_update_split_q(const Schedule& sc, const Shape& s, Block& k, int64_t i0, int64_t j0, Ledger& L) {
+  const int64_t d = s.d, W = sc.warps_q(), half = sc.Bc / 2;
+  const float scale = static_cast<float>(s.softmax_scale());
+  for (int64_t w = 0; w < W; ++w) {
+    // S for the warp's 16 rows: Bc/16 fragments.
+    for (int64_t n = 0; n < sc.Bc / 16; ++n) {
+      Frag16 acc;
+      for (int64_t kk = 0; kk < d; kk += 16) mma(acc, load_frag(k.Qs, 16 * w, kk), load_frag_transposed(k.Ks, 16 * n, kk), L);
+      store_frag(k.Ss, 16 * w, 16 * n, acc, [&](float x) { return x * scale; });
+      L.nonmatmul_ops += 16 * 16;
+    }
+    // The row pass, lane by lane: lane t holds row 16w + t/2, keys [(t%2)·Bc/2, (t%2 + 1)·Bc/2).
+    std::vector<float> sv(static_cast<size_t>(32 * half)), mpart(32), lpart(32), mold(32), lold(32);
+    for (int t = 0; t < 32; ++t) {
+      const int64_t r = 16 * w + t / 2, c0 = (t % 2) * half;
+      const int64_t nv = visible_keys(i0 + r, s.N, s.Nk, s.causal);  // [causal-mask]
+      float m = -kInf;
+      for (int64_t c = 0; c < half; ++c) {
+        float v = k.Ss.read(r, c0 + c);
+        if (j0 + c0 + c >= nv) v = -kInf;
+        sv[static_cast<size_t>(t * half + c)] = v;
+        m = std::max(m, v);
+      }
+      mpart[static_cast<size_t>(t)] = m;
+      mold[static_cast<size_t>(t)] = k.mi.read(0, r);
+      lold[static_cast<size_t>(t)] = k.li.read(0, r);
+    }
+    L.nonmatmul_ops += 2 * 16 * sc.Bc;
+    for (int t = 0; t < 32; ++t) {  // (after a __syncwarp) P over S's rows, partial sums
+      const int64_t r = 16 * w + t / 2, c0 = (t % 2) * half;
+      const float m_new = std::max(mold[static_cast<size_t>(t)], std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t ^ 1)]));
+      float l = 0.0f;
+      for (int64_t c = 0; c < half; ++c) {
+        const float p = m_new == -kInf ? 0.0f : std::exp(sv[static_cast<size_t>(t * half + c)] - m_new);
+        k.Ps.write(r, c0 + c, p);
+        l += p;
+      }
+      lpart[static_cast<size_t>(t)] = l;
+    }
+    L.nonmatmul_ops += 3 * 16 * sc.Bc;
+    for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
+      const int64_t r = 16 * w + t / 2;
+      const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
+      const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));
+      const float alpha = rescale_factor(m_old, m_new);
+      const float l_new = alpha * l_old + (lpart[static_cast<size_t>(t)] + lpart[static_cast<size_t>(t + 1)]);
+      k.cold.write(0, r, alpha * l_old);
+      k.lnew.write(0, r, l_new);
+      k.mi.write(0, r, m_new);
+      k.li.write(0, r, l_new);
+      L.nonmatmul_ops += 6;
+    }
+    // [rescale-o] the warp's rows of O *= alpha·l_i.
+    for (int64_t r = 16 * w; r < 16 * w + 16; ++r)
+      for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, k.Os.read(r, c) * k.cold.read(0, r));
+    L.nonmatmul_ops += 16 * d;
+    // O[rows] += P[rows, :] · V_j: the P fragments once, then each output fragment in turn.
+    std::vector<Frag16> a;
+    for (int64_t kk = 0; kk < sc.Bc; kk += 16) a.push_back(load_frag(k.Ps, 16 * w, kk));
+    for (int64_t n = 0; n < d / 16; ++n) {
+      Frag16 acc = load_frag(k.Os, 16 * w, 16 * n);
+      for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) mma(acc, a[static_cast<size_t>(kk)], load_frag(k.Vs, 16 * kk, 16 * n), L);
+      store_frag(k.Os, 16 * w, 16 * n, acc, [](float x) { return x; });
+    }
+    // [normalize] O[rows] /= l_new.
+    for (int64_t r = 16 * w; r < 16 * w + 16; ++r)
+      for (int64_t c = 0; c < d; ++c) {
+        const float l = k.lnew.read(0, r), o = k.Os.read(r, c);
+        k.Os.write(r, c, l > 0.0f ? o / l : 0.0f);
+      }
+    L.nonmatmul_ops += 16 * d;
+  }
+  barrier(L);
+}
+
+}  // namespace
+
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, bool split_q) {
+  BlueprintResult res;
+  res.out.o = Tensor4(s.B, s.H, s.N, s.d);
+  res.out.lse = Tensor4(s.B, s.H, s.N, 1);
+  Ledger& L = res.ledger[split_q ? "split_q" : "split_k"];
+  const Store st = Store::of(s.dtype), f32 = Store::f32();
+  const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br);
+
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
+          V(in.v.head(b, h), s.Nk, d, d, st, L);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
+      for (int64_t i = 0; i < Tr; ++i) {  // [q-outer] a block per Q tile
+        Smem smem(kSmemBudget, L);
+        Block k = make_block(sc, s, smem);
+        const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
+        k.Qs.load_from(Q, i0, 0);  // Q_i: read once
+        for (int64_t r = 0; r < sc.Br; ++r) {  // O_i = 0, m_i = -inf, l_i = 0, kept on chip
+          for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, 0.0f);
+          k.mi.write(0, r, -kInf);
+          k.li.write(0, r, 0.0f);
+        }
+        for (int64_t j = 0; j < Tc; ++j) {
+          const int64_t j0 = j * sc.Bc;
+          k.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
+          k.Vs.load_from(V, j0, 0);
+          barrier(L);
+          if (split_q) tile_update_split_q(sc, s, k, i0, j0, L);
+          else tile_update(sc, s, k, i0, j0, L);
+          L.tiles_computed += 1;
+          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
+                            TileKind::Visible;
+        }
+        k.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
+        for (int64_t r = 0; r < rows; ++r) {
+          const float m = k.mi.read(0, r), l = k.li.read(0, r);
+          Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);
+        }
+        L.nonmatmul_ops += 2 * rows;
+        barrier(L);
+      }
+    }
+  return res;
+}
+
+// The ledger in closed form (docs/05_warp_split.md derives each line). One (b, h):
+// Tc = ⌈Nk/Bc⌉ K/V tiles, Tr = ⌈N/Br⌉ Q tiles; HBM traffic is step 04's for both mappings.
+LedgerSet closed_form(const Shape& s, const Schedule& sc, bool split_q) {
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc;
+  const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br), pairs = Tc * Tr, R = Br / 16;
+  const int64_t frag2 = 16 * 16 * 2, frag4 = 16 * 16 * 4, flops = 2 * 16 * 16 * 16;
+  LedgerSet ls;
+  Ledger& l = ls[split_q ? "split_q" : "split_k"];
+  l.hbm_read = BH * (N * d * 2 + Tr * 2 * Nk * d * 2);
+  l.hbm_write = BH * (N * d * 2 + N * 4);
+  int64_t w_pair, r_pair, barriers_pair, ops_pair;
+  if (split_q) {  // warps own rows: W = Br/16, two lanes per row
+    const int64_t W = sc.warps_q(), C = Bc / 16;
+    w_pair = 2 * Bc * d * 2                  // K_j, V_j
+             + Br * Bc * 4 + Br * Bc * 2     // S fragments, P over them
+             + 16 * Br                        // cold, l_new, m_i, l_i per row
+             + Br * d * 4 + W * (d / 16) * frag4 + Br * d * 4;  // rescale, PV accumulators, normalize
+    r_pair = W * C * (d / 16) * 2 * frag2    // S: Q and K fragments
+             + Br * Bc * 4 + 16 * Br          // the row pass: S; m_i and l_i read by both lanes
+             + 2 * Br * d * 4                 // rescale (O and its factor)
+             + W * (C * frag2 + (d / 16) * (frag4 + C * frag2))  // PV: P once, O and V per fragment
+             + 2 * Br * d * 4;                // normalize
+    barriers_pair = 2;
+    ops_pair = Br * Bc + 5 * Br * Bc + 6 * Br + 2 * Br * d;
+    l.matmul_flops = BH * pairs * W * C * (d / 16) * 2 * flops;
+  } else {        // step 04's split-K update: W = Bc/16
+    const int64_t W = sc.warps();
+    w_pair = 2 * Bc * d * 2 + Br * Bc * 4 + Br * Bc * 4 + W * Br * 4 + 2 * Br * 4 + Br * Bc * 2 + W * Br * 4 +
+             2 * Br * 4 + Br * d * 4 + W * R * (d / 16) * frag4 + Br * d * 4 + 2 * Br * 4;
+    r_pair = W * R * (d / 16) * 2 * frag2 + Br * Bc * 4 + Br * (W + 1) * 4 + Br * Bc * 4 + W * Br * 4 +
+             Br * (W + 2) * 4 + 2 * Br * d * 4 + W * R * (frag2 + (d / 16) * (frag4 + frag2)) + 2 * Br * d * 4 + 2 * Br * 4;
+    barriers_pair = 1 + 7 + W;
+    ops_pair = Br * Bc + 2 * Br * Bc + Br * (W + 3) + 3 * Br * Bc + Br * (W + 2) + 2 * Br * d;
+    l.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
+  }
+  l.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
+  l.smem_read = BH * (pairs * r_pair + N * (d * 4 + 8));
+  l.barriers = BH * (pairs * barriers_pair + Tr);
+  l.nonmatmul_ops = BH * (pairs * ops_pair + 2 * N);
+  l.tiles_computed = BH * pairs;
+  for (int64_t i = 0; i < Tr; ++i)
+    for (int64_t j = 0; j < Tc; ++j)
+      l.tiles_masked += BH * (classify_tile(i * Br, std::min((i + 1) * Br, N), j * Bc, std::min((j + 1) * Bc, Nk), N, Nk,
+                                            s.causal) != TileKind::Visible);
+  l.smem_peak = smem_bytes(sc, int(d));
+  return ls;
+}
+
+namespace {
+bool split_q(const StepOptions& o) {
+  const auto it = o.find("split");
+  return it == o.end() || it->second == "q";
+}
+BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions& o) {
+  return blueprint(s, in, kSchedule, split_q(o));
+}
+LedgerSet run_closed_form(const Shape& s, const StepOptions& o) { return closed_form(s, kSchedule, split_q(o)); }
+}  // namespace
+
+const StepInfo& info() {
+  static const StepInfo step = [] {
+    StepInfo i;
+    i.id = "05";
+    i.slug = "warp_split";
+    i.title = "warp splitting: each warp owns rows of the Q tile (split-Q) instead of keys (split-K)";
+    i.teaches = "split-Q warps: no merge through shared memory";
+    i.flags = {{"split", {"q", "k"}, "warps split the Q tile's rows (q) or the K/V tile's keys (k, step 04)"}};
+    i.blueprint = run_blueprint;
+    i.closed_form = run_closed_form;
+#ifdef FA_HAVE_CUDA
+    i.launch = launch;
+    i.workspace_bytes = workspace_bytes;
+#endif
+    i.kernel_prefix = "step05_";
+    return i;
+  }();
+  return step;
+}
+
+}  // namespace fa::step05
