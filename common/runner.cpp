@@ -122,6 +122,7 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   } else {
     os << "cpu time  " << std::setprecision(1) << r.ms << " ms for the blueprint (CPU loops with counting; not a GPU figure)\n";
   }
+  os << "read      docs/" << step.id << "_" << step.slug << ".md beside steps/" << step.id << "_" << step.slug << "/\n";
 }
 
 }  // namespace

@@ -173,6 +173,8 @@ TABLES = {
     "step04-ncu": lambda: step_ncu("04"),
     "step05-sweep": lambda: step_sweep("05"),
     "step05-ncu": lambda: step_ncu("05"),
+    "step06-sweep": lambda: step_sweep("06"),
+    "step07-sweep": lambda: step_sweep("07"),
     "loop-and-grid": loop_and_grid,
     "tour": tour,
 }

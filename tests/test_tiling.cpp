@@ -9,6 +9,8 @@
 #include "../steps/03_fa1_kv_outer/schedule.hpp"
 #include "../steps/04_fa2_q_outer/schedule.hpp"
 #include "../steps/05_warp_split/schedule.hpp"
+#include "../steps/06_deferred_norm/schedule.hpp"
+#include "../steps/07_causal_skip/schedule.hpp"
 
 using namespace fa;
 
@@ -88,4 +90,57 @@ TEST_CASE("step 05: split-Q moves the same HBM bytes as split-K with fewer barri
   CHECK(q.barriers * 4 < k.barriers);
   CHECK(q.smem_read + q.smem_write < k.smem_read + k.smem_write);
   CHECK(q.matmul_flops == k.matmul_flops);
+}
+
+TEST_CASE("steps 06 and 07: a second tile configuration (Br = 16, Bc = 48)") {
+  const step06::Schedule s6{16, 48};
+  const step07::Schedule s7{16, 48};
+  for (const test::Case& c : test::shape_matrix(false)) {
+    const std::string name = c.name();
+    CAPTURE(name);
+    const Inputs in = make_inputs(c.shape, c.inputs);
+    const Reference ref = reference_forward(c.shape, in);
+    const BlueprintResult a = step06::blueprint(c.shape, in, s6), b = step07::blueprint(c.shape, in, s7);
+    const Check ca = check_forward(c.shape, in, ref, a.out), cb = check_forward(c.shape, in, ref, b.out);
+    INFO(ca.summary());
+    INFO(cb.summary());
+    CHECK(ca.pass);
+    CHECK(cb.pass);
+    CHECK(a.ledger.diff(step06::closed_form(c.shape, s6)).empty());
+    CHECK(b.ledger.diff(step07::closed_form(c.shape, s7)).empty());
+  }
+}
+
+TEST_CASE("step 06 removes the per-tile normalization; step 07 skips about half the tiles when causal") {
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  const Ledger five = step05::closed_form(s, step05::kSchedule, true).total();
+  const Ledger six = step06::closed_form(s, step06::kSchedule).total();
+  CHECK(six.hbm_read == five.hbm_read);
+  CHECK(six.nonmatmul_ops < five.nonmatmul_ops);
+  CHECK(six.smem_read + six.smem_write < five.smem_read + five.smem_write);
+  s.causal = true;
+  const Ledger six_c = step06::closed_form(s, step06::kSchedule).total();
+  const Ledger seven_c = step07::closed_form(s, step07::kSchedule).total();
+  const int64_t Tr = 4096 / 32, Tc = 4096 / 32;
+  CHECK(seven_c.tiles_computed == Tr * (Tr + 1) / 2);  // the lower triangle, diagonal included
+  CHECK(seven_c.tiles_masked == Tr);                   // only the diagonal tiles are masked
+  CHECK(seven_c.tiles_skipped == Tr * Tc - Tr * (Tr + 1) / 2);
+  CHECK(six_c.tiles_computed == Tr * Tc);
+  const double ratio = double(seven_c.matmul_flops) / double(six_c.matmul_flops);
+  CHECK(ratio > 0.5);
+  CHECK(ratio < 0.51);
+  s.causal = false;
+  CHECK(step07::closed_form(s, step07::kSchedule).total().hbm_read == step06::closed_form(s, step06::kSchedule).total().hbm_read);
+}
+
+TEST_CASE("step 07: Q tiles whose rows see no key visit no K/V tile") {
+  // N = 100, Nk = 20: rows 0..79 see nothing; with Br = 32 the first two Q tiles are skipped whole.
+  CHECK(step07::kv_tiles_for(0, 32, 100, 20, 32, true) == 0);
+  CHECK(step07::kv_tiles_for(32, 64, 100, 20, 32, true) == 0);
+  CHECK(step07::kv_tiles_for(64, 96, 100, 20, 32, true) == 1);
+  CHECK(step07::kv_tiles_for(0, 32, 100, 20, 32, false) == 1);
+  CHECK(step07::needs_mask(64, 96, 0, 100, 20, 32, false));   // ragged: keys 20..31 do not exist
+  CHECK_FALSE(step07::needs_mask(0, 32, 0, 64, 64, 32, false));
 }

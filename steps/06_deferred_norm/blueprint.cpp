@@ -1,0 +1,214 @@
+// Step 06 — the blueprint: kernel.cu's deferred normalization as CPU loops.
+//
+// Step 05's split-Q loop with one change: the O tile holds the unnormalized Õ, rescaled by
+// exp(m_old − m_new) per K/V tile, and is divided by l once, when it is written. The ledger's
+// non-matmul count and shared-memory traffic show the per-tile normalization pass that is gone.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "schedule.hpp"
+
+namespace fa::step06 {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// [rescale-guard] exp(m_old - m_new), 0 when nothing has been seen (both -inf).
+float rescale_factor(float m_old, float m_new) { return m_old == -kInf ? 0.0f : std::exp(m_old - m_new); }
+
+struct Block {  // one thread block's shared memory (the kernel's __shared__ arrays)
+  SmemTile Qs, Ks, Vs, Ss, Ps, Os, mi, li, cold;
+};
+
+Block make_block(const Schedule& sc, const Shape& s, Smem& smem) {
+  const Store st = Store::of(s.dtype), f32 = Store::f32();
+  const int64_t d = s.d;
+  Block k{smem.tile(sc.Br, d, d + kPad, st),  smem.tile(sc.Bc, d, d + kPad, st), smem.tile(sc.Bc, d, d + kPad, st),
+          smem.tile(sc.Br, sc.Bc, sc.Bc + kPadS, f32), smem.overlay(sc.Br, sc.Bc, st),  // P over S's rows
+          smem.tile(sc.Br, d, d + kPadO, f32),      smem.tile(1, sc.Br, f32),           smem.tile(1, sc.Br, f32),
+          smem.tile(1, sc.Br, f32)};
+  return k;
+}
+
+// [tile-update] One (Q tile i, K/V tile j) pair, split by rows (step 05): warp w owns rows
+// [16w, 16w + 16) and all Bc keys; two lanes share a row. Õ is rescaled by alpha = exp(m_old − m_new)
+// and accumulates P·V — and is not divided by l here.
+void tile_update(const Schedule& sc, const Shape& s, Block& k, int64_t i0, int64_t j0, Ledger& L) {
+  const int64_t d = s.d, W = sc.warps(), half = sc.Bc / 2;
+  const float scale = static_cast<float>(s.softmax_scale());
+  for (int64_t w = 0; w < W; ++w) {
+    // S for the warp's 16 rows: Bc/16 fragments.
+    for (int64_t n = 0; n < sc.Bc / 16; ++n) {
+      Frag16 acc;
+      for (int64_t kk = 0; kk < d; kk += 16) mma(acc, load_frag(k.Qs, 16 * w, kk), load_frag_transposed(k.Ks, 16 * n, kk), L);
+      store_frag(k.Ss, 16 * w, 16 * n, acc, [&](float x) { return x * scale; });
+      L.nonmatmul_ops += 16 * 16;
+    }
+    // The row pass, lane by lane: lane t holds row 16w + t/2, keys [(t%2)·Bc/2, (t%2 + 1)·Bc/2).
+    std::vector<float> sv(static_cast<size_t>(32 * half)), mpart(32), lpart(32), mold(32), lold(32);
+    for (int t = 0; t < 32; ++t) {
+      const int64_t r = 16 * w + t / 2, c0 = (t % 2) * half;
+      const int64_t nv = visible_keys(i0 + r, s.N, s.Nk, s.causal);  // [causal-mask]
+      float m = -kInf;
+      for (int64_t c = 0; c < half; ++c) {
+        float v = k.Ss.read(r, c0 + c);
+        if (j0 + c0 + c >= nv) v = -kInf;
+        sv[static_cast<size_t>(t * half + c)] = v;
+        m = std::max(m, v);
+      }
+      mpart[static_cast<size_t>(t)] = m;
+      mold[static_cast<size_t>(t)] = k.mi.read(0, r);
+      lold[static_cast<size_t>(t)] = k.li.read(0, r);
+    }
+    L.nonmatmul_ops += 2 * 16 * sc.Bc;
+    for (int t = 0; t < 32; ++t) {  // (after a __syncwarp) P over S's rows, partial sums
+      const int64_t r = 16 * w + t / 2, c0 = (t % 2) * half;
+      const float m_new = std::max(mold[static_cast<size_t>(t)], std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t ^ 1)]));
+      float l = 0.0f;
+      for (int64_t c = 0; c < half; ++c) {
+        const float p = m_new == -kInf ? 0.0f : std::exp(sv[static_cast<size_t>(t * half + c)] - m_new);
+        k.Ps.write(r, c0 + c, p);
+        l += p;
+      }
+      lpart[static_cast<size_t>(t)] = l;
+    }
+    L.nonmatmul_ops += 3 * 16 * sc.Bc;
+    for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
+      const int64_t r = 16 * w + t / 2;
+      const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
+      const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));
+      const float alpha = rescale_factor(m_old, m_new);
+      const float l_new = alpha * l_old + (lpart[static_cast<size_t>(t)] + lpart[static_cast<size_t>(t + 1)]);
+      k.cold.write(0, r, alpha);  // [deferred] Õ moves to the new maximum; no l in it
+      k.mi.write(0, r, m_new);
+      k.li.write(0, r, l_new);
+      L.nonmatmul_ops += 5;
+    }
+    // [rescale-o] the warp's rows of Õ *= alpha.
+    for (int64_t r = 16 * w; r < 16 * w + 16; ++r)
+      for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, k.Os.read(r, c) * k.cold.read(0, r));
+    L.nonmatmul_ops += 16 * d;
+    // Õ[rows] += P[rows, :] · V_j: the P fragments once, then each output fragment in turn.
+    std::vector<Frag16> a;
+    for (int64_t kk = 0; kk < sc.Bc; kk += 16) a.push_back(load_frag(k.Ps, 16 * w, kk));
+    for (int64_t n = 0; n < d / 16; ++n) {
+      Frag16 acc = load_frag(k.Os, 16 * w, 16 * n);
+      for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) mma(acc, a[static_cast<size_t>(kk)], load_frag(k.Vs, 16 * kk, 16 * n), L);
+      store_frag(k.Os, 16 * w, 16 * n, acc, [](float x) { return x; });
+    }
+  }
+  barrier(L);
+}
+
+}  // namespace
+
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) {
+  BlueprintResult res;
+  res.out.o = Tensor4(s.B, s.H, s.N, s.d);
+  res.out.lse = Tensor4(s.B, s.H, s.N, 1);
+  Ledger& L = res.ledger["deferred"];
+  const Store st = Store::of(s.dtype), f32 = Store::f32();
+  const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br);
+
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
+          V(in.v.head(b, h), s.Nk, d, d, st, L);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
+      for (int64_t i = 0; i < Tr; ++i) {  // [q-outer] a block per Q tile
+        Smem smem(kSmemBudget, L);
+        Block k = make_block(sc, s, smem);
+        const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
+        k.Qs.load_from(Q, i0, 0);  // Q_i: read once
+        for (int64_t r = 0; r < sc.Br; ++r) {  // O_i = 0, m_i = -inf, l_i = 0, kept on chip
+          for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, 0.0f);
+          k.mi.write(0, r, -kInf);
+          k.li.write(0, r, 0.0f);
+        }
+        for (int64_t j = 0; j < Tc; ++j) {
+          const int64_t j0 = j * sc.Bc;
+          k.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
+          k.Vs.load_from(V, j0, 0);
+          barrier(L);
+          tile_update(sc, s, k, i0, j0, L);
+          L.tiles_computed += 1;
+          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
+                            TileKind::Visible;
+        }
+        // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < d; ++c) {
+            const float l = k.li.read(0, r), o = k.Os.read(r, c);
+            O.store(i0 + r, c, l > 0.0f ? o / l : 0.0f);
+          }
+        for (int64_t r = 0; r < rows; ++r) {
+          const float m = k.mi.read(0, r), l = k.li.read(0, r);
+          Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);
+        }
+        L.nonmatmul_ops += rows * d + 2 * rows;
+        barrier(L);
+      }
+    }
+  return res;
+}
+
+// The ledger in closed form (docs/06_deferred_norm.md). One (b, h): Tc = ⌈Nk/Bc⌉, Tr = ⌈N/Br⌉,
+// W = Br/16 warps, C = Bc/16 key fragments. HBM traffic is step 04's and 05's.
+LedgerSet closed_form(const Shape& s, const Schedule& sc) {
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, W = sc.warps(), C = Bc / 16;
+  const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br), pairs = Tc * Tr;
+  const int64_t frag2 = 16 * 16 * 2, frag4 = 16 * 16 * 4, flops = 2 * 16 * 16 * 16;
+  LedgerSet ls;
+  Ledger& l = ls["deferred"];
+  l.hbm_read = BH * (N * d * 2 + Tr * 2 * Nk * d * 2);
+  l.hbm_write = BH * (N * d * 2 + N * 4);
+  const int64_t w_pair = 2 * Bc * d * 2                  // K_j, V_j
+                         + Br * Bc * 4 + Br * Bc * 2     // S fragments, P over them
+                         + 12 * Br                       // alpha, m_i, l_i per row
+                         + Br * d * 4 + W * (d / 16) * frag4;  // rescale Õ, PV accumulators (no normalize pass)
+  const int64_t r_pair = W * C * (d / 16) * 2 * frag2    // S: Q and K fragments
+                         + Br * Bc * 4 + 16 * Br         // the row pass: S; m_i and l_i read by both lanes
+                         + 2 * Br * d * 4                // rescale (Õ and alpha)
+                         + W * (C * frag2 + (d / 16) * (frag4 + C * frag2));  // PV
+  l.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
+  l.smem_read = BH * (pairs * r_pair + N * (2 * d * 4 + 8));  // the final divide reads Õ and l; then m, l for L
+  l.barriers = BH * (pairs * 2 + Tr);
+  l.matmul_flops = BH * pairs * W * C * (d / 16) * 2 * flops;
+  l.nonmatmul_ops = BH * (pairs * (Br * Bc + 5 * Br * Bc + 5 * Br + Br * d) + N * d + 2 * N);
+  l.tiles_computed = BH * pairs;
+  for (int64_t i = 0; i < Tr; ++i)
+    for (int64_t j = 0; j < Tc; ++j)
+      l.tiles_masked += BH * (classify_tile(i * Br, std::min((i + 1) * Br, N), j * Bc, std::min((j + 1) * Bc, Nk), N, Nk,
+                                            s.causal) != TileKind::Visible);
+  l.smem_peak = smem_bytes(sc, int(d));
+  return ls;
+}
+
+namespace {
+BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions&) { return blueprint(s, in, kSchedule); }
+LedgerSet run_closed_form(const Shape& s, const StepOptions&) { return closed_form(s, kSchedule); }
+}  // namespace
+
+const StepInfo& info() {
+  static const StepInfo step = [] {
+    StepInfo i;
+    i.id = "06";
+    i.slug = "deferred_norm";
+    i.title = "deferred normalization: the unnormalized output, divided by l once at the end";
+    i.teaches = "one division at the end instead of one per K/V tile";
+    i.blueprint = run_blueprint;
+    i.closed_form = run_closed_form;
+#ifdef FA_HAVE_CUDA
+    i.launch = launch;
+    i.workspace_bytes = workspace_bytes;
+#endif
+    i.kernel_prefix = "step06_";
+    return i;
+  }();
+  return step;
+}
+
+}  // namespace fa::step06

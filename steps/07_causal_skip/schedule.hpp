@@ -1,0 +1,64 @@
+// Step 07 — causal block skipping.
+//
+// With a causal mask, step 06 computes every (Q tile, K/V tile) pair and masks element by element.
+// Here each pair is classified first (classify_tile() in common/causal.hpp): fully visible — no
+// mask; on the diagonal — mask per element; fully masked — skipped: its K/V tile is not even loaded.
+// With bottom-right alignment the masked pairs are exactly those right of the diagonal, so the
+// inner loop simply stops there (kv_tiles_for()).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "attn_params.hpp"
+#include "causal.hpp"
+#include "step.hpp"
+
+namespace fa::step07 {
+
+struct Schedule {
+  int Br = 32;  // queries per Q tile: one warp per 16 rows
+  int Bc = 32;  // keys per K/V tile: Bc/2 per lane, two lanes a row
+  FA_HD constexpr int warps() const { return Br / 16; }
+};
+inline constexpr Schedule kSchedule{};
+inline constexpr int kPad = 8;      // 16-bit elements of padding per row of Q, K, V tiles
+inline constexpr int kPadS = 4;     // fp32 elements of padding per row of S (and of P, which reuses S's rows)
+inline constexpr int kPadO = 4;     // fp32 elements of padding per row of the O tile
+inline constexpr int64_t kSmemBudget = 48 * 1024;
+
+// Shared memory per block for head dimension d: Q, K, V tiles (storage type), S (fp32; P is
+// written over it in the storage type), the unnormalized Õ (fp32) and three per-row statistics.
+FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) {
+  return int64_t(s.Br + 2 * s.Bc) * (d + kPad) * 2 + int64_t(s.Br) * (s.Bc + kPadS) * 4 +
+         int64_t(s.Br) * (d + kPadO) * 4 + 3 * int64_t(s.Br) * 4;
+}
+static_assert(kSchedule.Br % 16 == 0 && kSchedule.Br >= 16, "Br: whole 16-row fragments (one warp each)");
+static_assert(kSchedule.Bc % 16 == 0 && kSchedule.Bc >= 16, "Bc: whole 16-key fragments");
+static_assert(smem_bytes(kSchedule, 128) <= kSmemBudget, "the tiles must fit 48 KB at d = 128");
+
+// [skip] How many K/V tiles the Q tile of rows [i0, i1) needs: up to the one holding its last row's
+// last visible key (i1 - 1 + Nk - N). 0 when none of its rows sees a key.
+FA_HD constexpr int64_t kv_tiles_for(int64_t i0, int64_t i1, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
+  const int64_t Tc = num_tiles(Nk, Bc);
+  if (!causal) return Tc;
+  (void)i0;
+  const int64_t last_key = i1 - 1 + Nk - N;
+  if (last_key < 0) return 0;
+  const int64_t t = last_key / Bc + 1;
+  return t < Tc ? t : Tc;
+}
+// A pair needs the per-element mask when the diagonal crosses it, or when its K/V tile runs past Nk.
+FA_HD constexpr bool needs_mask(int64_t i0, int64_t i1, int64_t j0, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
+  const int64_t j1 = j0 + Bc < Nk ? j0 + Bc : Nk;
+  return j0 + Bc > Nk || classify_tile(i0, i1, j0, j1, N, Nk, causal) != TileKind::Visible;
+}
+
+// The GPU side (kernel.cu).
+void launch(const AttnParams& p, const StepOptions& opts, void* stream);
+size_t workspace_bytes(const Shape& s, const StepOptions& opts);
+
+// The CPU side (blueprint.cpp).
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched);
+LedgerSet closed_form(const Shape& s, const Schedule& sched);
+
+}  // namespace fa::step07
