@@ -1,8 +1,9 @@
 // The HBM-traffic plot: from every registered step's closed-form ledger, bytes per head against N
 // (log-log, N = Nk = 256 ... 32k), and the memory each step needs beyond Q, K, V and O.
 //   make plot_traffic && ./plot_traffic [--d 128] [--out DIR]
-// Writes DIR/traffic.png, DIR/memory.png (default: the repository's plots/) and the numbers behind
-// them, DIR/data/traffic_model.csv. A new step appears here by registering; nothing to edit.
+// Writes DIR/traffic.png (no mask), DIR/traffic_causal.png (causal), DIR/memory.png (default: the
+// repository's plots/) and the numbers behind them, DIR/data/traffic_model.csv. A new step appears
+// here by registering; nothing to edit.
 #include <gnuplot-iostream.h>
 
 #include <cstdio>
@@ -58,33 +59,38 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories(out + "/data");
   std::ofstream csv(out + "/data/traffic_model.csv");
-  csv << "step,N,d,hbm_read_bytes,hbm_write_bytes,extra_memory_bytes\n";
-  std::vector<std::pair<std::string, Series>> traffic, memory;
-  for (const StepInfo* st : all_steps()) {
-    Series t, m;
-    for (int64_t n = 256; n <= 32768; n *= 2) {
-      Shape s;
-      s.N = s.Nk = n;
-      s.d = d;
-      const Ledger l = st->closed_form(s, st->default_options()).total();
-      // Beyond Q, K, V and O: the step's workspace (S and P in step 01) and L (4 bytes per row).
-      const int64_t extra = l.workspace + 4 * n;
-      t.emplace_back(double(n), double(l.hbm_read + l.hbm_write));
-      m.emplace_back(double(n), double(extra));
-      csv << st->id << "," << n << "," << d << "," << l.hbm_read << "," << l.hbm_write << "," << extra << "\n";
-    }
-    std::string name = "step " + st->id + ": " + st->slug;
-    for (char& c : name) c = c == '_' ? ' ' : c;  // '_' would turn into a subscript in gnuplot
-    traffic.emplace_back(name, t);
-    memory.emplace_back(name, m);
-  }
-  Series floor;  // Q, K, V read once and O written once: what any exact attention must move
-  for (int64_t n = 256; n <= 32768; n *= 2) floor.emplace_back(double(n), double(4 * n * d * 2));
-  traffic.emplace_back("Q, K, V read once + O written once", floor);
+  csv << "step,N,d,causal,hbm_read_bytes,hbm_write_bytes,extra_memory_bytes\n";
   const std::string dd = std::to_string(d);
-  draw(out + "/traffic.png", "HBM traffic per head (closed-form ledgers, d = " + dd + ", fp16/bf16)",
-       "bytes requested from HBM per head", traffic);
-  draw(out + "/memory.png", "Memory beyond Q, K, V, O per head (d = " + dd + ")", "bytes", memory);
-  std::cout << "wrote " << out << "/traffic.png, " << out << "/memory.png, " << out << "/data/traffic_model.csv\n";
+  for (bool causal : {false, true}) {
+    std::vector<std::pair<std::string, Series>> traffic, memory;
+    for (const StepInfo* st : all_steps()) {
+      Series t, m;
+      for (int64_t n = 256; n <= 32768; n *= 2) {
+        Shape s;
+        s.N = s.Nk = n;
+        s.d = d;
+        s.causal = causal;
+        const Ledger l = st->closed_form(s, st->default_options()).total();
+        // Beyond Q, K, V and O: the step's workspace (S and P in step 01) and L (4 bytes per row).
+        const int64_t extra = l.workspace + 4 * n;
+        t.emplace_back(double(n), double(l.hbm_read + l.hbm_write));
+        m.emplace_back(double(n), double(extra));
+        csv << st->id << "," << n << "," << d << "," << (causal ? 1 : 0) << "," << l.hbm_read << "," << l.hbm_write
+            << "," << extra << "\n";
+      }
+      std::string name = "step " + st->id + ": " + st->slug;
+      for (char& c : name) c = c == '_' ? ' ' : c;  // '_' would turn into a subscript in gnuplot
+      traffic.emplace_back(name, t);
+      memory.emplace_back(name, m);
+    }
+    Series floor;  // Q, K, V read once and O written once: what any exact attention must move
+    for (int64_t n = 256; n <= 32768; n *= 2) floor.emplace_back(double(n), double(4 * n * d * 2));
+    traffic.emplace_back("Q, K, V read once + O written once", floor);
+    draw(out + (causal ? "/traffic_causal.png" : "/traffic.png"),
+         std::string("HBM traffic per head (closed-form ledgers, d = ") + dd + ", fp16/bf16" + (causal ? ", causal)" : ")"),
+         "bytes requested from HBM per head", traffic);
+    if (!causal) draw(out + "/memory.png", "Memory beyond Q, K, V, O per head (d = " + dd + ")", "bytes", memory);
+  }
+  std::cout << "wrote " << out << "/traffic.png, traffic_causal.png, memory.png and data/traffic_model.csv\n";
   return 0;
 }

@@ -4,7 +4,7 @@ execute_process(COMMAND ${CMD} --out ${OUT} RESULT_VARIABLE rc OUTPUT_VARIABLE o
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "plot_traffic exited ${rc}\n${out}\n${err}")
 endif()
-foreach(png traffic.png memory.png)
+foreach(png traffic.png traffic_causal.png memory.png)
   if(NOT EXISTS ${OUT}/${png})
     message(FATAL_ERROR "${png} was not written\n${out}\n${err}")
   endif()
