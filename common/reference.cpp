@@ -78,4 +78,49 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
   return ref;
 }
 
+Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO) {
+  Gradients g;
+  g.dq.assign(static_cast<size_t>(s.B * s.H * s.N * s.d), 0.0);
+  g.dk.assign(static_cast<size_t>(s.B * s.H * s.Nk * s.d), 0.0);
+  g.dv.assign(static_cast<size_t>(s.B * s.H * s.Nk * s.d), 0.0);
+  g.D.assign(static_cast<size_t>(s.B * s.H * s.N), 0.0);
+  const double scale = s.softmax_scale();
+  parallel_for(s.B * s.H, [&](int64_t bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    MatD Q(s.N, s.d), K(s.Nk, s.d), V(s.Nk, s.d), G(s.N, s.d);
+    for (int64_t i = 0; i < s.N; ++i)
+      for (int64_t c = 0; c < s.d; ++c) { Q(i, c) = in.q.at(b, h, i, c); G(i, c) = dO.at(b, h, i, c); }
+    for (int64_t j = 0; j < s.Nk; ++j)
+      for (int64_t c = 0; c < s.d; ++c) { K(j, c) = in.k.at(b, h, j, c); V(j, c) = in.v.at(b, h, j, c); }
+    const MatD S = scale * (Q * K.transpose());
+    MatD P = MatD::Zero(s.N, s.Nk);  // masked entries and rows that see no key stay 0
+    for (int64_t i = 0; i < s.N; ++i) {
+      const int64_t n_vis = std::min<int64_t>(s.last_visible_key(i) + 1, s.Nk);
+      if (n_vis <= 0) continue;
+      const double m = S.row(i).head(n_vis).maxCoeff();
+      double l = 0.0;
+      for (int64_t j = 0; j < n_vis; ++j) { P(i, j) = std::exp(S(i, j) - m); l += P(i, j); }
+      P.row(i).head(n_vis) /= l;
+    }
+    const MatD O = P * V;
+    const MatD dV = P.transpose() * G;
+    const MatD dP = G * V.transpose();
+    MatD dS(s.N, s.Nk);
+    for (int64_t i = 0; i < s.N; ++i) {
+      const double D = G.row(i).dot(O.row(i));  // = Σ_j P_ij dP_ij
+      g.D[static_cast<size_t>(bh * s.N + i)] = D;
+      for (int64_t j = 0; j < s.Nk; ++j) dS(i, j) = P(i, j) * (dP(i, j) - D);
+    }
+    const MatD dQ = scale * (dS * K), dK = scale * (dS.transpose() * Q);
+    for (int64_t i = 0; i < s.N; ++i)
+      for (int64_t c = 0; c < s.d; ++c) g.dq[static_cast<size_t>((bh * s.N + i) * s.d + c)] = dQ(i, c);
+    for (int64_t j = 0; j < s.Nk; ++j)
+      for (int64_t c = 0; c < s.d; ++c) {
+        g.dk[static_cast<size_t>((bh * s.Nk + j) * s.d + c)] = dK(j, c);
+        g.dv[static_cast<size_t>((bh * s.Nk + j) * s.d + c)] = dV(j, c);
+      }
+  });
+  return g;
+}
+
 }  // namespace fa

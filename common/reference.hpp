@@ -35,4 +35,15 @@ inline Reference reference_forward(const Shape& s, const Inputs& in) {
   return reference_forward(s, in, all);
 }
 
+// The backward pass in double precision, every row (for small shapes). Given dO = ∂f/∂O for some
+// scalar f, returns ∂f/∂Q, ∂f/∂K, ∂f/∂V, with the softmax scale and the causal mask included:
+//   P = softmax(scale·QKᵀ) (masked entries 0),  dV = Pᵀ dO,  dP = dO Vᵀ,
+//   D_i = Σ_c dO_ic O_ic (= Σ_j P_ij dP_ij),  dS = P ∘ (dP − D),  dQ = scale·dS K,  dK = scale·dSᵀ Q.
+// A row that sees no key has P = 0 and contributes nothing.
+struct Gradients {
+  std::vector<double> dq, dk, dv;  // [B, H, N, d], [B, H, Nk, d], [B, H, Nk, d]
+  std::vector<double> D;           // [B, H, N]: rowsum(dO ∘ O)
+};
+Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO);
+
 }  // namespace fa
