@@ -160,7 +160,14 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
   if (!o.csv) {
     std::cout << step.program() << " — " << step.title << "\n";
     if (!on_gpu && o.backend == Backend::Auto) std::cout << why << ": running the CPU blueprint instead\n";
-    if (on_gpu) std::cout << "device    " << gpu_device_spec().name << ", CUDA " << cuda_version_string() << "\n";
+    if (on_gpu) {
+      const DeviceSpec d = gpu_device_spec();
+      std::cout << "device    " << d.name << " (sm_" << d.cc_major << d.cc_minor << "), CUDA " << cuda_version_string()
+                << "\n          " << d.sm_count << " SMs, L2 " << d.l2_bytes / (1024 * 1024) << " MiB, shared memory "
+                << d.smem_per_block_optin / 1024 << " KiB per block (opt-in), " << std::fixed << std::setprecision(2)
+                << d.hbm_bytes_per_s / 1e12 << " TB/s, " << std::setprecision(0) << d.tensor_flops / 1e12
+                << " TFLOP/s tensor, " << d.fp32_flops / 1e12 << " TFLOP/s fp32 (queried)\n";
+    }
     std::cout.flush();
   }
 

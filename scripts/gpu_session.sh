@@ -41,6 +41,7 @@ say "GPU $gpu, CUDA $cuda, driver $driver, commit $commit"
 source "$root/scripts/setup.sh"
 say "building"
 make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory >>"$log" 2>&1 || { say "build failed"; tail -n 40 "$log"; exit 1; }
+"$FA_BUILD/step01" --backend gpu --n 64 --reps 0 2>&1 | sed -n '/^device/,/queried)/p' | tee -a "$log" >&2
 steps=$(cd "$FA_BUILD" && ls step[0-9][0-9] 2>/dev/null | sort)
 measure="${FA_STEPS:-$steps}"
 say "steps: $(echo $steps); measured: $(echo $measure)"
