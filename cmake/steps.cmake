@@ -14,7 +14,7 @@ foreach(step_dir IN LISTS FA_STEPS)
     list(APPEND srcs ${dir}/kernel.cu)
   endif()
   add_library(${lib} STATIC ${srcs})
-  target_include_directories(${lib} PUBLIC ${dir})
+  target_include_directories(${lib} PRIVATE ${dir})  # every step has a schedule.hpp: keep them apart
   target_link_libraries(${lib} PUBLIC fa_common)
   target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
                                         $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS}>)

@@ -43,4 +43,15 @@ FA_HD constexpr TileKind classify_tile(int64_t i0, int64_t i1, int64_t j0, int64
   return TileKind::Diagonal;
 }
 
+// How many of the ⌈N/Br⌉ × ⌈Nk/Bc⌉ tiles hold at least one masked entry (diagonal or fully masked):
+// the tiles a step that computes every tile must mask element by element. Used by closed forms.
+FA_HD constexpr int64_t tiles_with_masked_entries(int64_t N, int64_t Nk, int64_t Br, int64_t Bc, bool causal) {
+  int64_t count = 0;
+  for (int64_t i0 = 0; causal && i0 < N; i0 += Br)
+    for (int64_t j0 = 0; j0 < Nk; j0 += Bc)
+      count += classify_tile(i0, i0 + Br < N ? i0 + Br : N, j0, j0 + Bc < Nk ? j0 + Bc : Nk, N, Nk, causal) !=
+               TileKind::Visible;
+  return count;
+}
+
 }  // namespace fa

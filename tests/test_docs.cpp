@@ -2,6 +2,8 @@
 // numbers. This fails when a doc names an anchor that no source file has any more.
 #include <doctest/doctest.h>
 
+#include "files.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -11,12 +13,7 @@
 
 namespace fs = std::filesystem;
 
-namespace {
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-}  // namespace
+using fa::test::slurp;
 
 TEST_CASE("every anchor a doc names exists in the code") {
   const fs::path root = FA_SOURCE_DIR;

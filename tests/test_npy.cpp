@@ -1,6 +1,8 @@
 // .npy files: the header NumPy expects and the bytes behind it.
 #include <doctest/doctest.h>
 
+#include "files.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,12 +12,7 @@
 
 using namespace fa;
 
-namespace {
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-}  // namespace
+using fa::test::slurp;
 
 TEST_CASE("npy: header, alignment and float16 payload") {
   const std::string dir = std::filesystem::temp_directory_path() / "fa_npy_test";

@@ -199,10 +199,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   a.matmul_flops = blocks * W * (d / 16) * (sc.Bc / 16) * mma_flops;  // = blocks · Br·Bc·d·2
   a.nonmatmul_ops = blocks * sc.Br * sc.Bc;
   a.tiles_computed = blocks;
-  for (int64_t ti = 0; ti < Tm; ++ti)  // tiles holding masked entries (a count over Tm·Tn tile corners)
-    for (int64_t tj = 0; tj < Tn; ++tj)
-      a.tiles_masked += BH * (classify_tile(ti * sc.Br, std::min((ti + 1) * sc.Br, N), tj * sc.Bc,
-                                            std::min((tj + 1) * sc.Bc, Nk), N, Nk, s.causal) != TileKind::Visible);
+  a.tiles_masked = BH * tiles_with_masked_entries(N, Nk, sc.Br, sc.Bc, s.causal);  // masked later, in softmax
   a.smem_peak = scores_smem_bytes(sc, int(d));
   a.workspace = s_bytes_aligned(s);
 

@@ -306,10 +306,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool split_q) {
   l.barriers = BH * (pairs * barriers_pair + Tr);
   l.nonmatmul_ops = BH * (pairs * ops_pair + 2 * N);
   l.tiles_computed = BH * pairs;
-  for (int64_t i = 0; i < Tr; ++i)
-    for (int64_t j = 0; j < Tc; ++j)
-      l.tiles_masked += BH * (classify_tile(i * Br, std::min((i + 1) * Br, N), j * Bc, std::min((j + 1) * Bc, Nk), N, Nk,
-                                            s.causal) != TileKind::Visible);
+  l.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
   l.smem_peak = smem_bytes(sc, int(d));
   return ls;
 }
