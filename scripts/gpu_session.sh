@@ -11,6 +11,7 @@
 #   session.log, ctest.log, sanitizer.log
 # Usage: scripts/gpu_session.sh [OUTDIR]
 #   FA_STEPS="step02 step03"  measure only these steps (tests and sanitizers still cover every step)
+#   FA_SANITIZE="step05"      run compute-sanitizer on these steps only (default: every step)
 #   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
 #   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
@@ -68,7 +69,7 @@ say "compute-sanitizer"
 : >"$out/sanitizer.log"
 san_fail=0
 small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
-for st in $steps; do
+for st in ${FA_SANITIZE:-$steps}; do
   mapfile -t vars < <(variants_of "$st")
   for tool in memcheck racecheck synccheck initcheck; do
     for v in "${vars[@]}"; do
