@@ -101,26 +101,29 @@ def step_ncu(step):
     return provenance(rs) + "\n\n" + table(header, body)
 
 
-def compare(a, b):
-    """Step b against step a (their default variants), d = 128 and 64, fp16, with and without the mask."""
-    rs = rows("session_*.csv")
+def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, speedup=True):
+    """Step b against step a (the variants va and vb), d = 128 and 64, fp16, with and without the mask."""
+    label_a, label_b = label_a or f"step {a}", label_b or f"step {b}"
     pick = {}
-    for r in rs:
-        if r["dtype"] == "fp16" and r["step"] in (a, b) and r["variant"] in ("-", "gemm=wmma"):
-            pick[(r["step"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
-    body = []
-    for (st, d, c, n) in sorted(pick, key=lambda k: (-k[1], k[2], k[3])):
-        if st != a or (b, d, c, n) not in pick:
+    for r in rows("session_*.csv"):
+        if r["dtype"] != "fp16":
             continue
-        ra, rb = pick[(a, d, c, n)], pick[(b, d, c, n)]
+        for side, st, vs in (("a", a, va), ("b", b, vb)):
+            if r["step"] == st and r["variant"] in vs:
+                pick[(side, int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    body = []
+    for (side, d, c, n) in sorted(pick, key=lambda k: (-k[1], k[2], k[3])):
+        if side != "a" or ("b", d, c, n) not in pick:
+            continue
+        ra, rb = pick[("a", d, c, n)], pick[("b", d, c, n)]
         ba = int(ra["hbm_read_bytes"]) + int(ra["hbm_write_bytes"])
         bb = int(rb["hbm_read_bytes"]) + int(rb["hbm_write_bytes"])
         body.append([d, "yes" if c else "no", n, mb(ba), mb(bb), f"{float(ra['ms']):.3f}", f"{float(rb['ms']):.3f}",
-                     f"{float(rb['ms']) / float(ra['ms']):.2f}"])
-    used = [pick[k] for k in pick if k[0] == b]
+                     f"{float(ra['ms']) / float(rb['ms']):.2f}" if speedup else f"{float(rb['ms']) / float(ra['ms']):.2f}"])
+    used = [pick[k] for k in pick if k[0] == "b"]
     return provenance(used) + "\n\n" + table(
-        ["d", "causal", "N", f"step {a} ledger MB", f"step {b} ledger MB", f"step {a} ms", f"step {b} ms",
-         f"time ratio {b}/{a}"], body)
+        ["d", "causal", "N", f"{label_a} ledger MB", f"{label_b} ledger MB", f"{label_a} ms", f"{label_b} ms",
+         f"speedup {label_a} / {label_b}" if speedup else f"time ratio {b}/{a}"], body)
 
 
 def loop_and_grid():
@@ -166,15 +169,20 @@ TABLES = {
     "step01-ncu": lambda: step_ncu("01"),
     "step02-sweep": lambda: step_sweep("02"),
     "step02-ncu": lambda: step_ncu("02"),
-    "step02-vs-01": lambda: compare("01", "02"),
+    "step02-vs-01": lambda: compare("01", "02", speedup=False),
     "step03-sweep": lambda: step_sweep("03"),
     "step03-ncu": lambda: step_ncu("03"),
     "step04-sweep": lambda: step_sweep("04"),
     "step04-ncu": lambda: step_ncu("04"),
     "step05-sweep": lambda: step_sweep("05"),
     "step05-ncu": lambda: step_ncu("05"),
+    "step05-q-vs-k": lambda: compare("05", "05", ("split=k",), ("split=q",), "split-K", "split-Q"),
     "step06-sweep": lambda: step_sweep("06"),
+    "step06-ncu": lambda: step_ncu("06"),
+    "step06-vs-05": lambda: compare("05", "06", ("split=q",), ("-",), "step 05 (split-Q)", "step 06"),
     "step07-sweep": lambda: step_sweep("07"),
+    "step07-ncu": lambda: step_ncu("07"),
+    "step07-vs-06": lambda: compare("06", "07"),
     "loop-and-grid": loop_and_grid,
     "tour": tour,
 }

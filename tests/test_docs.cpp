@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "files.hpp"
+#include "registry.hpp"
+#include "shapes.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -37,4 +39,26 @@ TEST_CASE("every anchor a doc names exists in the code") {
   }
   CHECK(docs > 0);
   CHECK(anchors > 0);
+}
+
+// Nsight rows are matched to ledger rows by kernel name (scripts/ncu_ledger.py): every kernel a
+// ledger names must be a kernel of that step, `stepNN_<name>`, in its kernel.cu.
+TEST_CASE("every kernel a ledger names is a kernel of its step") {
+  const fs::path root = FA_SOURCE_DIR;
+  fa::Shape s;
+  s.N = s.Nk = 64;
+  s.d = 64;
+  int kernels = 0;
+  for (const fa::StepInfo* st : fa::all_steps()) {
+    const std::string code = slurp(root / "steps" / (st->id + "_" + st->slug) / "kernel.cu");
+    REQUIRE(!code.empty());
+    for (const fa::StepOptions& opt : fa::test::all_options(*st))
+      for (const auto& [name, ledger] : st->closed_form(s, opt).kernels) {
+        const std::string kernel = "step" + st->id + "_" + name + "(";
+        CAPTURE(kernel);
+        CHECK(code.find(kernel) != std::string::npos);
+        ++kernels;
+      }
+  }
+  CHECK(kernels > 0);
 }

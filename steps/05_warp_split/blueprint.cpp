@@ -224,7 +224,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger[split_q ? "split_q" : "split_k"];
+  Ledger& L = res.ledger["warp_split"];  // named after the kernel, step05_warp_split
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br);
 
@@ -273,7 +273,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool split_q) {
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br), pairs = Tc * Tr, R = Br / 16;
   const int64_t frag2 = 16 * 16 * 2, frag4 = 16 * 16 * 4, flops = 2 * 16 * 16 * 16;
   LedgerSet ls;
-  Ledger& l = ls[split_q ? "split_q" : "split_k"];
+  Ledger& l = ls["warp_split"];
   l.hbm_read = BH * (N * d * 2 + Tr * 2 * Nk * d * 2);
   l.hbm_write = BH * (N * d * 2 + N * 4);
   int64_t w_pair, r_pair, barriers_pair, ops_pair;
