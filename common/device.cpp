@@ -39,7 +39,7 @@ Prediction predict(const LedgerSet& ls, const DeviceSpec& dev) {
   Prediction p;
   for (const auto& kl : ls.kernels) {
     const Ledger& l = kl.second;
-    const double mem = dev.hbm_bytes_per_s > 0 ? double(l.hbm_read + l.hbm_write) / dev.hbm_bytes_per_s * 1e3 : 0.0;
+    const double mem = dev.hbm_bytes_per_s > 0 ? double(l.hbm_read + l.hbm_write + l.hbm_atomic) / dev.hbm_bytes_per_s * 1e3 : 0.0;
     const double cmp = (dev.tensor_flops > 0 ? double(l.matmul_flops) / dev.tensor_flops * 1e3 : 0.0) +
                        (dev.fp32_flops > 0 ? double(l.cuda_core_flops) / dev.fp32_flops * 1e3 : 0.0);
     p.ms_memory += mem;

@@ -10,6 +10,7 @@ namespace fa {
 Ledger& Ledger::operator+=(const Ledger& o) {
   hbm_read += o.hbm_read;
   hbm_write += o.hbm_write;
+  hbm_atomic += o.hbm_atomic;
   smem_read += o.smem_read;
   smem_write += o.smem_write;
   barriers += o.barriers;
@@ -31,6 +32,7 @@ std::string Ledger::diff(const Ledger& o) const {
   };
   f("hbm_read", hbm_read, o.hbm_read);
   f("hbm_write", hbm_write, o.hbm_write);
+  f("hbm_atomic", hbm_atomic, o.hbm_atomic);
   f("smem_read", smem_read, o.smem_read);
   f("smem_write", smem_write, o.smem_write);
   f("barriers", barriers, o.barriers);
@@ -104,16 +106,18 @@ void print_ledger(std::ostream& os, const LedgerSet& ls) {
   for (const auto& [name, l] : ls.kernels) row(name, l);
   if (ls.kernels.size() > 1) row("total", ls.total());
   const Ledger t = ls.total();
+  if (t.hbm_atomic > 0)
+    os << "  fp32 atomic adds to HBM (apart from reads and writes): " << human_bytes(double(t.hbm_atomic)) << "\n";
   if (t.workspace > 0) os << "  workspace in HBM beyond Q, K, V, O, L: " << human_bytes(double(t.workspace)) << "\n";
 }
 
 void write_ledger_csv(std::ostream& os, const LedgerSet& ls) {
   os << "kernel,hbm_read,hbm_write,smem_read,smem_write,barriers,matmul_flops,cuda_core_flops,nonmatmul_ops,tiles_computed,"
-        "tiles_masked,tiles_skipped,smem_peak,workspace\n";
+        "tiles_masked,tiles_skipped,smem_peak,workspace,hbm_atomic\n";
   for (const auto& [name, l] : ls.kernels)
     os << name << "," << l.hbm_read << "," << l.hbm_write << "," << l.smem_read << "," << l.smem_write << ","
        << l.barriers << "," << l.matmul_flops << "," << l.cuda_core_flops << "," << l.nonmatmul_ops << "," << l.tiles_computed << ","
-       << l.tiles_masked << "," << l.tiles_skipped << "," << l.smem_peak << "," << l.workspace << "\n";
+       << l.tiles_masked << "," << l.tiles_skipped << "," << l.smem_peak << "," << l.workspace << "," << l.hbm_atomic << "\n";
 }
 
 void GlobalMat::bounds(int64_t r, int64_t c) const {
@@ -128,6 +132,13 @@ float GlobalMat::load(int64_t r, int64_t c) const {
   bounds(r, c);
   L_->hbm_read += st_.bytes;
   return p_[r * ld_ + c];
+}
+
+void GlobalMat::atomic_add(int64_t r, int64_t c, float x) {
+  bounds(r, c);
+  if (read_only_ || st_.rounds) throw std::logic_error("blueprint bug: atomic add into a read-only or 16-bit matrix");
+  L_->hbm_atomic += st_.bytes;
+  p_[r * ld_ + c] += x;
 }
 
 void GlobalMat::store(int64_t r, int64_t c, float x) {

@@ -4,6 +4,7 @@
 // through Smem/SmemTile, tensor cores only through Frag16 and mma(), and synchronizes through
 // barrier(). Each of these adds to a Ledger, so the numbers below are counted, never typed:
 //   hbm_read / hbm_write   bytes requested from global memory (before any cache)
+//   hbm_atomic             bytes of fp32 atomic adds to global memory (reductions, resolved in L2)
 //   smem_read / smem_write bytes moved to and from shared memory
 //   barriers               block-wide barriers executed, summed over blocks
 //   matmul_flops           tensor-core FLOPs issued (2·16·16·16 per fragment product, padding included)
@@ -26,6 +27,7 @@ namespace fa {
 
 struct Ledger {
   int64_t hbm_read = 0, hbm_write = 0;
+  int64_t hbm_atomic = 0;
   int64_t smem_read = 0, smem_write = 0;
   int64_t barriers = 0;
   int64_t matmul_flops = 0;
@@ -73,6 +75,8 @@ class GlobalMat {
       : GlobalMat(const_cast<float*>(data), rows, cols, ld, st, L) { read_only_ = true; }
   float load(int64_t r, int64_t c) const;
   void store(int64_t r, int64_t c, float x);
+  // atomicAdd: element += x, counted as hbm_atomic (fp32 matrices only).
+  void atomic_add(int64_t r, int64_t c, float x);
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   const Store& storage() const { return st_; }
