@@ -51,25 +51,38 @@ std::string validate(const Shape& s) {
   return "";
 }
 
+namespace {
+
+// Fill t with offset + spread·randn rounded to the storage type. The tensor is drawn in fixed
+// chunks, each chunk from its own generator seeded by (seed, stream, chunk): the same values for a
+// seed whatever the number of threads. Each tensor of a problem has its own stream.
+void fill_randn(Tensor4& t, DType dtype, uint64_t seed, uint64_t stream, double offset, double spread) {
+  constexpr int64_t kChunk = int64_t(1) << 16;
+  const int64_t n = static_cast<int64_t>(t.v.size()), chunks = (n + kChunk - 1) / kChunk;
+  parallel_for(chunks, [&](int64_t c) {
+    Rng rng(seed * 0x100000001b3ull + stream * 0x9e3779b97f4a7c15ull + uint64_t(c));
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
+      t.v[static_cast<size_t>(i)] = round_to(dtype, static_cast<float>(offset + spread * rng.normal()));
+  });
+}
+
+// The streams: Q, K, V are 1, 2, 3 (the order make_inputs has always drawn them in); dO is 4.
+enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamDO = 4 };
+
+}  // namespace
+
 Inputs make_inputs(const Shape& s, const InputSpec& spec) {
   Inputs in{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)};
-  // Each tensor is drawn in fixed chunks, each chunk from its own generator seeded by (seed, tensor,
-  // chunk): the same inputs for a seed whatever the number of threads.
-  constexpr int64_t kChunk = int64_t(1) << 16;
-  uint64_t tensor_id = 0;
-  auto fill = [&](Tensor4& t, double spread) {
-    const int64_t n = static_cast<int64_t>(t.v.size()), chunks = (n + kChunk - 1) / kChunk;
-    const uint64_t tid = ++tensor_id;
-    parallel_for(chunks, [&](int64_t c) {
-      Rng rng(spec.seed * 0x100000001b3ull + tid * 0x9e3779b97f4a7c15ull + uint64_t(c));
-      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
-        t.v[static_cast<size_t>(i)] = round_to(s.dtype, static_cast<float>(spec.offset + spread * rng.normal()));
-    });
-  };
-  fill(in.q, spec.qk_spread);
-  fill(in.k, spec.qk_spread);
-  fill(in.v, spec.v_spread);
+  fill_randn(in.q, s.dtype, spec.seed, kStreamQ, spec.offset, spec.qk_spread);
+  fill_randn(in.k, s.dtype, spec.seed, kStreamK, spec.offset, spec.qk_spread);
+  fill_randn(in.v, s.dtype, spec.seed, kStreamV, spec.offset, spec.v_spread);
   return in;
+}
+
+Tensor4 make_grad_output(const Shape& s, uint64_t seed) {
+  Tensor4 dO(s.B, s.H, s.N, s.d);
+  fill_randn(dO, s.dtype, seed, kStreamDO, 0.0, 1.0);
+  return dO;
 }
 
 }  // namespace fa

@@ -71,4 +71,13 @@ struct Forward {
   Tensor4 o, lse;
 };
 
+// Gradients of a backward pass, rounded to the storage type: dQ [B,H,N,d], dK and dV [B,H,Nk,d].
+struct Grads {
+  Tensor4 dq, dk, dv;
+};
+
+// The output gradient dO [B,H,N,d] for a backward run: randn (mean 0, spread 1) rounded to the
+// storage type, drawn from its own stream of `seed` (so Q, K, V are the forward's).
+Tensor4 make_grad_output(const Shape& s, uint64_t seed);
+
 }  // namespace fa
