@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "parallel.hpp"
 #include "rng.hpp"
@@ -78,46 +79,150 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
   return ref;
 }
 
-Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO) {
+std::vector<int64_t> pick_heads(const Shape& s, double budget) {
+  const int64_t BH = s.B * s.H;
+  std::vector<int64_t> heads;
+  if (double(BH) * double(s.N) * double(s.Nk) * double(s.d) <= budget) {
+    for (int64_t bh = 0; bh < BH; ++bh) heads.push_back(bh);
+  } else {
+    heads.push_back(0);
+    if (BH > 1) heads.push_back(BH - 1);
+  }
+  return heads;
+}
+
+namespace {
+
+// Rows (pass 1) and keys (pass 2) per task; any value gives the same numbers up to double rounding.
+constexpr int64_t kBlock = 128;
+
+// One head upcast to double once, with the absolute values the error scales need.
+struct Head {
+  MatD Q, K, V, G;     // G = dO
+  MatD Qa, Ka, Ga;     // |Q|, |K|, |dO|
+};
+
+Head upcast(const Shape& s, const Inputs& in, const Tensor4& dO, int64_t bh) {
+  const int64_t b = bh / s.H, h = bh % s.H;
+  Head x{MatD(s.N, s.d), MatD(s.Nk, s.d), MatD(s.Nk, s.d), MatD(s.N, s.d), {}, {}, {}};
+  for (int64_t i = 0; i < s.N; ++i)
+    for (int64_t c = 0; c < s.d; ++c) { x.Q(i, c) = in.q.at(b, h, i, c); x.G(i, c) = dO.at(b, h, i, c); }
+  for (int64_t j = 0; j < s.Nk; ++j)
+    for (int64_t c = 0; c < s.d; ++c) { x.K(j, c) = in.k.at(b, h, j, c); x.V(j, c) = in.v.at(b, h, j, c); }
+  x.Qa = x.Q.cwiseAbs();
+  x.Ka = x.K.cwiseAbs();
+  x.Ga = x.G.cwiseAbs();
+  return x;
+}
+
+// Keys 0 .. visible(s, i) − 1 are visible to query row i (0 when it sees none).
+int64_t visible(const Shape& s, int64_t i) { return std::clamp<int64_t>(s.last_visible_key(i) + 1, 0, s.Nk); }
+
+}  // namespace
+
+// Two passes, as FlashAttention's backward is organized, so that no task holds more than a block of
+// rows (or keys) times N (or Nk) and every output element is written by exactly one task — the
+// result does not depend on the number of threads, and no partial sums need reducing:
+//   pass 1, over blocks of query rows:  S, P (with the row's L), O = P V, D, D̂, dP, dS  ->  dQ, dq_mag
+//   pass 2, over blocks of keys:        S, P = exp(S − L), dP, dS (with pass 1's D, D̂)  ->  dK, dV, mags
+// Pass 2 recomputes S for its keys (as the GPU kernels do) instead of keeping P between the passes.
+Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
+  for (size_t x = 0; x < heads.size(); ++x)
+    if (heads[x] < 0 || heads[x] >= s.B * s.H || (x > 0 && heads[x] <= heads[x - 1]))
+      throw std::invalid_argument("reference_backward: heads must be ascending, distinct and in [0, B·H)");
+  const int64_t nh = static_cast<int64_t>(heads.size()), N = s.N, Nk = s.Nk, d = s.d;
   Gradients g;
-  g.dq.assign(static_cast<size_t>(s.B * s.H * s.N * s.d), 0.0);
-  g.dk.assign(static_cast<size_t>(s.B * s.H * s.Nk * s.d), 0.0);
-  g.dv.assign(static_cast<size_t>(s.B * s.H * s.Nk * s.d), 0.0);
-  g.D.assign(static_cast<size_t>(s.B * s.H * s.N), 0.0);
+  g.heads = heads;
+  g.N = N;
+  g.Nk = Nk;
+  g.d = d;
+  g.dq.assign(static_cast<size_t>(nh * N * d), 0.0);
+  g.dk.assign(static_cast<size_t>(nh * Nk * d), 0.0);
+  g.dv.assign(static_cast<size_t>(nh * Nk * d), 0.0);
+  g.dq_mag = g.dq;
+  g.dk_mag = g.dk;
+  g.dv_mag = g.dv;
+  g.D.assign(static_cast<size_t>(nh * N), 0.0);
   const double scale = s.softmax_scale();
-  parallel_for(s.B * s.H, [&](int64_t bh) {
-    const int64_t b = bh / s.H, h = bh % s.H;
-    MatD Q(s.N, s.d), K(s.Nk, s.d), V(s.Nk, s.d), G(s.N, s.d);
-    for (int64_t i = 0; i < s.N; ++i)
-      for (int64_t c = 0; c < s.d; ++c) { Q(i, c) = in.q.at(b, h, i, c); G(i, c) = dO.at(b, h, i, c); }
-    for (int64_t j = 0; j < s.Nk; ++j)
-      for (int64_t c = 0; c < s.d; ++c) { K(j, c) = in.k.at(b, h, j, c); V(j, c) = in.v.at(b, h, j, c); }
-    const MatD S = scale * (Q * K.transpose());
-    MatD P = MatD::Zero(s.N, s.Nk);  // masked entries and rows that see no key stay 0
-    for (int64_t i = 0; i < s.N; ++i) {
-      const int64_t n_vis = std::min<int64_t>(s.last_visible_key(i) + 1, s.Nk);
-      if (n_vis <= 0) continue;
-      const double m = S.row(i).head(n_vis).maxCoeff();
+  const double inf = std::numeric_limits<double>::infinity();
+
+  std::vector<Head> hd(static_cast<size_t>(nh));
+  parallel_for(nh, [&](int64_t hi) { hd[static_cast<size_t>(hi)] = upcast(s, in, dO, heads[static_cast<size_t>(hi)]); });
+  std::vector<double> L(static_cast<size_t>(nh * N), inf), Dhat(static_cast<size_t>(nh * N), 0.0);
+
+  // Pass 1: a block of query rows [i0, i1) against the keys any of them sees, [0, nk).
+  const int64_t row_blocks = (N + kBlock - 1) / kBlock;
+  parallel_for(nh * row_blocks, [&](int64_t t) {
+    const int64_t hi = t / row_blocks, i0 = (t % row_blocks) * kBlock, i1 = std::min(N, i0 + kBlock), R = i1 - i0;
+    const Head& x = hd[static_cast<size_t>(hi)];
+    const int64_t nk = visible(s, i1 - 1);  // the block's last row sees the most keys
+    if (nk == 0) return;                    // no row sees a key: dQ = 0, D = 0, L = +inf
+    const auto Kb = x.K.topRows(nk), Vb = x.V.topRows(nk);
+    const auto Gb = x.G.middleRows(i0, R);
+    MatD P = scale * (x.Q.middleRows(i0, R) * Kb.transpose());  // S, then P in place
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t nv = visible(s, i0 + r);
+      if (nv == 0) { P.row(r).setZero(); continue; }  // L stays +inf
+      const double m = P.row(r).head(nv).maxCoeff();
       double l = 0.0;
-      for (int64_t j = 0; j < n_vis; ++j) { P(i, j) = std::exp(S(i, j) - m); l += P(i, j); }
-      P.row(i).head(n_vis) /= l;
+      for (int64_t j = 0; j < nv; ++j) l += (P(r, j) = std::exp(P(r, j) - m));
+      P.row(r).head(nv) /= l;
+      P.row(r).tail(nk - nv).setZero();
+      L[static_cast<size_t>(hi * N + i0 + r)] = m + std::log(l);
     }
-    const MatD O = P * V;
-    const MatD dV = P.transpose() * G;
-    const MatD dP = G * V.transpose();
-    MatD dS(s.N, s.Nk);
-    for (int64_t i = 0; i < s.N; ++i) {
-      const double D = G.row(i).dot(O.row(i));  // = Σ_j P_ij dP_ij
-      g.D[static_cast<size_t>(bh * s.N + i)] = D;
-      for (int64_t j = 0; j < s.Nk; ++j) dS(i, j) = P(i, j) * (dP(i, j) - D);
+    const MatD O = P * Vb;  // [R, d]
+    MatD dS = Gb * Vb.transpose();  // dP, then dS in place
+    MatD Shat(R, nk);
+    for (int64_t r = 0; r < R; ++r) {
+      const size_t at = static_cast<size_t>(hi * N + i0 + r);
+      const double D = Gb.row(r).dot(O.row(r)), Dh = Gb.row(r).cwiseAbs().dot(O.row(r).cwiseAbs());
+      g.D[at] = D;
+      Dhat[at] = Dh;
+      for (int64_t j = 0; j < nk; ++j) {
+        dS(r, j) = P(r, j) * (dS(r, j) - D);
+        Shat(r, j) = std::fabs(dS(r, j)) + P(r, j) * Dh;
+      }
     }
-    const MatD dQ = scale * (dS * K), dK = scale * (dS.transpose() * Q);
-    for (int64_t i = 0; i < s.N; ++i)
-      for (int64_t c = 0; c < s.d; ++c) g.dq[static_cast<size_t>((bh * s.N + i) * s.d + c)] = dQ(i, c);
-    for (int64_t j = 0; j < s.Nk; ++j)
-      for (int64_t c = 0; c < s.d; ++c) {
-        g.dk[static_cast<size_t>((bh * s.Nk + j) * s.d + c)] = dK(j, c);
-        g.dv[static_cast<size_t>((bh * s.Nk + j) * s.d + c)] = dV(j, c);
+    const MatD dQ = scale * (dS * Kb), dQmag = scale * (Shat * x.Ka.topRows(nk));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < d; ++c) {
+        g.dq[g.q_index(hi, i0 + r, c)] = dQ(r, c);
+        g.dq_mag[g.q_index(hi, i0 + r, c)] = dQmag(r, c);
+      }
+  });
+
+  // Pass 2: a block of keys [j0, j1) against the query rows that see any of them, [r0, N).
+  const int64_t key_blocks = (Nk + kBlock - 1) / kBlock;
+  parallel_for(nh * key_blocks, [&](int64_t t) {
+    const int64_t hi = t / key_blocks, j0 = (t % key_blocks) * kBlock, j1 = std::min(Nk, j0 + kBlock), C = j1 - j0;
+    const Head& x = hd[static_cast<size_t>(hi)];
+    const int64_t r0 = s.causal ? std::clamp<int64_t>(j0 - (Nk - N), 0, N) : 0, R = N - r0;
+    if (R == 0) return;  // no row sees these keys: dK = dV = 0
+    const auto Kb = x.K.middleRows(j0, C), Vb = x.V.middleRows(j0, C);
+    const auto Gb = x.G.middleRows(r0, R);
+    MatD P = scale * (x.Q.middleRows(r0, R) * Kb.transpose());  // S, then P = exp(S − L) in place
+    MatD dS = Gb * Vb.transpose();                               // dP, then dS in place
+    MatD Shat(R, C);
+    for (int64_t r = 0; r < R; ++r) {
+      const size_t at = static_cast<size_t>(hi * N + r0 + r);
+      const int64_t nv = visible(s, r0 + r);
+      const double D = g.D[at], Dh = Dhat[at];
+      for (int64_t c = 0; c < C; ++c) {
+        P(r, c) = j0 + c < nv ? std::exp(P(r, c) - L[at]) : 0.0;
+        dS(r, c) = P(r, c) * (dS(r, c) - D);
+        Shat(r, c) = std::fabs(dS(r, c)) + P(r, c) * Dh;
+      }
+    }
+    const MatD dV = P.transpose() * Gb, dVmag = P.transpose() * x.Ga.middleRows(r0, R);
+    const MatD dK = scale * (dS.transpose() * x.Q.middleRows(r0, R));
+    const MatD dKmag = scale * (Shat.transpose() * x.Qa.middleRows(r0, R));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < d; ++k) {
+        const size_t at = g.kv_index(hi, j0 + c, k);
+        g.dv[at] = dV(c, k);
+        g.dv_mag[at] = dVmag(c, k);
+        g.dk[at] = dK(c, k);
+        g.dk_mag[at] = dKmag(c, k);
       }
   });
   return g;

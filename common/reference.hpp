@@ -35,15 +35,37 @@ inline Reference reference_forward(const Shape& s, const Inputs& in) {
   return reference_forward(s, in, all);
 }
 
-// The backward pass in double precision, every row (for small shapes). Given dO = ∂f/∂O for some
-// scalar f, returns ∂f/∂Q, ∂f/∂K, ∂f/∂V, with the softmax scale and the causal mask included:
+// The backward pass in double precision. Given dO = ∂f/∂O for some scalar f, returns ∂f/∂Q, ∂f/∂K,
+// ∂f/∂V with the softmax scale and the causal mask included:
 //   P = softmax(scale·QKᵀ) (masked entries 0),  dV = Pᵀ dO,  dP = dO Vᵀ,
 //   D_i = Σ_c dO_ic O_ic (= Σ_j P_ij dP_ij),  dS = P ∘ (dP − D),  dQ = scale·dS K,  dK = scale·dSᵀ Q.
 // A row that sees no key has P = 0 and contributes nothing.
+//
+// Only the heads listed are computed (every row and key of each), in blocks of rows so that
+// memory stays O(block·Nk) at any N. Beside each gradient, an error scale of the same shape from
+// which metrics.cpp derives the per-element tolerance:
+//   dv_mag = Pᵀ|dO|,   dq_mag = scale·Ŝ|K|,   dk_mag = scale·Ŝᵀ|Q|,   Ŝ = |dS| + P ∘ D̂,
+//   D̂_i = Σ_c |dO_ic||O_ic|.
 struct Gradients {
-  std::vector<double> dq, dk, dv;  // [B, H, N, d], [B, H, Nk, d], [B, H, Nk, d]
-  std::vector<double> D;           // [B, H, N]: rowsum(dO ∘ O)
+  std::vector<int64_t> heads;  // b·H + h of each computed head, ascending
+  int64_t N = 0, Nk = 0, d = 0;
+  std::vector<double> dq, dk, dv;              // [heads, N, d], [heads, Nk, d], [heads, Nk, d]
+  std::vector<double> dq_mag, dk_mag, dv_mag;  // the same shapes
+  std::vector<double> D;                       // [heads, N]: rowsum(dO ∘ O)
+  // hi: position in `heads`; i: row (of Q for dq, of K/V for dk and dv); c: column.
+  size_t q_index(int64_t hi, int64_t i, int64_t c) const { return static_cast<size_t>((hi * N + i) * d + c); }
+  size_t kv_index(int64_t hi, int64_t j, int64_t c) const { return static_cast<size_t>((hi * Nk + j) * d + c); }
 };
-Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO);
+
+// Every head when B·H·N·Nk·d <= budget; otherwise the first and the last head (b·H + h = 0 and
+// B·H − 1; one when B·H = 1).
+std::vector<int64_t> pick_heads(const Shape& s, double budget = 2.0e9);
+
+Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
+inline Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO) {
+  std::vector<int64_t> all(static_cast<size_t>(s.B * s.H));
+  for (int64_t i = 0; i < s.B * s.H; ++i) all[static_cast<size_t>(i)] = i;
+  return reference_backward(s, in, dO, all);
+}
 
 }  // namespace fa

@@ -1,8 +1,13 @@
-// The backward reference against central finite differences of the forward reference, and the
-// identity D = rowsum(dO ∘ O) = rowsum(dP ∘ P) that makes the fused backward's cost independent of N.
+// The backward reference against central finite differences of the forward reference; the identity
+// D = rowsum(dO ∘ O) = rowsum(dP ∘ P) that makes the fused backward's cost independent of N; the
+// blocked computation against the unblocked one; head subsets; the error scales; dO.
 #include <doctest/doctest.h>
 
+#include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <vector>
 
 #include "reference.hpp"
 #include "rng.hpp"
@@ -111,4 +116,155 @@ TEST_CASE("backward reference: D = rowsum(dO ∘ O) equals rowsum(dP ∘ P)") {
       }
       CHECK(g.D[static_cast<size_t>(h * s.N + i)] == doctest::Approx(sum).epsilon(1e-12).scale(1e-12));
     }
+}
+
+namespace {
+
+// The textbook backward of one head, all rows at once (what reference_backward computed before it
+// worked in blocks): the blocked, two-pass version must give the same numbers.
+struct Unblocked {
+  std::vector<double> dq, dk, dv, D;
+};
+Unblocked unblocked(const Shape& s, const Inputs& in, const Tensor4& dO, int64_t b, int64_t h) {
+  using M = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  M Q(s.N, s.d), K(s.Nk, s.d), V(s.Nk, s.d), G(s.N, s.d);
+  for (int64_t i = 0; i < s.N; ++i)
+    for (int64_t c = 0; c < s.d; ++c) { Q(i, c) = in.q.at(b, h, i, c); G(i, c) = dO.at(b, h, i, c); }
+  for (int64_t j = 0; j < s.Nk; ++j)
+    for (int64_t c = 0; c < s.d; ++c) { K(j, c) = in.k.at(b, h, j, c); V(j, c) = in.v.at(b, h, j, c); }
+  const double scale = s.softmax_scale();
+  const M S = scale * (Q * K.transpose());
+  M P = M::Zero(s.N, s.Nk);
+  for (int64_t i = 0; i < s.N; ++i) {
+    const int64_t nv = std::min<int64_t>(s.last_visible_key(i) + 1, s.Nk);
+    if (nv <= 0) continue;
+    const double m = S.row(i).head(nv).maxCoeff();
+    double l = 0.0;
+    for (int64_t j = 0; j < nv; ++j) { P(i, j) = std::exp(S(i, j) - m); l += P(i, j); }
+    P.row(i).head(nv) /= l;
+  }
+  const M O = P * V, dP = G * V.transpose();
+  M dS(s.N, s.Nk);
+  Unblocked u;
+  for (int64_t i = 0; i < s.N; ++i) {
+    u.D.push_back(G.row(i).dot(O.row(i)));
+    for (int64_t j = 0; j < s.Nk; ++j) dS(i, j) = P(i, j) * (dP(i, j) - u.D.back());
+  }
+  const M dQ = scale * (dS * K), dK = scale * (dS.transpose() * Q), dV = P.transpose() * G;
+  u.dq.assign(dQ.data(), dQ.data() + dQ.size());
+  u.dk.assign(dK.data(), dK.data() + dK.size());
+  u.dv.assign(dV.data(), dV.data() + dV.size());
+  return u;
+}
+
+void check_close(const std::vector<double>& got, size_t offset, const std::vector<double>& want) {
+  double scale = 0.0, worst = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t x = 0; x < want.size(); ++x) worst = std::max(worst, std::fabs(got[offset + x] - want[x]));
+  CHECK(worst <= 1e-12 * scale);
+}
+
+}  // namespace
+
+TEST_CASE("backward reference: blocks of rows and keys give the unblocked numbers (N, Nk not multiples of 128)") {
+  for (const Shape& s : {shape(300, 270, 32, false), shape(290, 333, 16, true), shape(333, 140, 16, true)}) {
+    CAPTURE(s.str());
+    const Inputs in = make_inputs(s, {21});
+    const Tensor4 dO = make_grad_output(s, 22);
+    const Gradients g = reference_backward(s, in, dO);
+    for (int64_t h = 0; h < s.H; ++h) {
+      const Unblocked u = unblocked(s, in, dO, 0, h);
+      check_close(g.dq, g.q_index(h, 0, 0), u.dq);
+      check_close(g.dk, g.kv_index(h, 0, 0), u.dk);
+      check_close(g.dv, g.kv_index(h, 0, 0), u.dv);
+      check_close(g.D, size_t(h * s.N), u.D);
+    }
+  }
+}
+
+TEST_CASE("backward reference: a subset of heads gives the same numbers as all heads") {
+  Shape s = shape(70, 150, 16, true);
+  s.B = 2;
+  s.H = 3;
+  const Inputs in = make_inputs(s, {23});
+  const Tensor4 dO = make_grad_output(s, 24);
+  const Gradients all = reference_backward(s, in, dO), two = reference_backward(s, in, dO, {1, 4});
+  REQUIRE(two.heads == std::vector<int64_t>{1, 4});
+  CHECK(two.dq.size() == size_t(2 * s.N * s.d));
+  CHECK(two.dk_mag.size() == size_t(2 * s.Nk * s.d));
+  for (int64_t hi = 0; hi < 2; ++hi) {
+    const int64_t bh = two.heads[size_t(hi)];
+    for (int64_t i = 0; i < s.N; ++i) {
+      CHECK(two.D[size_t(hi * s.N + i)] == all.D[size_t(bh * s.N + i)]);
+      for (int64_t c = 0; c < s.d; ++c) {
+        CHECK(two.dq[two.q_index(hi, i, c)] == all.dq[all.q_index(bh, i, c)]);
+        CHECK(two.dq_mag[two.q_index(hi, i, c)] == all.dq_mag[all.q_index(bh, i, c)]);
+      }
+    }
+    for (int64_t j = 0; j < s.Nk; ++j)
+      for (int64_t c = 0; c < s.d; ++c) {
+        CHECK(two.dk[two.kv_index(hi, j, c)] == all.dk[all.kv_index(bh, j, c)]);
+        CHECK(two.dv[two.kv_index(hi, j, c)] == all.dv[all.kv_index(bh, j, c)]);
+        CHECK(two.dv_mag[two.kv_index(hi, j, c)] == all.dv_mag[all.kv_index(bh, j, c)]);
+      }
+  }
+  CHECK_THROWS_AS(reference_backward(s, in, dO, {4, 1}), std::invalid_argument);
+  CHECK_THROWS_AS(reference_backward(s, in, dO, {6}), std::invalid_argument);
+}
+
+TEST_CASE("backward reference: pick_heads takes every head on small shapes, the first and last on large") {
+  Shape s = shape(64, 64, 64, false);
+  s.B = 2;
+  s.H = 3;
+  CHECK(pick_heads(s) == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  s.B = 4; s.H = 16; s.N = s.Nk = 16384; s.d = 128;
+  CHECK(pick_heads(s) == std::vector<int64_t>{0, 63});
+  s.B = 1; s.H = 1;
+  CHECK(pick_heads(s) == std::vector<int64_t>{0});
+}
+
+TEST_CASE("backward reference: the error scales bound the gradients elementwise") {
+  for (const Shape& s : {shape(150, 140, 32, false), shape(140, 170, 16, true), shape(170, 60, 16, true)}) {
+    CAPTURE(s.str());
+    const Inputs in = make_inputs(s, {25});
+    const Tensor4 dO = make_grad_output(s, 26);
+    const Gradients g = reference_backward(s, in, dO);
+    int64_t bad = 0;
+    auto bounded = [&](const std::vector<double>& v, const std::vector<double>& mag) {
+      REQUIRE(v.size() == mag.size());
+      for (size_t x = 0; x < v.size(); ++x) bad += std::fabs(v[x]) <= mag[x] * (1 + 1e-12) ? 0 : 1;
+    };
+    bounded(g.dq, g.dq_mag);
+    bounded(g.dk, g.dk_mag);
+    bounded(g.dv, g.dv_mag);
+    CHECK(bad == 0);
+    // And they are not vacuous: somewhere a gradient reaches a good part of its scale.
+    double most = 0.0;
+    for (size_t x = 0; x < g.dv.size(); ++x) most = std::max(most, std::fabs(g.dv[x]) / g.dv_mag[x]);
+    CHECK(most > 0.5);
+  }
+}
+
+TEST_CASE("make_grad_output: seeded randn in the storage type, its own stream") {
+  Shape s = shape(300, 300, 64, false);
+  s.dtype = DType::bf16;
+  const Tensor4 a = make_grad_output(s, 7), b = make_grad_output(s, 7), c = make_grad_output(s, 8);
+  CHECK(a.v == b.v);
+  CHECK(a.v != c.v);
+  CHECK(a.rows == s.N);
+  CHECK(a.cols == s.d);
+  double sum = 0.0, sum2 = 0.0;
+  for (float x : a.v) {
+    CHECK(x == round_to(s.dtype, x));
+    sum += x;
+    sum2 += double(x) * x;
+  }
+  const double n = double(a.v.size()), mean = sum / n;
+  CHECK(std::fabs(mean) < 0.02);
+  CHECK(std::sqrt(sum2 / n - mean * mean) == doctest::Approx(1.0).epsilon(0.02));
+  // Not Q's stream: dO and Q of one seed are unrelated.
+  const Inputs in = make_inputs(s, {7});
+  double dot = 0.0;
+  for (size_t x = 0; x < a.v.size(); ++x) dot += double(a.v[x]) * (in.q.v[x] - 0.5);
+  CHECK(std::fabs(dot / n) < 0.02);
 }
