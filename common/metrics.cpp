@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
+#include <vector>
 
 namespace fa {
 
@@ -93,6 +95,99 @@ std::string Check::summary() const {
   if (bad_lse) os << "  L out of tolerance in " << bad_lse << " rows (worst at b=" << lse_worst.b
                   << ", h=" << lse_worst.h << ", i=" << lse_worst.i << ")";
   os << "  [" << checked_rows << " rows per head checked]";
+  return os.str();
+}
+
+// Why 4·u·mag, element by element (mag: the reference's error scale of that element, reference.hpp;
+// u: the storage type's unit roundoff, |round(x) − x| <= u·|x|).
+// The backward kernels, like FlashAttention's, take Q, K, V, dO in the storage type, recompute
+// P = exp(S − L) in fp32, round P and dS = P ∘ (dP − D) to the storage type before the tensor-core
+// products (a relative error of at most u each), form D_i = Σ_c dO_ic O_ic from O as stored
+// (O rounded, so |ΔD_i| <= u·D̂_i with D̂_i = Σ_c |dO_ic||O_ic|), accumulate in fp32 and round each
+// gradient once at the end (u relative, and |g| <= mag). Hence
+//   dV = Pᵀ dO:            |ΔdV| <= u·Pᵀ|dO| + u·|dV|                          <= 2u·dv_mag
+//   dS = P ∘ (dP − D):     |ΔdS| <= u·|dS| (rounding) + P∘|ΔD| <= u·(|dS| + P∘D̂) = u·Ŝ
+//   dQ = scale·dS K:       |ΔdQ| <= scale·u·Ŝ|K| + u·|dQ|                       <= 2u·dq_mag
+// and dK = scale·dSᵀ Q likewise. fp32 errors (S = scale·QKᵀ, dP = dO Vᵀ, the sums over N or Nk
+// keys or rows) are relative ~k·2^-24 with k the length of a sum, far below u for fp16 and bf16
+// here; the forward's own error in O enters D the way rounding does, and averages out over c.
+// A factor 4 (twice 2u) leaves room for those; a floor of 1e-3·u·max(mag) over the tensor absorbs
+// an element whose mag is near 0 where fp32 accumulation order (atomics included) still leaves a
+// few ulps. A wrong scale, a missed tile or a wrong row costs O(mag) — many tolerances — so the
+// check still fails on a real bug. tests/test_backward_check.cpp holds both sides: a CPU emulation
+// of this arithmetic passes (worst |Δ|/tol ~0.4, where few terms make an element), and the same
+// with P and dS rounded 16 times coarser fails.
+double grad_tolerance(const Shape& s, double mag) { return 4.0 * unit_roundoff(s.dtype) * mag; }
+
+namespace {
+
+// The floor, as a fraction of the largest mag of the tensor passed to grad_tolerance (1e-3·u·max).
+constexpr double kGradFloor = 1e-3 / 4.0;
+
+GradCheck check_grad(const Shape& s, const char* name, const Gradients& ref, const Tensor4& got, int64_t rows,
+                     const std::vector<double>& want, const std::vector<double>& mag) {
+  GradCheck g;
+  g.name = name;
+  if (got.B != s.B || got.H != s.H || got.rows != rows || got.cols != s.d)
+    throw std::invalid_argument(std::string("check_backward: ") + name + " has the wrong shape");
+  for (float x : got.v) g.nonfinite += std::isfinite(x) ? 0 : 1;
+  double max_mag = 0.0;
+  for (double m : mag) max_mag = std::max(max_mag, m);
+  const double floor = kGradFloor * max_mag;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (size_t hi = 0; hi < ref.heads.size(); ++hi) {
+    const int64_t b = ref.heads[hi] / s.H, h = ref.heads[hi] % s.H;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < s.d; ++c) {
+        const size_t at = static_cast<size_t>((int64_t(hi) * rows + i) * s.d + c);
+        const double x = got.at(b, h, i, c), w = want[at];
+        const double e = std::isfinite(x) ? std::fabs(x - w) : inf;
+        const double tol = grad_tolerance(s, mag[at] + floor);
+        const double ratio = e == 0.0 ? 0.0 : (tol > 0.0 ? e / tol : inf);
+        g.max_abs = std::max(g.max_abs, e);
+        if (!(ratio <= g.max_ratio) || g.worst.b < 0) {  // NaN-proof, and the first element fills the slot
+          g.max_ratio = std::isnan(ratio) ? inf : std::max(g.max_ratio, ratio);
+          g.worst = {b, h, i, c};
+          g.worst_got = x;
+          g.worst_want = w;
+          g.worst_tol = tol;
+        }
+        ++g.checked;
+      }
+  }
+  g.pass = g.checked > 0 && g.nonfinite == 0 && g.max_ratio <= 1.0;
+  return g;
+}
+
+}  // namespace
+
+BackwardCheck check_backward(const Shape& s, const Gradients& ref, const Grads& got) {
+  if (ref.N != s.N || ref.Nk != s.Nk || ref.d != s.d)
+    throw std::invalid_argument("check_backward: the reference gradients are of another shape");
+  BackwardCheck c;
+  c.dq = check_grad(s, "dQ", ref, got.dq, s.N, ref.dq, ref.dq_mag);
+  c.dk = check_grad(s, "dK", ref, got.dk, s.Nk, ref.dk, ref.dk_mag);
+  c.dv = check_grad(s, "dV", ref, got.dv, s.Nk, ref.dv, ref.dv_mag);
+  c.checked_heads = static_cast<int64_t>(ref.heads.size());
+  c.pass = c.dq.pass && c.dk.pass && c.dv.pass;
+  return c;
+}
+
+std::string BackwardCheck::summary() const {
+  std::ostringstream os;
+  os.precision(3);
+  bool first = true;
+  for (const GradCheck* g : {&dq, &dk, &dv}) {
+    if (!first) os << "\n";
+    first = false;
+    os << (g->pass ? "PASS" : "FAIL") << "  " << g->name << "  max|Δ| " << std::scientific << g->max_abs
+       << "  worst |Δ|/tol " << std::defaultfloat << g->max_ratio << std::scientific;
+    if (g->worst.b >= 0)
+      os << " at (b=" << g->worst.b << ", h=" << g->worst.h << ", i=" << g->worst.i << ", j=" << g->worst.j
+         << "): got " << g->worst_got << ", want " << g->worst_want << ", tol " << g->worst_tol;
+    if (g->nonfinite) os << "  non-finite: " << g->nonfinite;
+    os << "  [" << checked_heads << " heads, " << g->checked << " elements]";
+  }
   return os.str();
 }
 

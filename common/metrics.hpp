@@ -36,4 +36,25 @@ double lse_tolerance(const Shape& s, const InputMagnitudes& mag, double lse_magn
 
 Check check_forward(const Shape& s, const Inputs& in, const Reference& ref, const Forward& out);
 
+// One gradient (dQ, dK or dV) against the reference, element by element on the reference's heads,
+// each element against its own tolerance grad_tolerance(mag) (derivation in metrics.cpp).
+struct GradCheck {
+  std::string name;           // "dQ", "dK", "dV"
+  double max_abs = 0.0;       // largest |got − want| on the checked heads
+  double max_ratio = 0.0;     // largest |got − want| / tolerance; pass needs <= 1
+  Where worst;                // where max_ratio occurs (i = row, j = column)
+  double worst_got = 0.0, worst_want = 0.0, worst_tol = 0.0;
+  int64_t nonfinite = 0;      // non-finite elements anywhere in the tensor (every head is scanned)
+  int64_t checked = 0;        // elements compared
+  bool pass = false;
+};
+struct BackwardCheck {
+  GradCheck dq, dk, dv;
+  int64_t checked_heads = 0;
+  bool pass = false;
+  std::string summary() const;  // one line per gradient: PASS/FAIL, numbers, worst place
+};
+double grad_tolerance(const Shape& s, double mag);
+BackwardCheck check_backward(const Shape& s, const Gradients& ref, const Grads& got);
+
 }  // namespace fa
