@@ -33,4 +33,15 @@ struct AttnParams {
   void* workspace = nullptr;             // step-specific scratch in global memory
 };
 
+// What a backward launcher receives. Gradients are laid out like what they differentiate: dO has
+// O's strides, dQ has Q's, dK has K's, dV has V's (all in the storage type).
+struct BwdParams {
+  AttnParams f;                 // Q, K, V, O and L of the forward (read only here), shape, scale
+  const void* dout = nullptr;   // dO
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  void* workspace = nullptr;    // the backward's scratch (f.workspace is not used)
+};
+
 }  // namespace fa

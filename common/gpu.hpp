@@ -41,4 +41,18 @@ std::string cuda_version_string();   // "runtime 13.0, driver 13.0"
 GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
                      const GpuConfig& cfg);
 
+struct GpuBackwardResult {
+  Grads grads;               // dQ, dK, dV copied back from the checked launch
+  std::vector<double> ms;    // each timed launch of the whole backward (all its kernels)
+  double ms_median = 0;
+  int64_t stray_writes = 0;  // padding elements of dQ, dK or dV that are no longer NaN
+};
+
+// The backward the same way: Q, K, V, the forward's O and L, and dO uploaded inside NaN-padded
+// buffers (dQ, dK, dV padded and poisoned like O); one checked launch of step.launch_backward, then
+// cfg.reps timed ones (dQ, dK, dV poisoned before each, outside the timed interval). The backward's
+// workspace is poisoned with them: a launcher must initialize the scratch it accumulates into.
+GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const Forward& fwd,
+                                      const Tensor4& dO, const StepOptions& opts, const GpuConfig& cfg);
+
 }  // namespace fa

@@ -1,8 +1,11 @@
 // The GPU harness: device properties, NaN-padded tensors, checked launches and event timing.
-// Every step gets its GPU checks and measurements through run_on_gpu(); none has plumbing of its own.
+// Every step gets its GPU checks and measurements through run_on_gpu() and run_backward_on_gpu();
+// none has plumbing of its own, and the two share the buffers, the stray-write check and the timing.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 #include "cuda_check.cuh"
@@ -62,34 +65,144 @@ DeviceSpec gpu_device_spec() {
 
 namespace {
 
-// A [B, H, rows, cols] tensor of 16-bit elements inside a NaN-filled buffer, with padding after
-// each row, after each head and after each batch.
+// A [B, H, rows, cols] tensor of `elem`-byte elements (2: the storage type, 4: fp32) inside a
+// NaN-filled buffer, with padding after each row, after each head and after each batch.
 struct PaddedTensor {
-  int64_t B, H, rows, cols;
+  int64_t B, H, rows, cols, elem;
   int64_t sn, sh, sb;  // strides in elements
   DeviceBuffer buf;
-  PaddedTensor(int64_t b, int64_t h, int64_t r, int64_t c, int elem, const Padding& pad)
-      : B(b), H(h), rows(r), cols(c) {
+  PaddedTensor(int64_t b, int64_t h, int64_t r, int64_t c, int64_t el, const Padding& pad)
+      : B(b), H(h), rows(r), cols(c), elem(el) {
     sn = c + pad.row;
     sh = r * sn + pad.head;
     sb = h * sh + pad.batch;
-    buf = DeviceBuffer(static_cast<size_t>(b * sb) * elem);
+    buf = DeviceBuffer(static_cast<size_t>(b * sb * el));
   }
+  size_t offset(int64_t b, int64_t h, int64_t i, int64_t c) const { return static_cast<size_t>(b * sb + h * sh + i * sn + c); }
+  size_t elems() const { return buf.bytes() / static_cast<size_t>(elem); }
 };
+
+// Q, K, V, O [B, H, rows, d] in the storage type; L [B, H, N] in fp32, padded after each head and
+// batch (its rows are single elements). Gradients are allocated like what they differentiate.
+PaddedTensor padded_storage(int64_t B, int64_t H, int64_t rows, int64_t d, const Padding& pad) {
+  return PaddedTensor(B, H, rows, d, 2, pad);
+}
+PaddedTensor padded_lse(const Shape& s, const Padding& pad) {
+  return PaddedTensor(s.B, s.H, s.N, 1, 4, Padding{0, pad.head, pad.batch});
+}
 
 void poison(const DeviceBuffer& b, cudaStream_t st) {
   // 0xFF bytes are NaN in fp32, fp16 and bf16 alike.
-  CUDA_CHECK(cudaMemsetAsync(b.get(), 0xFF, b.bytes(), st));
+  if (b.bytes()) CUDA_CHECK(cudaMemsetAsync(b.get(), 0xFF, b.bytes(), st));
 }
 
-void upload(PaddedTensor& t, const Tensor4& x, DType dt) {
-  std::vector<uint16_t> bits(x.v.size());
-  for (size_t i = 0; i < bits.size(); ++i) bits[i] = to_bits(dt, x.v[i]);
-  CUDA_CHECK(cudaMemset(t.buf.get(), 0xFF, t.buf.bytes()));
+void check_dims(const PaddedTensor& t, const Tensor4& x, const char* what) {
+  if (x.B != t.B || x.H != t.H || x.rows != t.rows || x.cols != t.cols)
+    throw std::invalid_argument(std::string("GPU harness: ") + what + " does not have the problem's shape");
+}
+
+// Host values into the buffer (storage-type bits or fp32), the padding NaN, in one copy.
+void upload(PaddedTensor& t, const Tensor4& x, DType dt, const char* what) {
+  check_dims(t, x, what);
+  std::vector<unsigned char> img(t.buf.bytes(), 0xFF);
   for (int64_t b = 0; b < t.B; ++b)
     for (int64_t h = 0; h < t.H; ++h)
-      CUDA_CHECK(cudaMemcpy2D(t.buf.as<uint16_t>() + b * t.sb + h * t.sh, t.sn * 2, bits.data() + x.index(b, h, 0, 0),
-                              t.cols * 2, t.cols * 2, t.rows, cudaMemcpyHostToDevice));
+      for (int64_t i = 0; i < t.rows; ++i)
+        for (int64_t c = 0; c < t.cols; ++c) {
+          unsigned char* at = img.data() + t.offset(b, h, i, c) * static_cast<size_t>(t.elem);
+          const float v = x.at(b, h, i, c);
+          if (t.elem == 2) { const uint16_t bits = to_bits(dt, v); std::memcpy(at, &bits, 2); }
+          else std::memcpy(at, &v, 4);
+        }
+  CUDA_CHECK(cudaMemcpy(t.buf.get(), img.data(), img.size(), cudaMemcpyHostToDevice));
+}
+
+// The buffer back as host values; `stray` counts the padding elements that are no longer NaN as
+// poisoned (all bytes 0xFF): anything else is a write outside the tensor.
+Tensor4 download(const PaddedTensor& t, DType dt, int64_t& stray) {
+  std::vector<unsigned char> img(t.buf.bytes());
+  CUDA_CHECK(cudaMemcpy(img.data(), t.buf.get(), img.size(), cudaMemcpyDeviceToHost));
+  Tensor4 x(t.B, t.H, t.rows, t.cols);
+  std::vector<char> inside(t.elems(), 0);
+  for (int64_t b = 0; b < t.B; ++b)
+    for (int64_t h = 0; h < t.H; ++h)
+      for (int64_t i = 0; i < t.rows; ++i)
+        for (int64_t c = 0; c < t.cols; ++c) {
+          const size_t e = t.offset(b, h, i, c);
+          const unsigned char* at = img.data() + e * static_cast<size_t>(t.elem);
+          if (t.elem == 2) { uint16_t bits; std::memcpy(&bits, at, 2); x.at(b, h, i, c) = from_bits(dt, bits); }
+          else std::memcpy(&x.at(b, h, i, c), at, 4);
+          inside[e] = 1;
+        }
+  for (size_t e = 0; e < inside.size(); ++e) {
+    if (inside[e]) continue;
+    const unsigned char* at = img.data() + e * static_cast<size_t>(t.elem);
+    stray += std::all_of(at, at + t.elem, [](unsigned char byte) { return byte == 0xFF; }) ? 0 : 1;
+  }
+  return x;
+}
+
+// Q, K, V, O and L of one problem on the device, and the AttnParams that point into them.
+struct ForwardBuffers {
+  PaddedTensor q, k, v, o, lse;
+  ForwardBuffers(const Shape& s, const Padding& pad)
+      : q(padded_storage(s.B, s.H, s.N, s.d, pad)), k(padded_storage(s.B, s.H, s.Nk, s.d, pad)),
+        v(padded_storage(s.B, s.H, s.Nk, s.d, pad)), o(padded_storage(s.B, s.H, s.N, s.d, pad)), lse(padded_lse(s, pad)) {}
+  AttnParams params(const Shape& s, void* workspace) const {
+    AttnParams p;
+    p.q = q.buf.get(); p.k = k.buf.get(); p.v = v.buf.get(); p.o = o.buf.get(); p.lse = lse.buf.as<float>();
+    p.q_sb = q.sb; p.q_sh = q.sh; p.q_sn = q.sn;
+    p.k_sb = k.sb; p.k_sh = k.sh; p.k_sn = k.sn;
+    p.v_sb = v.sb; p.v_sh = v.sh; p.v_sn = v.sn;
+    p.o_sb = o.sb; p.o_sh = o.sh; p.o_sn = o.sn;
+    p.lse_sb = lse.sb; p.lse_sh = lse.sh;
+    p.B = int(s.B); p.H = int(s.H); p.N = int(s.N); p.Nk = int(s.Nk); p.d = int(s.d);
+    p.causal = s.causal;
+    p.bf16 = s.dtype == DType::bf16;
+    p.scale = static_cast<float>(s.softmax_scale());
+    p.workspace = workspace;
+    return p;
+  }
+};
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreate(&s)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
+// cfg.warmup launches, then cfg.reps timed with CUDA events; `reset` (the outputs poisoned again)
+// runs before each, outside the timed interval. Returns each rep's milliseconds.
+template <class Reset, class Launch>
+std::vector<double> time_launches(const GpuConfig& cfg, cudaStream_t st, Reset reset, Launch launch) {
+  std::vector<double> ms;
+  if (cfg.reps <= 0) return ms;
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  struct Events { cudaEvent_t a, b; ~Events() { cudaEventDestroy(a); cudaEventDestroy(b); } } guard{e0, e1};
+  for (int w = 0; w < cfg.warmup; ++w) launch();
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  for (int rep = 0; rep < cfg.reps; ++rep) {
+    reset();
+    CUDA_CHECK(cudaEventRecord(e0, st));
+    launch();
+    CUDA_CHECK(cudaEventRecord(e1, st));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  return ms;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace
@@ -97,95 +210,65 @@ void upload(PaddedTensor& t, const Tensor4& x, DType dt) {
 GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
                      const GpuConfig& cfg) {
   if (!step.launch) throw std::runtime_error("step " + step.id + " has no GPU launcher in this build");
-  const DType dt = s.dtype;
-  PaddedTensor q(s.B, s.H, s.N, s.d, 2, cfg.pad), k(s.B, s.H, s.Nk, s.d, 2, cfg.pad),
-      v(s.B, s.H, s.Nk, s.d, 2, cfg.pad), o(s.B, s.H, s.N, s.d, 2, cfg.pad);
-  // L: [B, H, N] fp32 with padding after each head and batch (its rows are single elements).
-  Padding lpad{0, cfg.pad.head, cfg.pad.batch};
-  PaddedTensor lse(s.B, s.H, s.N, 1, 4, lpad);
-  upload(q, in.q, dt);
-  upload(k, in.k, dt);
-  upload(v, in.v, dt);
-  const size_t ws_bytes = step.workspace_bytes ? step.workspace_bytes(s, opts) : 0;
-  DeviceBuffer ws(ws_bytes);
-
-  AttnParams p;
-  p.q = q.buf.get(); p.k = k.buf.get(); p.v = v.buf.get(); p.o = o.buf.get(); p.lse = lse.buf.as<float>();
-  p.q_sb = q.sb; p.q_sh = q.sh; p.q_sn = q.sn;
-  p.k_sb = k.sb; p.k_sh = k.sh; p.k_sn = k.sn;
-  p.v_sb = v.sb; p.v_sh = v.sh; p.v_sn = v.sn;
-  p.o_sb = o.sb; p.o_sh = o.sh; p.o_sn = o.sn;
-  p.lse_sb = lse.sb; p.lse_sh = lse.sh;
-  p.B = int(s.B); p.H = int(s.H); p.N = int(s.N); p.Nk = int(s.Nk); p.d = int(s.d);
-  p.causal = s.causal;
-  p.bf16 = dt == DType::bf16;
-  p.scale = static_cast<float>(s.softmax_scale());
-  p.workspace = ws.get();
-
-  cudaStream_t st = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&st));
-  struct StreamGuard { cudaStream_t s; ~StreamGuard() { cudaStreamDestroy(s); } } guard{st};
+  ForwardBuffers f(s, cfg.pad);
+  upload(f.q, in.q, s.dtype, "Q");
+  upload(f.k, in.k, s.dtype, "K");
+  upload(f.v, in.v, s.dtype, "V");
+  DeviceBuffer ws(step.workspace_bytes ? step.workspace_bytes(s, opts) : 0);
+  const AttnParams p = f.params(s, ws.get());
+  Stream st;
+  auto reset = [&] { poison(f.o.buf, st.s); poison(f.lse.buf, st.s); };
+  auto launch = [&] { step.launch(p, opts, st.s); };
 
   // The checked launch: outputs poisoned first, so anything the kernel fails to write stays NaN.
-  poison(o.buf, st);
-  poison(lse.buf, st);
-  step.launch(p, opts, st);
-  CUDA_CHECK(cudaStreamSynchronize(st));
-
+  reset();
+  launch();
+  CUDA_CHECK(cudaStreamSynchronize(st.s));
   GpuResult r;
-  r.out.o = Tensor4(s.B, s.H, s.N, s.d);
-  r.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  {
-    std::vector<uint16_t> ob(o.buf.bytes() / 2);
-    std::vector<float> lb(lse.buf.bytes() / 4);
-    CUDA_CHECK(cudaMemcpy(ob.data(), o.buf.get(), o.buf.bytes(), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(lb.data(), lse.buf.get(), lse.buf.bytes(), cudaMemcpyDeviceToHost));
-    std::vector<char> inside_o(ob.size(), 0), inside_l(lb.size(), 0);
-    for (int64_t b = 0; b < s.B; ++b)
-      for (int64_t h = 0; h < s.H; ++h)
-        for (int64_t i = 0; i < s.N; ++i) {
-          for (int64_t c = 0; c < s.d; ++c) {
-            const size_t at = static_cast<size_t>(b * o.sb + h * o.sh + i * o.sn + c);
-            r.out.o.at(b, h, i, c) = from_bits(dt, ob[at]);
-            inside_o[at] = 1;
-          }
-          const size_t la = static_cast<size_t>(b * lse.sb + h * lse.sh + i);
-          r.out.lse.at(b, h, i, 0) = lb[la];
-          inside_l[la] = 1;
-        }
-    // Padding must still be NaN (all bytes 0xFF): anything else is a write outside O or L.
-    for (size_t i = 0; i < ob.size(); ++i) r.stray_writes += (!inside_o[i] && ob[i] != 0xFFFFu) ? 1 : 0;
-    for (size_t i = 0; i < lb.size(); ++i) {
-      uint32_t x;
-      std::memcpy(&x, &lb[i], 4);
-      r.stray_writes += (!inside_l[i] && x != 0xFFFFFFFFu) ? 1 : 0;
-    }
-  }
+  r.out.o = download(f.o, s.dtype, r.stray_writes);
+  r.out.lse = download(f.lse, s.dtype, r.stray_writes);
 
-  if (cfg.reps > 0) {
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    for (int w = 0; w < cfg.warmup; ++w) step.launch(p, opts, st);
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    for (int rep = 0; rep < cfg.reps; ++rep) {
-      poison(o.buf, st);
-      poison(lse.buf, st);
-      CUDA_CHECK(cudaEventRecord(e0, st));
-      step.launch(p, opts, st);
-      CUDA_CHECK(cudaEventRecord(e1, st));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      r.ms.push_back(ms);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    std::vector<double> sorted = r.ms;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t n = sorted.size();
-    r.ms_median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  }
+  r.ms = time_launches(cfg, st.s, reset, launch);
+  r.ms_median = median(r.ms);
+  return r;
+}
+
+GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const Forward& fwd,
+                                      const Tensor4& dO, const StepOptions& opts, const GpuConfig& cfg) {
+  if (!step.launch_backward) throw std::runtime_error("step " + step.id + " has no GPU backward launcher in this build");
+  ForwardBuffers f(s, cfg.pad);
+  upload(f.q, in.q, s.dtype, "Q");
+  upload(f.k, in.k, s.dtype, "K");
+  upload(f.v, in.v, s.dtype, "V");
+  upload(f.o, fwd.o, s.dtype, "O");
+  upload(f.lse, fwd.lse, s.dtype, "L");
+  // dO like O, dQ like Q, dK and dV like K and V: the same layouts, so BwdParams needs no strides of its own.
+  PaddedTensor dout = padded_storage(s.B, s.H, s.N, s.d, cfg.pad), dq = padded_storage(s.B, s.H, s.N, s.d, cfg.pad),
+               dk = padded_storage(s.B, s.H, s.Nk, s.d, cfg.pad), dv = padded_storage(s.B, s.H, s.Nk, s.d, cfg.pad);
+  upload(dout, dO, s.dtype, "dO");
+  DeviceBuffer ws(step.backward_workspace_bytes ? step.backward_workspace_bytes(s, opts) : 0);
+  BwdParams p;
+  p.f = f.params(s, nullptr);
+  p.dout = dout.buf.get();
+  p.dq = dq.buf.get();
+  p.dk = dk.buf.get();
+  p.dv = dv.buf.get();
+  p.workspace = ws.get();
+  Stream st;
+  // The scratch is poisoned too: a launcher must initialize whatever it accumulates into.
+  auto reset = [&] { poison(dq.buf, st.s); poison(dk.buf, st.s); poison(dv.buf, st.s); poison(ws, st.s); };
+  auto launch = [&] { step.launch_backward(p, opts, st.s); };
+
+  reset();
+  launch();
+  CUDA_CHECK(cudaStreamSynchronize(st.s));
+  GpuBackwardResult r;
+  r.grads.dq = download(dq, s.dtype, r.stray_writes);
+  r.grads.dk = download(dk, s.dtype, r.stray_writes);
+  r.grads.dv = download(dv, s.dtype, r.stray_writes);
+
+  r.ms = time_launches(cfg, st.s, reset, launch);
+  r.ms_median = median(r.ms);
   return r;
 }
 

@@ -14,5 +14,9 @@ std::string cuda_version_string() { return "none"; }
 GpuResult run_on_gpu(const StepInfo&, const Shape&, const Inputs&, const StepOptions&, const GpuConfig&) {
   throw std::runtime_error("built without CUDA");
 }
+GpuBackwardResult run_backward_on_gpu(const StepInfo&, const Shape&, const Inputs&, const Forward&, const Tensor4&,
+                                      const StepOptions&, const GpuConfig&) {
+  throw std::runtime_error("built without CUDA");
+}
 
 }  // namespace fa

@@ -24,6 +24,11 @@ struct BlueprintResult {
   LedgerSet ledger;  // counted while it ran
 };
 
+struct BackwardBlueprintResult {
+  Grads grads;       // dQ, dK, dV rounded to the storage type
+  LedgerSet ledger;  // counted while it ran
+};
+
 struct StepInfo {
   std::string id;       // "01"
   std::string slug;     // "naive" (the folder is steps/01_naive)
@@ -41,6 +46,19 @@ struct StepInfo {
   size_t (*workspace_bytes)(const Shape&, const StepOptions&) = nullptr;
   // Prefix shared by the step's kernel names (Nsight filters on it), e.g. "step01_".
   std::string kernel_prefix;
+
+  // A step that runs another step's forward (step 08 runs step 07's) names it here; "" = its own.
+  // blueprint / closed_form / launch above are then that step's.
+  std::string forward_from;
+
+  // The backward pass, for steps that have one (null otherwise). Inputs: Q, K, V, the forward's O
+  // and L, and dO. The launcher gets BwdParams; its scratch is backward_workspace_bytes().
+  BackwardBlueprintResult (*backward_blueprint)(const Shape&, const Inputs&, const Forward&, const Tensor4& dO,
+                                                const StepOptions&) = nullptr;
+  LedgerSet (*backward_closed_form)(const Shape&, const StepOptions&) = nullptr;
+  void (*launch_backward)(const BwdParams&, const StepOptions&, void* stream) = nullptr;
+  size_t (*backward_workspace_bytes)(const Shape&, const StepOptions&) = nullptr;
+  bool has_backward() const { return backward_blueprint != nullptr; }
 
   std::string program_name;  // set only by tools that are not a step (the tour)
   std::string program() const { return program_name.empty() ? "step" + id : program_name; }
