@@ -1,11 +1,13 @@
 #include "runner.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "gpu.hpp"
 #include "npy.hpp"
@@ -21,7 +23,9 @@ std::string variant_name(const StepOptions& o) {
 
 std::string csv_header() {
   return "step,variant,backend,device,dtype,B,H,N,Nk,d,causal,seed,max_abs_err,rel_l2_err,lse_max_abs_err,pass,"
-         "ms,reps,tflops,hbm_read_bytes,hbm_write_bytes,matmul_flops,workspace_bytes,predicted_ms";
+         "ms,reps,tflops,hbm_read_bytes,hbm_write_bytes,matmul_flops,workspace_bytes,predicted_ms,"
+         "bwd_max_ratio,bwd_pass,bwd_ms,bwd_tflops,bwd_hbm_read_bytes,bwd_hbm_write_bytes,bwd_matmul_flops,"
+         "bwd_workspace_bytes,bwd_predicted_ms";
 }
 
 std::string csv_row(const RunRecord& r) {
@@ -30,11 +34,71 @@ std::string csv_row(const RunRecord& r) {
   os << r.step << "," << r.variant << "," << r.backend << ",\"" << r.device << "\"," << dtype_name(r.shape.dtype) << ","
      << r.shape.B << "," << r.shape.H << "," << r.shape.N << "," << r.shape.Nk << "," << r.shape.d << ","
      << (r.shape.causal ? 1 : 0) << "," << r.seed << "," << std::setprecision(4) << std::scientific << r.check.max_abs
-     << "," << r.check.rel_l2 << "," << r.check.lse_max_abs << "," << (r.check.pass && r.stray_writes == 0 ? 1 : 0) << ","
+     << "," << r.check.rel_l2 << "," << r.check.lse_max_abs << "," << (r.forward_passed() ? 1 : 0) << ","
      << std::defaultfloat << std::setprecision(6) << r.ms << "," << r.reps << "," << r.tflops() << "," << t.hbm_read << ","
      << t.hbm_write << "," << t.matmul_flops << "," << t.workspace << "," << r.predicted.ms;
+  if (r.has_backward) {
+    const Ledger b = r.bwd_ledger.total();
+    const double ratio = std::max({r.bwd_check.dq.max_ratio, r.bwd_check.dk.max_ratio, r.bwd_check.dv.max_ratio});
+    os << "," << std::setprecision(4) << std::scientific << ratio << "," << (r.backward_passed() ? 1 : 0) << ","
+       << std::defaultfloat << std::setprecision(6) << r.bwd_ms << "," << r.bwd_tflops() << "," << b.hbm_read << ","
+       << b.hbm_write << "," << b.matmul_flops << "," << b.workspace << "," << r.bwd_predicted.ms;
+  } else {
+    os << ",,,,,,,,,";  // the nine bwd_* columns, empty
+  }
   return os.str();
 }
+
+LedgerSet all_kernels(const RunRecord& r) {
+  LedgerSet all = r.ledger;
+  for (const auto& [name, l] : r.bwd_ledger.kernels) {
+    for (const auto& kl : all.kernels)
+      if (kl.first == name) throw std::logic_error("the backward's kernel " + name + " has a forward kernel's name");
+    all.kernels.emplace_back(name, l);
+  }
+  return all;
+}
+
+namespace {
+
+// The backward of a step that has one, after its forward `fwd` (the GPU's or the blueprint's).
+void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const GpuConfig& cfg, const Inputs& in,
+                  const Forward& fwd, const DeviceSpec& dev, RunRecord& r) {
+  if (!step.backward_closed_form) throw std::logic_error("step " + step.id + " has a backward without its closed form");
+  const Shape& s = o.shape;
+  r.has_backward = true;
+  const Tensor4 dO = make_grad_output(s, o.seed);
+  const Gradients ref = reference_backward(s, in, dO, pick_heads(s));
+  const LedgerSet closed = step.backward_closed_form(s, o.step);
+  Grads grads;
+  if (on_gpu) {
+    GpuBackwardResult g = run_backward_on_gpu(step, s, in, fwd, dO, o.step, cfg);
+    grads = std::move(g.grads);
+    r.bwd_stray_writes = g.stray_writes;
+    r.bwd_ms = g.ms_median;
+    r.bwd_reps = static_cast<int>(g.ms.size());
+    r.bwd_ledger = closed;
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    BackwardBlueprintResult bp = step.backward_blueprint(s, in, fwd, dO, o.step);
+    r.bwd_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.bwd_reps = 1;
+    grads = std::move(bp.grads);
+    r.bwd_ledger = std::move(bp.ledger);
+    r.bwd_ledger_diff = r.bwd_ledger.diff(closed);
+    r.bwd_ledger_matches_closed_form = r.bwd_ledger_diff.empty();
+  }
+  r.bwd_check = check_backward(s, ref, grads);
+  r.bwd_predicted = predict(r.bwd_ledger, dev);
+  if (!o.save_dir.empty()) {
+    write_npy_storage(o.save_dir + "/do.npy", s.dtype, dO);
+    write_npy_storage(o.save_dir + "/dq.npy", s.dtype, grads.dq);
+    write_npy_storage(o.save_dir + "/dk.npy", s.dtype, grads.dk);
+    write_npy_storage(o.save_dir + "/dv.npy", s.dtype, grads.dv);
+  }
+}
+
+}  // namespace
 
 RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   RunRecord r;
@@ -46,56 +110,85 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   const Inputs in = make_inputs(s, InputSpec{o.seed});
   const Reference ref = reference_forward(s, in, pick_rows(s, o.seed));
   const LedgerSet closed = step.closed_form(s, o.step);
+  if (!o.save_dir.empty()) std::filesystem::create_directories(o.save_dir);
 
+  GpuConfig cfg;
+  cfg.warmup = o.warmup;
+  cfg.reps = o.reps;
+  DeviceSpec dev;  // what the roofline is predicted for
+  Forward out;
   if (on_gpu) {
-    const DeviceSpec dev = gpu_device_spec();
+    dev = gpu_device_spec();
     r.backend = "gpu";
     r.device = dev.name;
-    GpuConfig cfg;
-    cfg.warmup = o.warmup;
-    cfg.reps = o.reps;
-    const GpuResult g = run_on_gpu(step, s, in, o.step, cfg);
-    r.check = check_forward(s, in, ref, g.out);
+    GpuResult g = run_on_gpu(step, s, in, o.step, cfg);
+    out = std::move(g.out);
     r.stray_writes = g.stray_writes;
     r.ms = g.ms_median;
     r.reps = static_cast<int>(g.ms.size());
     r.ledger = closed;
-    r.predicted = predict(closed, dev);
     r.predicted_for = dev.name + " (" + dev.source + ")";
-    if (!o.save_dir.empty()) {
-      std::filesystem::create_directories(o.save_dir);
-      write_npy_storage(o.save_dir + "/o.npy", s.dtype, g.out.o);
-      write_npy_f32(o.save_dir + "/lse.npy", g.out.lse, true);
-    }
   } else {
+    dev = h200_datasheet();
     r.backend = "cpu";
     r.device = "CPU blueprint";
     const auto t0 = std::chrono::steady_clock::now();
     BlueprintResult bp = step.blueprint(s, in, o.step);
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     r.reps = 1;
-    r.check = check_forward(s, in, ref, bp.out);
-    r.ledger = bp.ledger;
-    r.ledger_diff = bp.ledger.diff(closed);
+    out = std::move(bp.out);
+    r.ledger = std::move(bp.ledger);
+    r.ledger_diff = r.ledger.diff(closed);
     r.ledger_matches_closed_form = r.ledger_diff.empty();
-    const DeviceSpec h200 = h200_datasheet();
-    r.predicted = predict(bp.ledger, h200);
-    r.predicted_for = h200.source;
-    if (!o.save_dir.empty()) {
-      std::filesystem::create_directories(o.save_dir);
-      write_npy_storage(o.save_dir + "/o.npy", s.dtype, bp.out.o);
-      write_npy_f32(o.save_dir + "/lse.npy", bp.out.lse, true);
-    }
+    r.predicted_for = dev.source;
   }
+  r.check = check_forward(s, in, ref, out);
+  r.predicted = predict(r.ledger, dev);
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/q.npy", s.dtype, in.q);
     write_npy_storage(o.save_dir + "/k.npy", s.dtype, in.k);
     write_npy_storage(o.save_dir + "/v.npy", s.dtype, in.v);
+    write_npy_storage(o.save_dir + "/o.npy", s.dtype, out.o);
+    write_npy_f32(o.save_dir + "/lse.npy", out.lse, true);
   }
+  if (step.has_backward()) run_backward(step, o, on_gpu, cfg, in, out, dev, r);
   return r;
 }
 
 namespace {
+
+// The ledger (counted or closed form) and the roofline it predicts: the forward's, then the backward's.
+void print_cost(std::ostream& os, const RunRecord& r, const LedgerSet& ledger, bool matches, const std::string& diff,
+                const Prediction& p) {
+  os << "ledger    " << (r.backend == "cpu" ? "counted by the blueprint" : "closed form (the blueprint counts the same; see tests)");
+  if (r.backend == "cpu") os << (matches ? "; equals the closed form" : "; DIFFERS from the closed form: " + diff);
+  os << "\n";
+  print_ledger(os, ledger);
+  os << std::defaultfloat << "roofline  " << std::setprecision(4) << p.ms << " ms predicted ("
+     << (p.memory_bound() ? "memory-bound" : "compute-bound") << ": bytes/bandwidth " << p.ms_memory
+     << " ms, FLOPs/peak " << p.ms_compute << " ms)\n"
+     << "          for " << r.predicted_for << "\n" << std::fixed;
+}
+
+// "measured ..." on a GPU, "cpu time ..." for a blueprint. `flops_note` says how the FLOPs are counted.
+void print_time(std::ostream& os, const RunRecord& r, double ms, int reps, double tflops, const CliOptions& o,
+                const std::string& flops_note) {
+  if (r.backend == "gpu") {
+    if (reps > 0)
+      os << "measured  " << std::setprecision(3) << ms << " ms median of " << reps << " (after " << o.warmup
+         << " warm-up), " << std::setprecision(1) << tflops << " TFLOP/s (FlashAttention's convention: " << flops_note
+         << (r.shape.causal ? ", halved for causal" : "") << ")\n";
+    else os << "measured  --reps 0: checked only, not timed\n";
+  } else {
+    os << "cpu time  " << std::setprecision(1) << ms << " ms for the blueprint (CPU loops with counting; not a GPU figure)\n";
+  }
+}
+
+void indent_lines(std::ostream& os, const std::string& label, const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  for (bool first = true; std::getline(in, line); first = false) os << (first ? label : "          ") << line << "\n";
+}
 
 void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, const CliOptions& o) {
   os << std::fixed;
@@ -105,22 +198,18 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   os << "\n";
   os << "check     " << r.check.summary() << "\n";
   if (r.stray_writes) os << "          FAIL: " << r.stray_writes << " elements of the NaN padding around O or L were overwritten\n";
-  os << "ledger    " << (r.backend == "cpu" ? "counted by the blueprint" : "closed form (the blueprint counts the same; see tests)");
-  if (r.backend == "cpu") os << (r.ledger_matches_closed_form ? "; equals the closed form" : "; DIFFERS from the closed form: " + r.ledger_diff);
-  os << "\n";
-  print_ledger(os, r.ledger);
-  os << std::defaultfloat << "roofline  " << std::setprecision(4) << r.predicted.ms << " ms predicted ("
-     << (r.predicted.memory_bound() ? "memory-bound" : "compute-bound") << ": bytes/bandwidth " << r.predicted.ms_memory
-     << " ms, FLOPs/peak " << r.predicted.ms_compute << " ms)\n"
-     << "          for " << r.predicted_for << "\n" << std::fixed;
-  if (r.backend == "gpu") {
-    if (r.reps > 0)
-      os << "measured  " << std::setprecision(3) << r.ms << " ms median of " << r.reps << " (after " << o.warmup
-         << " warm-up), " << std::setprecision(1) << r.tflops() << " TFLOP/s (FlashAttention's convention: 4·B·H·N·Nk·d"
-         << (r.shape.causal ? ", halved for causal" : "") << ")\n";
-    else os << "measured  --reps 0: checked only, not timed\n";
-  } else {
-    os << "cpu time  " << std::setprecision(1) << r.ms << " ms for the blueprint (CPU loops with counting; not a GPU figure)\n";
+  print_cost(os, r, r.ledger, r.ledger_matches_closed_form, r.ledger_diff, r.predicted);
+  print_time(os, r, r.ms, r.reps, r.tflops(), o, "4·B·H·N·Nk·d");
+  if (r.has_backward) {
+    os << "\nbackward  dO = randn in " << dtype_name(r.shape.dtype) << " (seed " << r.seed
+       << ", its own stream); the Eigen reference on " << r.bwd_check.checked_heads << " of " << r.shape.B * r.shape.H
+       << " heads\n";
+    indent_lines(os, "check     ", r.bwd_check.summary());
+    if (r.bwd_stray_writes)
+      os << "          FAIL: " << r.bwd_stray_writes << " elements of the NaN padding around dQ, dK or dV were overwritten\n";
+    print_cost(os, r, r.bwd_ledger, r.bwd_ledger_matches_closed_form, r.bwd_ledger_diff, r.bwd_predicted);
+    print_time(os, r, r.bwd_ms, r.bwd_reps, r.bwd_tflops(), o, "2.5 × the forward's 4·B·H·N·Nk·d");
+    os << "\n";
   }
   os << "read      docs/" << step.id << "_" << step.slug << ".md beside steps/" << step.id << "_" << step.slug << "/\n";
 }
@@ -180,7 +269,7 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
   }
   if (!o.ledger_csv.empty()) {
     std::ofstream f(o.ledger_csv);
-    write_ledger_csv(f, r.ledger);
+    write_ledger_csv(f, all_kernels(r));
     if (!f) {
       std::cerr << step.program() << ": error: cannot write " << o.ledger_csv << "\n";
       return 1;
@@ -191,8 +280,7 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
   } else {
     print_report(std::cout, step, r, o);
   }
-  const bool ok = r.check.pass && r.stray_writes == 0 && r.ledger_matches_closed_form;
-  return ok ? 0 : 1;
+  return r.ok() ? 0 : 1;
 }
 
 }  // namespace fa

@@ -1,5 +1,6 @@
 // The one runner every step program uses: parse flags, pick GPU or CPU blueprint, make the seeded
-// inputs, check against the Eigen reference, report the ledger, the roofline and the measurement.
+// inputs, check against the Eigen reference, report the ledger, the roofline and the measurement —
+// for the forward, and for the backward of a step that has one.
 #pragma once
 #include <iosfwd>
 #include <string>
@@ -27,11 +28,39 @@ struct RunRecord {
   int reps = 0;
   int64_t stray_writes = 0;
   double tflops() const { return ms > 0 ? shape.flops_fa_convention() / (ms * 1e-3) / 1e12 : 0.0; }
+
+  // The backward pass, for a step that has one: dO = make_grad_output(shape, seed), the gradients
+  // checked against reference_backward on pick_heads(shape); the rest as for the forward.
+  bool has_backward = false;
+  BackwardCheck bwd_check;
+  LedgerSet bwd_ledger;      // counted (CPU) or closed form (GPU)
+  bool bwd_ledger_matches_closed_form = true;
+  std::string bwd_ledger_diff;
+  Prediction bwd_predicted;
+  double bwd_ms = 0;
+  int bwd_reps = 0;
+  int64_t bwd_stray_writes = 0;
+  // FlashAttention's convention: the backward counts 2.5 times the forward's FLOPs.
+  static constexpr double kBackwardFlopFactor = 2.5;
+  double bwd_tflops() const {
+    return bwd_ms > 0 ? kBackwardFlopFactor * shape.flops_fa_convention() / (bwd_ms * 1e-3) / 1e12 : 0.0;
+  }
+
+  bool forward_passed() const { return check.pass && stray_writes == 0; }
+  bool backward_passed() const { return !has_backward || (bwd_check.pass && bwd_stray_writes == 0); }
+  // Every check passed (what a table's PASS/FAIL says) ...
+  bool passed() const { return forward_passed() && backward_passed(); }
+  // ... and every counted ledger equals its closed form (what the exit status says).
+  bool ok() const { return passed() && ledger_matches_closed_form && bwd_ledger_matches_closed_form; }
 };
 
 std::string variant_name(const StepOptions& o);  // "gemm=wmma" or "-" when the step has no flags
+// One row per run. The backward's columns (bwd_*) come last and are empty for a step without one;
+// `pass` is the forward's.
 std::string csv_header();
 std::string csv_row(const RunRecord& r);
+// The forward's kernels followed by the backward's, as one set (what --ledger-csv writes).
+LedgerSet all_kernels(const RunRecord& r);
 
 // Runs one step on one shape on the chosen backend and checks it (used by the program and tests).
 RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu);

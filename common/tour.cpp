@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
         continue;
       }
       const RunRecord& r = records.back();
-      failed += (r.check.pass && r.stray_writes == 0 && r.ledger_matches_closed_form) ? 0 : 1;
+      failed += r.ok() ? 0 : 1;
     }
   }
 
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     for (const StepInfo* s : all_steps()) if (s->id == r.step) st = s;
     const Ledger t = r.ledger.total();
     std::cout << std::left << std::setw(5) << r.step << std::setw(14) << r.variant << std::setw(58) << st->teaches
-              << std::setw(6) << (r.check.pass && r.stray_writes == 0 ? "PASS" : "FAIL") << std::right << std::setw(12)
+              << std::setw(6) << (r.passed() ? "PASS" : "FAIL") << std::right << std::setw(12)
               << mb(t.hbm_read + t.hbm_write) << std::setw(14) << std::defaultfloat << std::setprecision(4)
               << r.predicted.ms << std::setw(12) << r.ms << std::setw(10) << std::fixed << std::setprecision(1)
               << (on_gpu ? r.tflops() : 0.0) << "\n";
