@@ -4,10 +4,13 @@
   ncu_ledger.py NCU_CSV LEDGER_CSV PREFIX [key=value ...]  >> out.csv
 
 NCU_CSV is `ncu --csv --print-units base --log-file NCU_CSV ...` output (one row per kernel and
-metric); LEDGER_CSV is the step program's `--ledger-csv` output. Kernels whose name contains
-PREFIX + NAME (e.g. step01_scores) are matched with the ledger's kernel NAME; any other kernel
-(cuBLAS's) is reported under its own short name with an empty ledger. The key=value pairs become
-leading columns (gpu, commit, N, ...). Prints a header when the environment sets HEADER=1.
+metric); LEDGER_CSV is the step program's `--ledger-csv` output (the forward's kernels, then the
+backward's for a step that has one). A kernel whose name contains stepNN_NAME (e.g. step01_scores,
+or step07_causal_skip launched by step 08 for its forward) is matched with the ledger's kernel
+NAME, whichever step NN is; any other kernel (cuBLAS's) is reported under its own short name with
+an empty ledger. PREFIX (e.g. step08_) is still accepted, for the scripts that pass it, but no
+longer used: a step may launch another step's kernels. The key=value pairs become leading columns
+(gpu, commit, N, ...). Prints a header when the environment sets HEADER=1.
 """
 import csv
 import os
@@ -25,6 +28,11 @@ METRICS = {
 }
 
 
+# A step's kernel: stepNN_NAME, NAME up to the first character that is not a word character
+# (the template arguments' '<' or the parameters' '('). The ledger names it NAME.
+KERNEL = re.compile(r"step\d\d_(\w+)")
+
+
 def number(s):
     s = s.replace(",", "").strip()
     try:
@@ -34,7 +42,7 @@ def number(s):
 
 
 def main():
-    ncu_path, ledger_path, prefix = sys.argv[1:4]
+    ncu_path, ledger_path, _prefix = sys.argv[1:4]  # PREFIX: accepted, unused (see above)
     extra = [kv.split("=", 1) for kv in sys.argv[4:]]
     with open(ncu_path, newline="") as f:
         lines = f.read().splitlines()
@@ -47,7 +55,7 @@ def main():
     order = []
     for r in rows:
         name = r["Kernel Name"]
-        m = re.search(re.escape(prefix) + r"(\w+)", name)
+        m = KERNEL.search(name)
         key = m.group(1) if m else re.sub(r"\W+", "_", name.split("(")[0].split("<")[0].replace("void ", "")).strip("_")[:60]
         if key not in kernels:
             kernels[key] = {v: 0.0 for v in METRICS.values()}
