@@ -16,6 +16,9 @@ foreach(step_dir IN LISTS FA_STEPS)
   add_library(${lib} STATIC ${srcs})
   target_include_directories(${lib} PRIVATE ${dir})  # every step has a schedule.hpp: keep them apart
   target_link_libraries(${lib} PUBLIC fa_common)
+  if(DEFINED FA_STEP${nn}_USES)  # a step that runs an earlier step's kernels (step 08: step 07's forward)
+    target_link_libraries(${lib} PUBLIC ${FA_STEP${nn}_USES})
+  endif()
   target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
                                         $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS}>)
   if(FA_HAVE_CUDA)

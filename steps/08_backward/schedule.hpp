@@ -1,0 +1,83 @@
+// Step 08 — the backward pass.
+//
+// The forward is step 07's (it saves O and L = m + log l). Given dO, the backward computes
+//   P = exp(scale·QKᵀ − L)        recomputed from the saved L: no row statistics needed
+//   dV = Pᵀ dO,  dP = dO Vᵀ,  D_i = Σ_c dO_ic O_ic,  dS = P ∘ (dP − D),
+//   dQ = scale · dS K,  dK = scale · dSᵀ Q.
+// Two schedules (--bwd):
+//   naive  the standard algorithm: P, dP and dS are N × Nk matrices in HBM, six kernels;
+//   fused  FlashAttention-2's: one block per K/V tile walks the Q tiles, dK and dV stay on chip,
+//          dQ is accumulated with fp32 atomics; fully masked tiles are skipped.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "attn_params.hpp"
+#include "causal.hpp"
+#include "step.hpp"
+
+namespace fa::step08 {
+
+// ---- fused --------------------------------------------------------------------------------------
+struct Schedule {
+  int Br = 32;  // Q rows per inner-loop tile
+  int Bc = 32;  // keys per block (the K/V tile the block owns)
+  int W = 4;    // warps per block
+};
+inline constexpr Schedule kSchedule{};
+inline constexpr int kPad = 8;   // 16-bit elements of padding per row of Q, K, V, dO, P and dS tiles
+inline constexpr int kPadF = 4;  // fp32 elements of padding per row of S, dP and the dQ/dK/dV staging tile
+
+// Shared memory of one fused block: K_j, V_j, Q_i, dO_i (storage type); S and dP (fp32); P and dS
+// (storage type); a staging tile for dQ_i's partial sums (and, at the end, for dK_j and dV_j) in
+// fp32; L_i and D_i. More than the default 48 KB at d = 128: the kernel opts in (dynamic shared
+// memory), and the launcher checks the device allows it.
+FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) {
+  const int64_t rows16 = 2 * int64_t(s.Bc) + 2 * int64_t(s.Br);
+  return rows16 * (d + kPad) * 2 + 2 * int64_t(s.Br) * (s.Bc + kPadF) * 4 + 2 * int64_t(s.Br) * (s.Bc + kPad) * 2 +
+         int64_t(s.Br > s.Bc ? s.Br : s.Bc) * (d + kPadF) * 4 + 2 * int64_t(s.Br) * 4;
+}
+inline constexpr int64_t kSmemBudget = 100 * 1024;
+static_assert(kSchedule.Br % 16 == 0 && kSchedule.Bc % 16 == 0, "whole 16×16 fragments");
+static_assert(smem_bytes(kSchedule, 128) <= kSmemBudget, "the fused block's tiles must fit its budget at d = 128");
+
+// [q-range] The Q tiles that see any key of the K/V tile [j0, j0 + Bc): with the causal mask, row i
+// sees key j when j <= i + Nk − N, so the first useful row is j0 − (Nk − N). Returns the first Q
+// tile; the loop runs to the last one. ⌈N/Br⌉ (an empty range) when no row sees the tile.
+FA_HD constexpr int64_t first_q_tile(int64_t j0, int64_t N, int64_t Nk, int64_t Br, bool causal) {
+  if (!causal) return 0;
+  const int64_t first_row = j0 - (Nk - N);
+  if (first_row >= N) return num_tiles(N, Br);
+  return first_row <= 0 ? 0 : first_row / Br;
+}
+// A pair needs the per-element mask when the diagonal crosses it or its K/V tile runs past Nk
+// (rows past N need none: their L is +inf, so P = 0 there).
+FA_HD constexpr bool needs_mask(int64_t i0, int64_t i1, int64_t j0, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
+  const int64_t j1 = j0 + Bc < Nk ? j0 + Bc : Nk;
+  return j0 + Bc > Nk || classify_tile(i0, i1, j0, j1, N, Nk, causal) != TileKind::Visible;
+}
+
+// ---- naive --------------------------------------------------------------------------------------
+// Every matrix product of the naive backward is one tiled GEMM: a block computes a G × G tile of
+// the output with G/16 × G/16 warps, stepping through the inner dimension G at a time.
+inline constexpr int kGemmTile = 32;
+inline constexpr int kGemmWarps = (kGemmTile / 16) * (kGemmTile / 16);
+
+// Workspace (global memory beyond the tensors) of each schedule.
+FA_HD constexpr int64_t fused_workspace(int64_t BH, int64_t N, int64_t d) { return BH * N * 4 + BH * N * d * 4; }
+FA_HD constexpr int64_t naive_workspace(int64_t BH, int64_t N, int64_t Nk) { return BH * N * Nk * (4 + 2 + 2); }  // dP, P, dS
+
+bool naive(const StepOptions& o);  // --bwd naive
+
+// The GPU side (kernel.cu).
+void launch_backward(const BwdParams& p, const StepOptions& opts, void* stream);
+size_t backward_workspace_bytes(const Shape& s, const StepOptions& opts);
+
+// The CPU side (blueprint.cpp).
+BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO,
+                                        const Schedule& sched);
+LedgerSet closed_form_fused(const Shape& s, const Schedule& sched);
+BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO);
+LedgerSet closed_form_naive(const Shape& s);
+
+}  // namespace fa::step08
