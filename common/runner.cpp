@@ -25,7 +25,7 @@ std::string csv_header() {
   return "step,variant,backend,device,dtype,B,H,N,Nk,d,causal,seed,max_abs_err,rel_l2_err,lse_max_abs_err,pass,"
          "ms,reps,tflops,hbm_read_bytes,hbm_write_bytes,matmul_flops,workspace_bytes,predicted_ms,"
          "bwd_max_ratio,bwd_pass,bwd_ms,bwd_tflops,bwd_hbm_read_bytes,bwd_hbm_write_bytes,bwd_matmul_flops,"
-         "bwd_workspace_bytes,bwd_predicted_ms";
+         "bwd_workspace_bytes,bwd_predicted_ms,bwd_hbm_atomic_bytes";
 }
 
 std::string csv_row(const RunRecord& r) {
@@ -42,9 +42,9 @@ std::string csv_row(const RunRecord& r) {
     const double ratio = std::max({r.bwd_check.dq.max_ratio, r.bwd_check.dk.max_ratio, r.bwd_check.dv.max_ratio});
     os << "," << std::setprecision(4) << std::scientific << ratio << "," << (r.backward_passed() ? 1 : 0) << ","
        << std::defaultfloat << std::setprecision(6) << r.bwd_ms << "," << r.bwd_tflops() << "," << b.hbm_read << ","
-       << b.hbm_write << "," << b.matmul_flops << "," << b.workspace << "," << r.bwd_predicted.ms;
+       << b.hbm_write << "," << b.matmul_flops << "," << b.workspace << "," << r.bwd_predicted.ms << "," << b.hbm_atomic;
   } else {
-    os << ",,,,,,,,,";  // the nine bwd_* columns, empty
+    os << ",,,,,,,,,,";  // the ten bwd_* columns, empty
   }
   return os.str();
 }

@@ -170,7 +170,7 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   const RunRecord r = run_once(st, o, false);
   CHECK_FALSE(r.has_backward);
   for (const char* c : {"bwd_max_ratio", "bwd_pass", "bwd_ms", "bwd_tflops", "bwd_hbm_read_bytes", "bwd_hbm_write_bytes",
-                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms"})
+                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_hbm_atomic_bytes"})
     CHECK(column(r, c).empty());
   CHECK(column(r, "pass") == "1");
   // The backward's columns come after all of the forward's: older readers keep their positions.
@@ -178,7 +178,7 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   CHECK(h[15] == "pass");
   CHECK(h[23] == "predicted_ms");
   CHECK(h[24] == "bwd_max_ratio");
-  CHECK(h.size() == 33);
+  CHECK(h.size() == 34);
 }
 
 TEST_CASE("runner backward: the program's exit status, report, --ledger-csv and --save") {
