@@ -101,6 +101,35 @@ def step_ncu(step):
     return provenance(rs) + "\n\n" + table(header, body)
 
 
+def step_backward(step):
+    """Per (d, causal, N): the backward's median time and TFLOP/s (2.5x forward FLOPs) for each --bwd
+    schedule, the forward's time in the same run, and each schedule's ledger bytes and workspace."""
+    rs = [r for r in rows("session_*.csv") if r["step"] == step and r["dtype"] == "fp16" and r.get("bwd_ms")]
+    if not rs:
+        return provenance(rs)
+    variants = sorted({r["variant"] for r in rs}, key=lambda v: (not v.endswith("fused"), v))
+    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"]): r for r in rs}
+    keys = sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2]))
+    header = ["d", "causal", "N", "B×H", "forward ms"]
+    for v in variants:
+        name = v.split("=")[-1]
+        header += [f"{name} ms", f"{name} TFLOP/s", f"{name} ledger MB", f"{name} workspace MB"]
+    body = []
+    for d, c, n in keys:
+        first = next(by[(d, c, n, v)] for v in variants if (d, c, n, v) in by)
+        row = [d, "yes" if c else "no", n, f"{first['B']}×{first['H']}", f"{float(first['ms']):.3f}"]
+        for v in variants:
+            r = by.get((d, c, n, v))
+            if r:
+                led = int(r["bwd_hbm_read_bytes"]) + int(r["bwd_hbm_write_bytes"]) + int(r.get("bwd_hbm_atomic_bytes") or 0)
+                ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
+                row += [f"{float(r['bwd_ms']):.3f}{ok}", f"{float(r['bwd_tflops']):.1f}", mb(led), mb(r["bwd_workspace_bytes"])]
+            else:
+                row += ["–"] * 4
+        body.append(row)
+    return provenance(rs) + "\n\n" + table(header, body)
+
+
 def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, speedup=True):
     """Step b against step a (the variants va and vb), d = 128 and 64, fp16, with and without the mask."""
     label_a, label_b = label_a or f"step {a}", label_b or f"step {b}"
@@ -183,6 +212,8 @@ TABLES = {
     "step07-sweep": lambda: step_sweep("07"),
     "step07-ncu": lambda: step_ncu("07"),
     "step07-vs-06": lambda: compare("06", "07"),
+    "step08-backward": lambda: step_backward("08"),
+    "step08-ncu": lambda: step_ncu("08"),
     "loop-and-grid": loop_and_grid,
     "tour": tour,
 }
