@@ -12,6 +12,7 @@
 # Usage: scripts/gpu_session.sh [OUTDIR]
 #   FA_STEPS="step02 step03"  measure only these steps (tests and sanitizers still cover every step)
 #   FA_SANITIZE="step05"      run compute-sanitizer on these steps only (default: every step)
+#   FA_NCU_STEPS="step05"     profile these steps with Nsight (default: the measured ones)
 #   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
 #   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
@@ -73,8 +74,8 @@ for st in ${FA_SANITIZE:-$steps}; do
   mapfile -t vars < <(variants_of "$st")
   for tool in memcheck racecheck synccheck initcheck; do
     for v in "${vars[@]}"; do
-      # memcheck on every variant; the other tools on our own kernels (the first variant).
-      [ "$tool" != memcheck ] && [ "$v" != "${vars[0]}" ] && continue
+      # memcheck on every variant; the other tools on our own kernels (every variant but cuBLAS's).
+      [ "$tool" != memcheck ] && [[ "$v" == *cublas* ]] && continue
       echo "=== $st $v $tool" >>"$out/sanitizer.log"
       compute-sanitizer --tool "$tool" --error-exitcode 99 "$FA_BUILD/$st" $small $v >>"$out/sanitizer.log" 2>&1
       rc=$?
@@ -107,7 +108,7 @@ for st in $measure; do
 done
 say "sweep: ${#runs[@]} runs, budget ${budget}s"
 sweep_t0=$(date +%s)
-for st in $measure; do rm -f "$out/session_${slug}_${st}.csv" "$out/ncu_${slug}_${st}.csv"; done
+for st in $measure; do rm -f "$out/session_${slug}_${st}.csv"; done
 done_runs=0
 for r in "${runs[@]}"; do
   IFS='|' read -r st v d causal dtype n <<<"$r"
@@ -131,8 +132,17 @@ done
 
 # ---- 5. Nsight Compute -------------------------------------------------------------------------
 metrics="l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
-for st in $measure; do
+# Atomics, bank conflicts, occupancy, registers and shared memory per block: asked for only when
+# this ncu lists them, so an unknown name never costs the whole profile.
+avail=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
+for m in l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
+         sm__warps_active.avg.pct_of_peak_sustained_active launch__registers_per_thread \
+         launch__shared_mem_per_block_static launch__shared_mem_per_block_dynamic; do
+  if echo "$avail" | grep -qx "${m%%.*}"; then metrics="$metrics,$m"; else say "ncu: $m not offered here, not collected"; fi
+done
+for st in ${FA_NCU_STEPS:-$measure}; do
   ncsv="$out/ncu_${slug}_${st}.csv"
+  rm -f "$ncsv"
   header=1
   mapfile -t vars < <(variants_of "$st")
   for v in "${vars[@]}"; do

@@ -25,7 +25,17 @@ METRICS = {
     "dram__bytes_read.sum": "dram_read",
     "dram__bytes_write.sum": "dram_write",
     "gpu__time_duration.sum": "ncu_ns",
+    # Optional (gpu_session.sh asks for them only when `ncu --query-metrics` lists them):
+    "l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum": "red_bytes",            # atomic reductions (atomicAdd)
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "bank_conflicts",  # extra shared-memory wavefronts
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",    # achieved occupancy
+    "launch__registers_per_thread": "registers",
+    "launch__shared_mem_per_block_static": "smem_static",
+    "launch__shared_mem_per_block_dynamic": "smem_dynamic",
 }
+# Properties of a launch, not counts: take the largest over a kernel's launches instead of the sum.
+PER_LAUNCH = {"occupancy_pct", "registers", "smem_static", "smem_dynamic"}
+OPTIONAL = ["red_bytes", "bank_conflicts", "occupancy_pct", "registers", "smem_static", "smem_dynamic"]
 
 
 # A step's kernel: stepNN_NAME, NAME up to the first character that is not a word character
@@ -59,19 +69,22 @@ def main():
         key = m.group(1) if m else re.sub(r"\W+", "_", name.split("(")[0].split("<")[0].replace("void ", "")).strip("_")[:60]
         if key not in kernels:
             kernels[key] = {v: 0.0 for v in METRICS.values()}
+            kernels[key]["seen"] = set()
             kernels[key]["launches"] = set()
             order.append(key)
         metric = METRICS.get(r["Metric Name"])
         val = number(r["Metric Value"])
         if metric and val is not None:
-            kernels[key][metric] += val
+            k = kernels[key]
+            k[metric] = max(k[metric], val) if metric in PER_LAUNCH else k[metric] + val
+            k["seen"].add(metric)
         kernels[key]["launches"].add(r["ID"])
     ledger = {}
     with open(ledger_path, newline="") as f:
         for r in csv.DictReader(f):
             ledger[r["kernel"]] = r
     cols = [k for k, _ in extra] + ["kernel", "launches", "ledger_read", "ledger_write", "req_read", "req_write",
-                                    "l2_read", "l2_write", "dram_read", "dram_write", "ncu_ms"]
+                                    "l2_read", "l2_write", "dram_read", "dram_write", "ncu_ms", "ledger_atomic"] + OPTIONAL
     out = csv.writer(sys.stdout, lineterminator="\n")
     if os.environ.get("HEADER") == "1":
         out.writerow(cols)
@@ -81,7 +94,8 @@ def main():
         out.writerow([v for _, v in extra] + [
             key, len(k["launches"]), led.get("hbm_read", ""), led.get("hbm_write", ""),
             int(k["req_read"]), int(k["req_write"]), int(k["l2_read_sectors"] * 32), int(k["l2_write_sectors"] * 32),
-            int(k["dram_read"]), int(k["dram_write"]), f'{k["ncu_ns"] / 1e6:.4f}'])
+            int(k["dram_read"]), int(k["dram_write"]), f'{k["ncu_ns"] / 1e6:.4f}', led.get("hbm_atomic", "")] +
+            [(f'{k[m]:.1f}' if m == "occupancy_pct" else int(k[m])) if m in k["seen"] else "" for m in OPTIONAL])
 
 
 if __name__ == "__main__":
