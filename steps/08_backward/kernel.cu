@@ -262,10 +262,13 @@ __device__ void gemm_tile(GemmShared<T>& sm, const View<T>& A, const View<T>& B,
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
   wmma::fill_fragment(acc, 0.0f);
   for (int k0 = 0; k0 < A.cols; k0 += G) {
+    // [coalesce] Consecutive threads read consecutive addresses: along a row when the matrix is
+    // stored by rows (sc == 1), down a column when the view is a transpose (Kᵀ, Vᵀ, Pᵀ, dSᵀ).
     for (int e = threadIdx.x; e < G * G; e += blockDim.x) {
-      const int r = e / G, c = e % G;
-      sm.As[r][c] = from_f32<T>(A.at(m0 + r, k0 + c));
-      sm.Bs[r][c] = from_f32<T>(B.at(k0 + r, n0 + c));
+      const int ra = A.sc == 1 ? e / G : e % G, ca = A.sc == 1 ? e % G : e / G;
+      const int rb = B.sc == 1 ? e / G : e % G, cb = B.sc == 1 ? e % G : e / G;
+      sm.As[ra][ca] = from_f32<T>(A.at(m0 + ra, k0 + ca));
+      sm.Bs[rb][cb] = from_f32<T>(B.at(k0 + rb, n0 + cb));
     }
     __syncthreads();
 #pragma unroll
