@@ -13,6 +13,9 @@
 #   FA_STEPS="step02 step03"  measure only these steps (tests and sanitizers still cover every step)
 #   FA_SANITIZE="step05"      run compute-sanitizer on these steps only (default: every step)
 #   FA_NCU_STEPS="step05"     profile these steps with Nsight (default: the measured ones)
+#   FA_VARIANT=naive          measure only the variants whose flags contain this text
+#   FA_NS="1024 4096"         the sweep's N values (default 512 ... 16384)
+#   FA_PEERS=1                also time PyTorch's SDPA backends (scripts/peers.py -> peers_<gpu>.csv)
 #   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
 #   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
@@ -93,10 +96,12 @@ say "tour"
 budget=${FA_BUDGET_S:-200}
 ns="512 1024 2048 4096 8192 16384"
 [ "${FA_QUICK:-0}" = 1 ] && ns="1024 4096"
+[ -n "${FA_NS:-}" ] && ns="$FA_NS"
 runs=()
 for st in $measure; do
   mapfile -t vars < <(variants_of "$st")
   for v in "${vars[@]}"; do
+    [ -n "${FA_VARIANT:-}" ] && [[ "$v" != *"$FA_VARIANT"* ]] && continue
     # d = 128 in fp16 with and without the mask, d = 64 in fp16 without it: every N; d = 64 causal
     # at three N; bf16 at d = 128 without the mask at N = 4096 (the storage type changes little).
     for n in $ns; do
@@ -134,11 +139,12 @@ done
 metrics="l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
 # Atomics, bank conflicts, occupancy, registers and shared memory per block: asked for only when
 # this ncu lists them, so an unknown name never costs the whole profile.
-avail=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
+avail=$(ncu --query-metrics --query-metrics-mode all 2>/dev/null | awk '{print $1}')
+say "ncu offers $(echo "$avail" | wc -l) metric names"
 for m in l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
          sm__warps_active.avg.pct_of_peak_sustained_active launch__registers_per_thread \
          launch__shared_mem_per_block_static launch__shared_mem_per_block_dynamic; do
-  if echo "$avail" | grep -qx "${m%%.*}"; then metrics="$metrics,$m"; else say "ncu: $m not offered here, not collected"; fi
+  if echo "$avail" | grep -qx -e "$m" -e "${m%%.*}"; then metrics="$metrics,$m"; else say "ncu: $m not offered here, not collected"; fi
 done
 for st in ${FA_NCU_STEPS:-$measure}; do
   ncsv="$out/ncu_${slug}_${st}.csv"
@@ -146,6 +152,7 @@ for st in ${FA_NCU_STEPS:-$measure}; do
   header=1
   mapfile -t vars < <(variants_of "$st")
   for v in "${vars[@]}"; do
+    [ -n "${FA_VARIANT:-}" ] && [[ "$v" != *"$FA_VARIANT"* ]] && continue
     for n in 1024 4096; do
       for causal in 0 1; do
         b=$(( 16384 / n )); h=16; d=128
@@ -167,6 +174,13 @@ for st in ${FA_NCU_STEPS:-$measure}; do
     done
   done
 done
+
+# ---- 6. peers: PyTorch's SDPA backends on the same shapes -----------------------------------------
+if [ "${FA_PEERS:-0}" = 1 ]; then
+  say "peers: PyTorch SDPA"
+  FA_COMMIT="$commit" python3 "$root/scripts/peers.py" "$out/peers_${slug}.csv" 2>>"$log" || say "peers.py failed (see session.log)"
+  say "peers: $(( $(wc -l <"$out/peers_${slug}.csv" 2>/dev/null || echo 1) - 1 )) rows"
+fi
 
 say "finished in $(( $(date +%s) - t0 ))s: tests rc $test_rc, sanitizer $([ $san_fail = 0 ] && echo clean || echo ERRORS)"
 [ $test_rc -eq 0 ] && [ $san_fail -eq 0 ]
