@@ -15,6 +15,7 @@
 #   FA_NCU_STEPS="step05"     profile these steps with Nsight (default: the measured ones)
 #   FA_VARIANT=naive          measure only the variants whose flags contain this text
 #   FA_NS="1024 4096"         the sweep's N values (default 512 ... 16384)
+#   FA_TOUR=0                 skip the tour
 #   FA_PEERS=1                also time PyTorch's SDPA backends (scripts/peers.py -> peers_<gpu>.csv)
 #   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
@@ -90,9 +91,11 @@ for st in ${FA_SANITIZE:-$steps}; do
 done
 
 # ---- 4. the tour and the sweep ---------------------------------------------------------------
+if [ "${FA_TOUR:-1}" = 1 ]; then
 say "tour"
 "$FA_BUILD/tour" --csv --reps 10 2>>"$log" | sed "1s/^/date,commit,cuda,driver,/; 2,\$s/^/$date_utc,$commit,$cuda,$driver,/" >"$out/tour_${slug}.csv"
 "$FA_BUILD/tour" --reps 10 2>/dev/null | tee -a "$log" >&2
+fi
 budget=${FA_BUDGET_S:-200}
 ns="512 1024 2048 4096 8192 16384"
 [ "${FA_QUICK:-0}" = 1 ] && ns="1024 4096"
@@ -152,7 +155,6 @@ for st in ${FA_NCU_STEPS:-$measure}; do
   header=1
   mapfile -t vars < <(variants_of "$st")
   for v in "${vars[@]}"; do
-    [ -n "${FA_VARIANT:-}" ] && [[ "$v" != *"$FA_VARIANT"* ]] && continue
     for n in 1024 4096; do
       for causal in 0 1; do
         b=$(( 16384 / n )); h=16; d=128
