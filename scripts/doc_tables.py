@@ -35,7 +35,9 @@ def provenance(rs):
     r = rs[0]
     gpu = r.get("device") or r.get("gpu")
     cuda = f", CUDA {r['cuda']}" if "cuda" in r else ""
-    return (f"_Measured on an {gpu}{cuda}, commit `{r['commit']}`, {r['date']}: the programs' own `--csv` rows "
+    runs = sorted({(x["commit"], x["date"]) for x in rs}, key=lambda cd: cd[1])
+    when = "; ".join(f"commit `{c}`, {d}" for c, d in runs)
+    return (f"_Measured on an {gpu}{cuda}, {when}: the programs' own `--csv` rows "
             f"(how each file was made: `plots/data/README.md`)._")
 
 
@@ -130,6 +132,44 @@ def step_backward(step):
     return provenance(rs) + "\n\n" + table(header, body)
 
 
+def versus_peers():
+    """Our fastest forward (step 07) and backward (step 08, fused) against PyTorch's SDPA backends
+    measured on the same GPU and shapes (scripts/peers.py), fp16: time and the ratio to flash (FA2)."""
+    ours = {}
+    for r in rows("session_*.csv"):
+        if r["dtype"] != "fp16":
+            continue
+        if r["step"] == "07":
+            ours[("fwd", int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+        if r["step"] == "08" and r["variant"] == "bwd=fused":
+            ours[("bwd", int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    peers = {}
+    for r in rows("peers_*.csv"):
+        if r["dtype"] == "fp16" and r["status"] == "ok":
+            peers[(r["backend"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    keys = sorted({k[1:] for k in ours if k[0] == "fwd"} | {k[1:] for k in ours if k[0] == "bwd"}, key=lambda k: (-k[0], k[1], k[2]))
+    body = []
+    for d, c, n in keys:
+        f, b = ours.get(("fwd", d, c, n)), ours.get(("bwd", d, c, n))
+        fl, cu = peers.get(("flash", d, c, n)), peers.get(("cudnn", d, c, n))
+        if not (fl and (f or b)):
+            continue
+        row = [d, "yes" if c else "no", n]
+        row += [f"{float(f['ms']):.2f}" if f else "–", f"{float(fl['fwd_ms']):.2f}", f"{float(cu['fwd_ms']):.2f}" if cu else "–",
+                f"{float(fl['fwd_ms']) / float(f['ms']):.3f}" if f else "–"]
+        row += [f"{float(b['bwd_ms']):.2f}" if b else "–", f"{float(fl['bwd_ms']):.2f}", f"{float(cu['bwd_ms']):.2f}" if cu else "–",
+                f"{float(fl['bwd_ms']) / float(b['bwd_ms']):.3f}" if b else "–"]
+        body.append(row)
+    used = [r for r in ours.values()] + [r for r in peers.values()]
+    if not body:
+        return provenance([])
+    torch = next(iter(peers.values()))
+    return provenance([r for r in ours.values()]) + f" _Peers: PyTorch {torch['torch']} SDPA on the same GPU (`scripts/peers.py`, " \
+        f"commit `{torch['commit']}`, {torch['date']})._\n\n" + table(
+        ["d", "causal", "N", "step 07 fwd ms", "flash fwd ms", "cuDNN fwd ms", "flash/ours fwd",
+         "step 08 bwd ms", "flash bwd ms", "cuDNN bwd ms", "flash/ours bwd"], body)
+
+
 def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, speedup=True):
     """Step b against step a (the variants va and vb), d = 128 and 64, fp16, with and without the mask."""
     label_a, label_b = label_a or f"step {a}", label_b or f"step {b}"
@@ -185,11 +225,13 @@ def tour():
         doc = docs.get(r["step"])
         step = f"[{r['step']}](docs/{doc})" if doc else r["step"]
         led = int(r["hbm_read_bytes"]) + int(r["hbm_write_bytes"])
-        body.append([step, r["variant"], "PASS" if r["pass"] == "1" else "FAIL", mb(led), f"{float(r['predicted_ms']):.2f}",
-                     f"{float(r['ms']):.2f}", f"{float(r['tflops']):.1f}"])
+        bwd = f"{float(r['bwd_ms']):.2f}" if r.get("bwd_ms") else "–"
+        ok = r["pass"] == "1" and r.get("bwd_pass", "1") in ("1", "")
+        body.append([step, r["variant"], "PASS" if ok else "FAIL", mb(led), f"{float(r['predicted_ms']):.2f}",
+                     f"{float(r['ms']):.2f}", f"{float(r['tflops']):.1f}", bwd])
     shape = f"B={rs[0]['B']}, H={rs[0]['H']}, N={rs[0]['N']}, d={rs[0]['d']}, {rs[0]['dtype']}, no mask" if rs else ""
     return provenance(rs) + f" _The tour's shape: {shape}._\n\n" + table(
-        ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s"], body)
+        ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s", "backward ms"], body)
 
 
 TABLES = {
@@ -214,6 +256,7 @@ TABLES = {
     "step07-vs-06": lambda: compare("06", "07"),
     "step08-backward": lambda: step_backward("08"),
     "step08-ncu": lambda: step_ncu("08"),
+    "versus-peers": versus_peers,
     "loop-and-grid": loop_and_grid,
     "tour": tour,
 }
