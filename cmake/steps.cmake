@@ -46,3 +46,9 @@ add_executable(tour ${PROJECT_SOURCE_DIR}/common/tour.cpp)
 target_link_libraries(tour PRIVATE fa_registry)
 target_compile_options(tour PRIVATE ${FA_CXX_WARNINGS})
 set_target_properties(tour PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+
+# bench: chosen steps over a sweep of shapes, one CSV row per run, resumable (docs/profiling.md).
+add_executable(bench ${PROJECT_SOURCE_DIR}/common/bench.cpp)
+target_link_libraries(bench PRIVATE fa_registry)
+target_compile_options(bench PRIVATE ${FA_CXX_WARNINGS})
+set_target_properties(bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})

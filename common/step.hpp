@@ -68,6 +68,21 @@ struct StepInfo {
     for (const auto& f : flags) o[f.name] = f.choices.front();
     return o;
   }
+  // Every combination of the step's own flags, the defaults first (tour, bench, tests).
+  std::vector<StepOptions> all_variants() const {
+    std::vector<StepOptions> out = {StepOptions{}};
+    for (const auto& f : flags) {
+      std::vector<StepOptions> next;
+      for (const auto& o : out)
+        for (const auto& c : f.choices) {
+          StepOptions x = o;
+          x[f.name] = c;
+          next.push_back(x);
+        }
+      out = next;
+    }
+    return out;
+  }
 };
 
 }  // namespace fa

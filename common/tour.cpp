@@ -56,15 +56,8 @@ int main(int argc, char** argv) {
   std::vector<RunRecord> records;
   int failed = 0;
   for (const StepInfo* st : all_steps()) {
-    // Every choice of the step's own flag (one flag at most so far), each as its own row.
-    std::vector<StepOptions> variants = {st->default_options()};
-    for (const auto& f : st->flags)
-      for (size_t c = 1; c < f.choices.size(); ++c) {
-        StepOptions v = st->default_options();
-        v[f.name] = f.choices[c];
-        variants.push_back(v);
-      }
-    for (const StepOptions& v : variants) {
+    // Every choice of the step's own flags, each as its own row (the defaults first).
+    for (const StepOptions& v : st->all_variants()) {
       if (!on_gpu && v != st->default_options()) continue;  // the blueprint is the same algorithm
       CliOptions oo = o;
       oo.step = v;
@@ -88,7 +81,7 @@ int main(int argc, char** argv) {
   }
   std::cout << std::left << std::setw(5) << "step" << std::setw(14) << "variant" << std::setw(58) << "what it teaches"
             << std::setw(6) << "check" << std::right << std::setw(12) << "HBM MB" << std::setw(14) << "predicted ms"
-            << std::setw(12) << (on_gpu ? "GPU ms" : "CPU ms") << std::setw(10) << "TFLOP/s" << "\n";
+            << std::setw(12) << (on_gpu ? "GPU ms" : "CPU ms") << std::setw(10) << "TFLOP/s" << std::setw(12) << "bwd ms" << "\n";
   for (const auto& r : records) {
     const StepInfo* st = nullptr;
     for (const StepInfo* s : all_steps()) if (s->id == r.step) st = s;
@@ -97,7 +90,10 @@ int main(int argc, char** argv) {
               << std::setw(6) << (r.passed() ? "PASS" : "FAIL") << std::right << std::setw(12)
               << mb(t.hbm_read + t.hbm_write) << std::setw(14) << std::defaultfloat << std::setprecision(4)
               << r.predicted.ms << std::setw(12) << r.ms << std::setw(10) << std::fixed << std::setprecision(1)
-              << (on_gpu ? r.tflops() : 0.0) << "\n";
+              << (on_gpu ? r.tflops() : 0.0) << std::setw(12) << std::setprecision(3);
+    if (r.has_backward) std::cout << r.bwd_ms;
+    else std::cout << "-";
+    std::cout << "\n";
   }
   std::cout << "\npredicted: the ledger's bytes and FLOPs over " << (on_gpu ? "this GPU's queried peaks" : "an H200's datasheet peaks")
             << (on_gpu ? "" : "; CPU ms is the blueprint's own time, not a GPU figure") << "\n";

@@ -55,19 +55,6 @@ inline std::vector<Case> shape_matrix(bool big) {
 }
 
 // Every combination of a step's own flags (e.g. step 01: gemm=wmma, gemm=cublas).
-inline std::vector<StepOptions> all_options(const StepInfo& st) {
-  std::vector<StepOptions> out = {StepOptions{}};
-  for (const auto& f : st.flags) {
-    std::vector<StepOptions> next;
-    for (const auto& o : out)
-      for (const auto& c : f.choices) {
-        StepOptions x = o;
-        x[f.name] = c;
-        next.push_back(x);
-      }
-    out = next;
-  }
-  return out;
-}
+inline std::vector<StepOptions> all_options(const StepInfo& st) { return st.all_variants(); }
 
 }  // namespace fa::test

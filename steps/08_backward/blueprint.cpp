@@ -450,7 +450,7 @@ const StepInfo& info() {
     i.id = "08";
     i.slug = "backward";
     i.title = "the backward pass: dQ, dK, dV from the saved L (forward: step 07)";
-    i.teaches = "backward: recompute P from L; dK, dV on chip; dQ by atomics";
+    i.teaches = "backward: P from L; dK, dV on chip; dQ by atomics";
     i.flags = {{"bwd", {"fused", "naive"}, "backward schedule: fused (FlashAttention-2) or naive (P, dP, dS in HBM)"}};
     i.blueprint = run_forward;
     i.closed_form = run_forward_closed_form;

@@ -1,0 +1,18 @@
+# bench writes one row per run and resumes: run a tiny CPU sweep twice into a fresh file; the
+# first pass must measure every run, the second none, and the file must hold one row per run.
+file(REMOVE ${OUT})
+set(args --out ${OUT} --steps 06,08 --ns 40,64 --ds 16 --causal 0,1 --tokens 128 --width 32 --backend cpu)
+execute_process(COMMAND ${CMD} ${args} RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT rc EQUAL 0 OR NOT err MATCHES "12 runs measured, 0 already there, 0 failed")
+  message(FATAL_ERROR "first pass: exit ${rc}\n${err}")
+endif()
+execute_process(COMMAND ${CMD} ${args} RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT rc EQUAL 0 OR NOT err MATCHES "0 runs measured, 12 already there")
+  message(FATAL_ERROR "second pass did not resume: exit ${rc}\n${err}")
+endif()
+file(STRINGS ${OUT} lines)
+list(LENGTH lines n)
+if(NOT n EQUAL 13)
+  message(FATAL_ERROR "expected a header and 12 rows in ${OUT}, found ${n} lines")
+endif()
+message(STATUS "bench measured 12 runs, then resumed with nothing to do")
