@@ -170,6 +170,21 @@ def versus_peers():
          "step 08 bwd ms", "flash bwd ms", "cuDNN bwd ms", "flash/ours bwd"], body)
 
 
+def ncu_extra(step):
+    """Nsight's atomics, bank conflicts, occupancy, registers and shared memory per kernel."""
+    rs = [r for r in rows("ncu-extra_*.csv") if r["step"] == step]
+    if not rs:
+        return provenance(rs)
+    body = []
+    for r in rs:
+        smem = int(r["smem_static"] or 0) + int(r["smem_dynamic"] or 0)
+        body.append([r["kernel"], f"{r['B']}×{r['H']}", r["N"], r["d"], mb(r["ledger_atomic"]), mb(r["red_bytes"]),
+                     f"{int(r['bank_conflicts']):,}", r["occupancy_pct"], r["registers"], f"{smem:,}"])
+    return provenance(rs) + "\n\n" + table(
+        ["kernel", "B×H", "N", "d", "ledger atomic MB", "Nsight reduction MB", "shared-memory bank conflicts",
+         "achieved occupancy %", "registers / thread", "shared memory / block (B)"], body)
+
+
 def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, speedup=True):
     """Step b against step a (the variants va and vb), d = 128 and 64, fp16, with and without the mask."""
     label_a, label_b = label_a or f"step {a}", label_b or f"step {b}"
@@ -256,6 +271,7 @@ TABLES = {
     "step07-vs-06": lambda: compare("06", "07"),
     "step08-backward": lambda: step_backward("08"),
     "step08-ncu": lambda: step_ncu("08"),
+    "step08-ncu-extra": lambda: ncu_extra("08"),
     "versus-peers": versus_peers,
     "loop-and-grid": loop_and_grid,
     "tour": tour,

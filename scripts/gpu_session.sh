@@ -140,15 +140,10 @@ done
 
 # ---- 5. Nsight Compute -------------------------------------------------------------------------
 metrics="l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
-# Atomics, bank conflicts, occupancy, registers and shared memory per block: asked for only when
-# this ncu lists them, so an unknown name never costs the whole profile.
-avail=$(ncu --query-metrics --query-metrics-mode all 2>/dev/null | awk '{print $1}')
-say "ncu offers $(echo "$avail" | wc -l) metric names"
-for m in l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
-         sm__warps_active.avg.pct_of_peak_sustained_active launch__registers_per_thread \
-         launch__shared_mem_per_block_static launch__shared_mem_per_block_dynamic; do
-  if echo "$avail" | grep -qx -e "$m" -e "${m%%.*}"; then metrics="$metrics,$m"; else say "ncu: $m not offered here, not collected"; fi
-done
+# Atomics (reductions), shared-memory bank conflicts, achieved occupancy, registers and shared
+# memory per block (checked by name on an H200 with ncu of CUDA 13.0). Should an ncu refuse one of
+# them, each profile is retried with the byte counts alone.
+extra="l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__shared_mem_per_block_static,launch__shared_mem_per_block_dynamic"
 for st in ${FA_NCU_STEPS:-$measure}; do
   ncsv="$out/ncu_${slug}_${st}.csv"
   rm -f "$ncsv"
@@ -160,9 +155,15 @@ for st in ${FA_NCU_STEPS:-$measure}; do
         b=$(( 16384 / n )); h=16; d=128
         args=(--b $b --h $h --n $n --d $d --reps 0 --backend gpu --ledger-csv "$FA_BUILD/ledger.csv")
         [ "$causal" = 1 ] && args+=(--causal)
-        ncu --clock-control none --csv --print-units base --metrics "$metrics" --log-file "$FA_BUILD/ncu_raw.csv" \
+        ncu --clock-control none --csv --print-units base --metrics "$metrics,$extra" --log-file "$FA_BUILD/ncu_raw.csv" \
           "$FA_BUILD/$st" "${args[@]}" $v >>"$log" 2>&1
         rc=$?
+        if [ $rc -ne 0 ] || ! grep -q '"ID"' "$FA_BUILD/ncu_raw.csv"; then
+          say "  ncu refused the extra metrics; profiling bytes only"
+          ncu --clock-control none --csv --print-units base --metrics "$metrics" --log-file "$FA_BUILD/ncu_raw.csv" \
+            "$FA_BUILD/$st" "${args[@]}" $v >>"$log" 2>&1
+          rc=$?
+        fi
         if [ $rc -ne 0 ] || ! grep -q '"ID"' "$FA_BUILD/ncu_raw.csv"; then
           say "  ncu $st $v N=$n causal=$causal failed (rc $rc); see session.log"
           cat "$FA_BUILD/ncu_raw.csv" >>"$log" 2>/dev/null

@@ -25,7 +25,7 @@ METRICS = {
     "dram__bytes_read.sum": "dram_read",
     "dram__bytes_write.sum": "dram_write",
     "gpu__time_duration.sum": "ncu_ns",
-    # Optional (gpu_session.sh asks for them only when `ncu --query-metrics` lists them):
+    # Also collected by gpu_session.sh (empty columns when a profile lacks them):
     "l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum": "red_bytes",            # atomic reductions (atomicAdd)
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "bank_conflicts",  # extra shared-memory wavefronts
     "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",    # achieved occupancy
