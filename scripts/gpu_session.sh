@@ -17,6 +17,8 @@
 #   FA_NS="1024 4096"         the sweep's N values (default 512 ... 16384)
 #   FA_TOUR=0                 skip the tour
 #   FA_PEERS=1                also time PyTorch's SDPA backends (scripts/peers.py -> peers_<gpu>.csv)
+#   FA_ONLY_NCU=1             build, then Nsight only (no tests, sanitizer, tour or sweep)
+#   FA_NCU_NS="4096" FA_NCU_CAUSAL="0"   the shapes Nsight profiles (default N = 1024 4096, both masks)
 #   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
 #   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
@@ -52,6 +54,10 @@ steps=$(cd "$FA_BUILD" && ls step[0-9][0-9] 2>/dev/null | sort)
 measure="${FA_STEPS:-$steps}"
 say "steps: $(echo $steps); measured: $(echo $measure)"
 
+only_ncu=${FA_ONLY_NCU:-0}
+test_rc=0
+san_fail=0
+if [ "$only_ncu" != 1 ]; then
 # ---- 2. tests --------------------------------------------------------------------------------
 say "test suite"
 (cd "$FA_BUILD" && ctest --output-on-failure) >"$out/ctest.log" 2>&1
@@ -138,6 +144,8 @@ for r in "${runs[@]}"; do
   say "  [$done_runs/${#runs[@]}] $st ${v:-} d=$d causal=$causal $dtype N=$n: rc $rc, $(echo "$res" | tail -n1 | awk -F, '{print $17 " ms, " $19 " TFLOP/s, pass=" $16}')"
 done
 
+fi  # FA_ONLY_NCU
+
 # ---- 5. Nsight Compute -------------------------------------------------------------------------
 metrics="l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
 # Atomics (reductions), shared-memory bank conflicts, achieved occupancy, registers and shared
@@ -150,8 +158,8 @@ for st in ${FA_NCU_STEPS:-$measure}; do
   header=1
   mapfile -t vars < <(variants_of "$st")
   for v in "${vars[@]}"; do
-    for n in 1024 4096; do
-      for causal in 0 1; do
+    for n in ${FA_NCU_NS:-1024 4096}; do
+      for causal in ${FA_NCU_CAUSAL:-0 1}; do
         b=$(( 16384 / n )); h=16; d=128
         args=(--b $b --h $h --n $n --d $d --reps 0 --backend gpu --ledger-csv "$FA_BUILD/ledger.csv")
         [ "$causal" = 1 ] && args+=(--causal)
