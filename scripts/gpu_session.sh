@@ -54,6 +54,16 @@ steps=$(cd "$FA_BUILD" && ls step[0-9][0-9] 2>/dev/null | sort)
 measure="${FA_STEPS:-$steps}"
 say "steps: $(echo $steps); measured: $(echo $measure)"
 
+# The step's own flag choices as argument lists, one per line ("--gemm wmma", "--gemm cublas"),
+# read from its --help; an empty line when it has none.
+variants_of() {
+  local line flag choices c
+  line=$("$FA_BUILD/$1" --help | sed -n 's/^  --\([a-z]*\) \([a-z]*|[a-z|]*\) .*/\1 \2/p' | head -n1)
+  if [ -z "$line" ]; then echo ""; return; fi
+  flag=${line%% *}; choices=${line#* }
+  for c in ${choices//|/ }; do echo "--$flag $c"; done
+}
+
 only_ncu=${FA_ONLY_NCU:-0}
 test_rc=0
 san_fail=0
@@ -64,16 +74,6 @@ say "test suite"
 test_rc=$?
 say "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n1) (rc $test_rc)"
 grep -q '(Skipped)' "$out/ctest.log" && say "WARNING: tests were skipped on a GPU machine"
-
-# The step's own flag choices as argument lists, one per line ("--gemm wmma", "--gemm cublas"),
-# read from its --help; an empty line when it has none.
-variants_of() {
-  local line flag choices c
-  line=$("$FA_BUILD/$1" --help | sed -n 's/^  --\([a-z]*\) \([a-z]*|[a-z|]*\) .*/\1 \2/p' | head -n1)
-  if [ -z "$line" ]; then echo ""; return; fi
-  flag=${line%% *}; choices=${line#* }
-  for c in ${choices//|/ }; do echo "--$flag $c"; done
-}
 
 # ---- 3. compute-sanitizer ----------------------------------------------------------------------
 say "compute-sanitizer"
