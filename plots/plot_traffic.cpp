@@ -4,8 +4,6 @@
 // Writes DIR/traffic.png (no mask), DIR/traffic_causal.png (causal), DIR/memory.png (default: the
 // repository's plots/) and the numbers behind them, DIR/data/traffic_model.csv. A new step appears
 // here by registering; nothing to edit.
-#include <gnuplot-iostream.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,28 +12,27 @@
 #include <utility>
 #include <vector>
 
+#include "plotting.hpp"
 #include "registry.hpp"
 
 using namespace fa;
 
 namespace {
 
-using Series = std::vector<std::pair<double, double>>;
+using plot::Curve;
+using plot::Series;
 
 void draw(const std::string& png, const std::string& title, const std::string& ylabel,
           const std::vector<std::pair<std::string, Series>>& series) {
   Gnuplot gp("gnuplot");
-  gp << "set terminal pngcairo size 1000,640 font ',11'\n"
-     << "set output '" << png << "'\n"
-     << "set title '" << title << "'\n"
-     << "set logscale xy 2\nset format y '2^{%L}'\nset xlabel 'N = Nk (sequence length)'\n"
-     << "set ylabel '" << ylabel << "'\nset key top left\nset grid\n"
-     << "set xtics (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)\nset xrange [200:42000]\n"
-     << "plot ";
-  for (size_t i = 0; i < series.size(); ++i)
-    gp << (i ? ", " : "") << "'-' with linespoints lw 2 pt 7 title '" << series[i].first << "'";
-  gp << "\n";
-  for (const auto& s : series) gp.send1d(s.second);
+  plot::begin_png(gp, png);
+  gp << "set title '" << plot::label(title) << "'\n"
+     << "set logscale y 2\nset format y '2^{%L}'\n"
+     << "set ylabel '" << ylabel << "'\nset key top left\nset grid\n";
+  plot::n_axis(gp, 256, 32768);
+  std::vector<Curve> curves;
+  for (const auto& [name, s] : series) curves.push_back({name, "linespoints lw 2 pt 7", s});
+  plot::plot(gp, curves);
   gp << "set output\n";
 }
 
@@ -78,8 +75,7 @@ int main(int argc, char** argv) {
         csv << st->id << "," << n << "," << d << "," << (causal ? 1 : 0) << "," << l.hbm_read << "," << l.hbm_write
             << "," << extra << "\n";
       }
-      std::string name = "step " + st->id + ": " + st->slug;
-      for (char& c : name) c = c == '_' ? ' ' : c;  // '_' would turn into a subscript in gnuplot
+      const std::string name = "step " + st->id + ": " + st->slug;  // plot::label turns '_' into ' '
       traffic.emplace_back(name, t);
       memory.emplace_back(name, m);
     }
