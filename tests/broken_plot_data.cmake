@@ -1,0 +1,16 @@
+# Copies of the committed plot data (SRC) with one thing missing each, for plot_measured's error
+# tests: OUT/no_peers lacks peers_*.csv, OUT/no_column has a session file without its tflops column.
+file(REMOVE_RECURSE ${OUT})
+file(GLOB csvs ${SRC}/*.csv)
+foreach(case no_peers no_column)
+  file(MAKE_DIRECTORY ${OUT}/${case})
+  file(COPY ${csvs} DESTINATION ${OUT}/${case})
+endforeach()
+file(GLOB peers ${OUT}/no_peers/peers_*.csv)
+file(REMOVE ${peers})
+file(GLOB sessions ${OUT}/no_column/session_*_step03.csv)
+foreach(f ${sessions})
+  file(READ ${f} text)
+  string(REPLACE ",tflops," ",tflops_renamed," text "${text}")
+  file(WRITE ${f} "${text}")
+endforeach()
