@@ -120,7 +120,7 @@ const std::vector<std::string> kNcuCols = {"date", "commit", "gpu", "step", "var
                                            "l2_read", "l2_write", "dram_read", "dram_write"};
 const std::vector<std::string> kPeerCols = {"date", "commit", "gpu", "torch", "cuda", "backend", "dtype", "causal",
                                             "d", "N", "fwd_tflops", "bwd_tflops", "status"};
-const std::vector<std::string> kModelCols = {"step", "N", "d", "causal", "hbm_read_bytes", "hbm_write_bytes"};
+const std::vector<std::string> kModelCols = {"step", "pass", "N", "d", "causal", "hbm_read_bytes", "hbm_write_bytes"};
 
 Table read_table(const fs::path& p, const std::vector<std::string>& cols) {
   Table t = Table::read(p.string());
@@ -210,7 +210,8 @@ std::map<int, Run> ncu_runs(const Table& t, const std::string& variant, int d, P
 std::map<int, double> model_of(const Table& m, const std::string& step, int d) {
   std::map<int, double> out;
   for (size_t r = 0; r < m.size(); ++r)
-    if (m.str(r, "step") == step && as_int(m.num(r, "d")) == d && as_int(m.num(r, "causal")) == 0)
+    if (m.str(r, "step") == step && m.str(r, "pass") == "forward" && as_int(m.num(r, "d")) == d &&
+        as_int(m.num(r, "causal")) == 0)
       out[as_int(m.num(r, "N"))] = m.num(r, "hbm_read_bytes") + m.num(r, "hbm_write_bytes");
   return out;
 }
