@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "problem.hpp"
+#include "rng.hpp"
 #include "step.hpp"
 
 namespace fa::test {
@@ -52,6 +53,20 @@ inline std::vector<Case> shape_matrix(bool big) {
     cs.push_back(make_case(1, 1, 700, 1023, 16, true, DType::bf16));
   }
   return cs;
+}
+
+// A small random shape for ledger tests: B, H in {1, 2}, N and Nk in 1..150 (equal every third
+// draw t), d from the compiled head sizes, either mask and dtype.
+inline Shape random_small_shape(Rng& rng, int t) {
+  Shape s;
+  s.B = 1 + int64_t(rng.below(2));
+  s.H = 1 + int64_t(rng.below(2));
+  s.N = 1 + int64_t(rng.below(150));
+  s.Nk = (t % 3 == 0) ? s.N : 1 + int64_t(rng.below(150));
+  s.d = kHeadDims[rng.below(4)];
+  s.causal = rng.below(2) == 1;
+  s.dtype = rng.below(2) ? DType::bf16 : DType::f16;
+  return s;
 }
 
 // Every combination of a step's own flags (e.g. step 01: gemm=wmma, gemm=cublas).

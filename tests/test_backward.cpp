@@ -60,14 +60,7 @@ TEST_CASE("backward: counted ledger equals the closed form on many small shapes"
     if (!st->has_backward()) continue;
     for (const StepOptions& opt : test::all_options(*st))
       for (int t = 0; t < 30; ++t) {
-        Shape s;
-        s.B = 1 + int64_t(rng.below(2));
-        s.H = 1 + int64_t(rng.below(2));
-        s.N = 1 + int64_t(rng.below(150));
-        s.Nk = (t % 3 == 0) ? s.N : 1 + int64_t(rng.below(150));
-        s.d = kHeadDims[rng.below(4)];
-        s.causal = rng.below(2) == 1;
-        s.dtype = rng.below(2) ? DType::bf16 : DType::f16;
+        const Shape s = test::random_small_shape(rng, t);
         const std::string shape = s.str() + " " + variant_name(opt);
         CAPTURE(st->id);
         CAPTURE(shape);

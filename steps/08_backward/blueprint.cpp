@@ -250,13 +250,27 @@ void gemm_block(SmemTile& As, SmemTile& Bs, SmemTile& Cs, int64_t M, int64_t Nn,
   barrier(L);
 }
 
-// Runs the blocks of one naive GEMM kernel over a head: `epilogue(Cs, m0, n0, L)` writes the block's
-// output; `prologue(Smem&, m0, L)` may carve and fill extra shared memory first (step08_naive_p's L).
+// The shared memory of a naive GEMM block (kernel.cu's GemmShared): A and B chunks, the C tile.
 struct GemmTiles {
   SmemTile As, Bs, Cs;
 };
+constexpr int64_t kNaiveSmem = 48 * 1024;  // static shared memory of a naive kernel
 GemmTiles gemm_tiles(Smem& smem, const Store& st) {
   return {smem.tile(G, G, G + kPad, st), smem.tile(G, G, G + kPad, st), smem.tile(G, G, G + kPadF, Store::f32())};
+}
+
+// One naive GEMM kernel over a head (dP, dV, dQ, dK): every G × G block of C (M × Nn, inner K)
+// through gemm_block(), then out(i, j, value) for each element of the block inside C.
+template <class FA, class FB, class FOut>
+void gemm_kernel(Ledger& L, const Store& st, int64_t M, int64_t Nn, int64_t K, FA a, FB b, FOut out) {
+  for (int64_t m0 = 0; m0 < M; m0 += G)
+    for (int64_t n0 = 0; n0 < Nn; n0 += G) {
+      Smem smem(kNaiveSmem, L);
+      GemmTiles t = gemm_tiles(smem, st);
+      gemm_block(t.As, t.Bs, t.Cs, M, Nn, K, m0, n0, a, b, L);
+      for (int64_t r = 0; r < G && m0 + r < M; ++r)
+        for (int64_t c = 0; c < G && n0 + c < Nn; ++c) out(m0 + r, n0 + c, t.Cs.read(r, c));
+    }
 }
 
 }  // namespace
@@ -274,7 +288,6 @@ BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const 
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, N = s.N, Nk = s.Nk;
   const float scale = static_cast<float>(s.softmax_scale());
-  const int64_t smem_cap = 48 * 1024;
   Lp.workspace = naive_workspace(s.B * s.H, N, Nk);
   std::vector<float> Pw(static_cast<size_t>(N * Nk)), dPw(static_cast<size_t>(N * Nk)), dSw(static_cast<size_t>(N * Nk));
 
@@ -287,7 +300,7 @@ BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const 
         GlobalMat P(Pw.data(), N, Nk, Nk, st, Lp);
         for (int64_t m0 = 0; m0 < N; m0 += G)
           for (int64_t n0 = 0; n0 < Nk; n0 += G) {
-            Smem smem(smem_cap, Lp);
+            Smem smem(kNaiveSmem, Lp);
             GemmTiles t = gemm_tiles(smem, st);
             SmemTile Ls = smem.tile(1, G, f32);
             for (int64_t r = 0; r < G && m0 + r < N; ++r) Ls.write(0, r, Lse.load(0, m0 + r));
@@ -306,15 +319,8 @@ BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const 
       {
         const GlobalMat Gm(dO.head(b, h), N, d, d, st, Ldp), V(in.v.head(b, h), Nk, d, d, st, Ldp);
         GlobalMat dP(dPw.data(), N, Nk, Nk, f32, Ldp);
-        for (int64_t m0 = 0; m0 < N; m0 += G)
-          for (int64_t n0 = 0; n0 < Nk; n0 += G) {
-            Smem smem(smem_cap, Ldp);
-            GemmTiles t = gemm_tiles(smem, st);
-            gemm_block(t.As, t.Bs, t.Cs, N, Nk, d, m0, n0, [&](int64_t r, int64_t c) { return Gm.load(r, c); },
-                       [&](int64_t r, int64_t c) { return V.load(c, r); }, Ldp);
-            for (int64_t r = 0; r < G && m0 + r < N; ++r)
-              for (int64_t c = 0; c < G && n0 + c < Nk; ++c) dP.store(m0 + r, n0 + c, t.Cs.read(r, c));
-          }
+        gemm_kernel(Ldp, st, N, Nk, d, [&](int64_t r, int64_t c) { return Gm.load(r, c); },
+                    [&](int64_t r, int64_t c) { return V.load(c, r); }, [&](int64_t i, int64_t j, float x) { dP.store(i, j, x); });
       }
       // step08_naive_ds: per row, D_i = Σ_j P_ij dP_ij, then dS = P ∘ (dP − D_i).
       {
@@ -331,45 +337,24 @@ BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const 
       {
         const GlobalMat P(Pw.data(), N, Nk, Nk, st, Ldv), Gm(dO.head(b, h), N, d, d, st, Ldv);
         GlobalMat dV(res.grads.dv.head(b, h), Nk, d, d, st, Ldv);
-        for (int64_t m0 = 0; m0 < Nk; m0 += G)
-          for (int64_t n0 = 0; n0 < d; n0 += G) {
-            Smem smem(smem_cap, Ldv);
-            GemmTiles t = gemm_tiles(smem, st);
-            gemm_block(t.As, t.Bs, t.Cs, Nk, d, N, m0, n0, [&](int64_t r, int64_t c) { return P.load(c, r); },
-                       [&](int64_t r, int64_t c) { return Gm.load(r, c); }, Ldv);
-            for (int64_t r = 0; r < G && m0 + r < Nk; ++r)
-              for (int64_t c = 0; c < G && n0 + c < d; ++c) dV.store(m0 + r, n0 + c, t.Cs.read(r, c));
-          }
+        gemm_kernel(Ldv, st, Nk, d, N, [&](int64_t r, int64_t c) { return P.load(c, r); },
+                    [&](int64_t r, int64_t c) { return Gm.load(r, c); }, [&](int64_t i, int64_t j, float x) { dV.store(i, j, x); });
       }
       // step08_naive_dq: dQ = scale·dS K.
       {
         const GlobalMat dS(dSw.data(), N, Nk, Nk, st, Ldq), K(in.k.head(b, h), Nk, d, d, st, Ldq);
         GlobalMat dQ(res.grads.dq.head(b, h), N, d, d, st, Ldq);
-        for (int64_t m0 = 0; m0 < N; m0 += G)
-          for (int64_t n0 = 0; n0 < d; n0 += G) {
-            Smem smem(smem_cap, Ldq);
-            GemmTiles t = gemm_tiles(smem, st);
-            gemm_block(t.As, t.Bs, t.Cs, N, d, Nk, m0, n0, [&](int64_t r, int64_t c) { return dS.load(r, c); },
-                       [&](int64_t r, int64_t c) { return K.load(r, c); }, Ldq);
-            for (int64_t r = 0; r < G && m0 + r < N; ++r)
-              for (int64_t c = 0; c < G && n0 + c < d; ++c) dQ.store(m0 + r, n0 + c, scale * t.Cs.read(r, c));
-            Ldq.nonmatmul_ops += std::min(G, N - m0) * std::min(G, d - n0);
-          }
+        gemm_kernel(Ldq, st, N, d, Nk, [&](int64_t r, int64_t c) { return dS.load(r, c); },
+                    [&](int64_t r, int64_t c) { return K.load(r, c); },
+                    [&](int64_t i, int64_t j, float x) { dQ.store(i, j, scale * x); ++Ldq.nonmatmul_ops; });
       }
       // step08_naive_dk: dK = scale·dSᵀ Q.
       {
         const GlobalMat dS(dSw.data(), N, Nk, Nk, st, Ldk), Q(in.q.head(b, h), N, d, d, st, Ldk);
         GlobalMat dK(res.grads.dk.head(b, h), Nk, d, d, st, Ldk);
-        for (int64_t m0 = 0; m0 < Nk; m0 += G)
-          for (int64_t n0 = 0; n0 < d; n0 += G) {
-            Smem smem(smem_cap, Ldk);
-            GemmTiles t = gemm_tiles(smem, st);
-            gemm_block(t.As, t.Bs, t.Cs, Nk, d, N, m0, n0, [&](int64_t r, int64_t c) { return dS.load(c, r); },
-                       [&](int64_t r, int64_t c) { return Q.load(r, c); }, Ldk);
-            for (int64_t r = 0; r < G && m0 + r < Nk; ++r)
-              for (int64_t c = 0; c < G && n0 + c < d; ++c) dK.store(m0 + r, n0 + c, scale * t.Cs.read(r, c));
-            Ldk.nonmatmul_ops += std::min(G, Nk - m0) * std::min(G, d - n0);
-          }
+        gemm_kernel(Ldk, st, Nk, d, N, [&](int64_t r, int64_t c) { return dS.load(c, r); },
+                    [&](int64_t r, int64_t c) { return Q.load(r, c); },
+                    [&](int64_t i, int64_t j, float x) { dK.store(i, j, scale * x); ++Ldk.nonmatmul_ops; });
       }
     }
   return res;
