@@ -23,7 +23,7 @@
 
 #include "attn_params.hpp"
 
-namespace fa::mma {
+namespace fa::m16n8k16 {
 
 struct Coord {
   int row, col;
@@ -47,4 +47,4 @@ FA_HD constexpr Coord c_elem(int lane, int i) { return {group(lane) + 8 * (i / 2
 FA_HD constexpr int a_from_c_tile(int i) { return i / 4; }
 FA_HD constexpr int a_from_c_elem(int i) { return i % 4; }
 
-}  // namespace fa::mma
+}  // namespace fa::m16n8k16

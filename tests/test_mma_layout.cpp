@@ -8,7 +8,7 @@
 
 #include "mma_layout.hpp"
 
-using namespace fa::mma;
+using namespace fa::m16n8k16;
 
 namespace {
 template <class F>
