@@ -11,6 +11,7 @@
 #include "../steps/05_warp_split/schedule.hpp"
 #include "../steps/06_deferred_norm/schedule.hpp"
 #include "../steps/07_causal_skip/schedule.hpp"
+#include "../steps/09_mma_sync/schedule.hpp"
 
 using namespace fa;
 
@@ -143,4 +144,38 @@ TEST_CASE("step 07: Q tiles whose rows see no key visit no K/V tile") {
   CHECK(step07::kv_tiles_for(0, 32, 100, 20, 32, false) == 1);
   CHECK(step07::needs_mask(64, 96, 0, 100, 20, 32, false));   // ragged: keys 20..31 do not exist
   CHECK_FALSE(step07::needs_mask(0, 32, 0, 64, 64, 32, false));
+}
+
+TEST_CASE("step 09: a second tile configuration (Br = 16, Bc = 32: one warp, fewer keys per tile)") {
+  const step09::Schedule s9{16, 32};
+  for (const test::Case& c : test::shape_matrix(false)) {
+    const std::string name = c.name();
+    CAPTURE(name);
+    const Inputs in = make_inputs(c.shape, c.inputs);
+    const Reference ref = reference_forward(c.shape, in);
+    const BlueprintResult r = step09::blueprint(c.shape, in, s9);
+    const Check chk = check_forward(c.shape, in, ref, r.out);
+    INFO(chk.summary());
+    CHECK(chk.pass);
+    CHECK(r.ledger.diff(step09::closed_form(c.shape, s9)).empty());
+  }
+}
+
+TEST_CASE("step 09: shared memory holds K and V only; the products stay those of step 07") {
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  const Ledger seven = step07::closed_form(s, step07::kSchedule).total();
+  const Ledger nine = step09::closed_form(s, step09::kSchedule).total();
+  // The same products: 4·N·Nk·d FLOPs (no padding at these sizes).
+  CHECK(nine.matmul_flops == seven.matmul_flops);
+  CHECK(nine.matmul_flops == int64_t(4) * 4096 * 4096 * 128);
+  // Larger tiles (64 × 64): K and V re-read once per 64 query rows instead of 32.
+  CHECK(nine.hbm_read < seven.hbm_read);
+  // No S, P or O round trips through shared memory: its traffic is the K, V tiles and their fragments.
+  CHECK(nine.smem_read + nine.smem_write < (seven.smem_read + seven.smem_write) / 3);
+  // Worked example of docs/09_mma_sync.md (one head).
+  CHECK(nine.hbm_read == 135266304);
+  CHECK(nine.smem_read + nine.smem_write == 671088640);
+  CHECK(nine.barriers == 8192);
 }
