@@ -43,6 +43,15 @@ FA_HD constexpr Coord b_elem(int lane, int i) {
 // Element i (0..3) of lane's C (or D) fragment, as (row, col) of the 16 × 8 C tile.
 FA_HD constexpr Coord c_elem(int lane, int i) { return {group(lane) + 8 * (i / 2), 2 * thread_in_group(lane) + (i % 2)}; }
 
+// [ldmatrix] ldmatrix.m8n8 loads 8 × 8 matrices of 16-bit values from shared memory, one per group
+// of 8 lanes' row addresses (lane 8m + r gives row r of matrix m). Lane l then holds, in its
+// register m, two elements of matrix m: without .trans, row l / 4 and columns 2(l % 4), 2(l % 4) + 1
+// (exactly a C-like layout); with .trans, the transpose: rows 2(l % 4), 2(l % 4) + 1 of column l / 4.
+// Element e (0, 1) of lane's register, as (row, col) of its 8 × 8 matrix:
+FA_HD constexpr Coord ldm_elem(int lane, int e, bool trans) {
+  return trans ? Coord{2 * thread_in_group(lane) + e, group(lane)} : Coord{group(lane), 2 * thread_in_group(lane) + e};
+}
+
 // [c-to-a] A element i of a lane comes from C tile (i / 4) of the pair, element (i % 4).
 FA_HD constexpr int a_from_c_tile(int i) { return i / 4; }
 FA_HD constexpr int a_from_c_elem(int i) { return i % 4; }

@@ -75,3 +75,27 @@ TEST_CASE("mma layout: two C tiles side by side are, lane by lane, the A fragmen
   }
   CHECK(checked == 256);
 }
+
+TEST_CASE("mma layout: ldmatrix.x2 gives B fragments — from K's rows as stored, and .trans from V's") {
+  // K_j stored [key][dim]: S = Q·K_jᵀ needs B(k = dim, n = key) = K[n][k]. ldmatrix.x2 on the two
+  // 8 × 8 blocks rows = keys 0..7, columns = dims 0..7 and 8..15 gives each lane its B registers.
+  // V_j stored [key][dim]: P·V needs B(k = key, n = dim) = V[k][n]; ldmatrix.x2.trans on the blocks
+  // rows = keys 0..7 and 8..15, columns = dims 0..7 does.
+  float M[16][16];
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) M[r][c] = float(100 * r + c);
+  int checked = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int reg = i / 2, e = i % 2;  // B slot i lives in register i / 2, half i % 2
+      const Coord b = b_elem(lane, i);   // (k, n)
+      // K: register `reg` = matrix `reg` = K[0..7][8·reg .. 8·reg + 7], not transposed.
+      const Coord kc = ldm_elem(lane, e, false);
+      CHECK(M[kc.row][8 * reg + kc.col] == M[b.col][b.row]);  // K[n][k]
+      // V: register `reg` = matrix `reg` = V[8·reg .. 8·reg + 7][0..7], transposed.
+      const Coord vc = ldm_elem(lane, e, true);
+      CHECK(M[8 * reg + vc.row][vc.col] == M[b.row][b.col]);  // V[k][n]
+      checked += 2;
+    }
+  CHECK(checked == 256);
+}
