@@ -78,3 +78,19 @@ TEST_CASE("every kernel a ledger names is a kernel of its step") {
   }
   CHECK(kernels > 0);
 }
+
+// Each registered step names its own folder: ids unique and in order, steps/<id>_<slug>/ present.
+TEST_CASE("every registered step has a unique id and its own folder") {
+  const fs::path root = FA_SOURCE_DIR;
+  std::set<std::string> ids;
+  std::string last;
+  for (const fa::StepInfo* st : fa::all_steps()) {
+    CAPTURE(st->id);
+    CHECK(ids.insert(st->id).second);
+    CHECK(st->id > last);
+    last = st->id;
+    CHECK(fs::is_directory(root / "steps" / (st->id + "_" + st->slug)));
+    CHECK(st->kernel_prefix == "step" + st->id + "_");
+  }
+  CHECK(ids.size() >= 2);
+}
