@@ -17,6 +17,7 @@
 #include "../steps/07_causal_skip/schedule.hpp"
 #include "../steps/09_mma_sync/schedule.hpp"
 #include "../steps/10_ldmatrix/schedule.hpp"
+#include "../steps/11_cp_async/schedule.hpp"
 
 using namespace fa;
 
@@ -225,4 +226,20 @@ TEST_CASE("step 10: same bytes and products as step 09, less shared memory per b
   CHECK(ten.matmul_flops == nine.matmul_flops);
   CHECK(ten.smem_peak == 32768);
   CHECK(nine.smem_peak == 34816);
+}
+
+TEST_CASE("step 11: the pipeline moves step 10's bytes at other times, in twice the shared memory") {
+  for (bool causal : {false, true}) {
+    Shape s;
+    s.N = 1000;
+    s.Nk = 1300;
+    s.d = 128;
+    s.causal = causal;
+    Ledger ten = step10::closed_form(s, step10::kSchedule).total();
+    const Ledger eleven = step11::closed_form(s, step11::kSchedule).total();
+    CHECK(eleven.smem_peak == 2 * ten.smem_peak);
+    CHECK(eleven.smem_peak == 65536);
+    ten.smem_peak = eleven.smem_peak;
+    CHECK(ten.diff(eleven).empty());
+  }
 }
