@@ -272,6 +272,7 @@ TABLES = {
     "step08-backward": lambda: step_backward("08"),
     "step09-sweep": lambda: step_sweep("09"),
     "step10-sweep": lambda: step_sweep("10"),
+    "step11-sweep": lambda: step_sweep("11"),
     "step08-ncu": lambda: step_ncu("08"),
     "step08-ncu-extra": lambda: ncu_extra("08"),
     "versus-peers": versus_peers,
