@@ -43,6 +43,26 @@ FA_HD constexpr TileKind classify_tile(int64_t i0, int64_t i1, int64_t j0, int64
   return TileKind::Diagonal;
 }
 
+// [skip] How many K/V tiles the Q tile of rows [i0, i1) needs, in a loop that stops at the
+// diagonal (steps 07, 09–11): up to the one holding its last row's last visible key
+// (i1 - 1 + Nk - N). 0 when none of its rows sees a key; every tile without the mask.
+FA_HD constexpr int64_t kv_tiles_for(int64_t i0, int64_t i1, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
+  const int64_t Tc = num_tiles(Nk, Bc);
+  if (!causal) return Tc;
+  (void)i0;
+  const int64_t last_key = i1 - 1 + Nk - N;
+  if (last_key < 0) return 0;
+  const int64_t t = last_key / Bc + 1;
+  return t < Tc ? t : Tc;
+}
+// A (Q tile, K/V tile) pair needs the per-element mask when the diagonal crosses it, or when its
+// K/V tile runs past Nk. (Rows past N need none in any step: they are never stored, or their L is
+// +inf so P = 0.)
+FA_HD constexpr bool needs_mask(int64_t i0, int64_t i1, int64_t j0, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
+  const int64_t j1 = j0 + Bc < Nk ? j0 + Bc : Nk;
+  return j0 + Bc > Nk || classify_tile(i0, i1, j0, j1, N, Nk, causal) != TileKind::Visible;
+}
+
 // How many of the ⌈N/Br⌉ × ⌈Nk/Bc⌉ tiles hold at least one masked entry (diagonal or fully masked):
 // the tiles a step that computes every tile must mask element by element. Used by closed forms.
 FA_HD constexpr int64_t tiles_with_masked_entries(int64_t N, int64_t Nk, int64_t Br, int64_t Bc, bool causal) {

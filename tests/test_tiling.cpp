@@ -144,12 +144,12 @@ TEST_CASE("step 06 removes the per-tile normalization; step 07 skips about half 
 
 TEST_CASE("step 07: Q tiles whose rows see no key visit no K/V tile") {
   // N = 100, Nk = 20: rows 0..79 see nothing; with Br = 32 the first two Q tiles are skipped whole.
-  CHECK(step07::kv_tiles_for(0, 32, 100, 20, 32, true) == 0);
-  CHECK(step07::kv_tiles_for(32, 64, 100, 20, 32, true) == 0);
-  CHECK(step07::kv_tiles_for(64, 96, 100, 20, 32, true) == 1);
-  CHECK(step07::kv_tiles_for(0, 32, 100, 20, 32, false) == 1);
-  CHECK(step07::needs_mask(64, 96, 0, 100, 20, 32, false));   // ragged: keys 20..31 do not exist
-  CHECK_FALSE(step07::needs_mask(0, 32, 0, 64, 64, 32, false));
+  CHECK(kv_tiles_for(0, 32, 100, 20, 32, true) == 0);
+  CHECK(kv_tiles_for(32, 64, 100, 20, 32, true) == 0);
+  CHECK(kv_tiles_for(64, 96, 100, 20, 32, true) == 1);
+  CHECK(kv_tiles_for(0, 32, 100, 20, 32, false) == 1);
+  CHECK(needs_mask(64, 96, 0, 100, 20, 32, false));   // ragged: keys 20..31 do not exist
+  CHECK_FALSE(needs_mask(0, 32, 0, 64, 64, 32, false));
 }
 
 TEST_CASE("step 09: a second tile configuration (Br = 16, Bc = 32: one warp, fewer keys per tile)") {

@@ -4,7 +4,7 @@
 // Here each pair is classified first (classify_tile() in common/causal.hpp): fully visible — no
 // mask; on the diagonal — mask per element; fully masked — skipped: its K/V tile is not even loaded.
 // With bottom-right alignment the masked pairs are exactly those right of the diagonal, so the
-// inner loop simply stops there (kv_tiles_for()).
+// inner loop simply stops there (kv_tiles_for() in common/causal.hpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -35,23 +35,6 @@ FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) {
 static_assert(kSchedule.Br % 16 == 0 && kSchedule.Br >= 16, "Br: whole 16-row fragments (one warp each)");
 static_assert(kSchedule.Bc % 16 == 0 && kSchedule.Bc >= 16, "Bc: whole 16-key fragments");
 static_assert(smem_bytes(kSchedule, 128) <= kSmemBudget, "the tiles must fit 48 KB at d = 128");
-
-// [skip] How many K/V tiles the Q tile of rows [i0, i1) needs: up to the one holding its last row's
-// last visible key (i1 - 1 + Nk - N). 0 when none of its rows sees a key.
-FA_HD constexpr int64_t kv_tiles_for(int64_t i0, int64_t i1, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
-  const int64_t Tc = num_tiles(Nk, Bc);
-  if (!causal) return Tc;
-  (void)i0;
-  const int64_t last_key = i1 - 1 + Nk - N;
-  if (last_key < 0) return 0;
-  const int64_t t = last_key / Bc + 1;
-  return t < Tc ? t : Tc;
-}
-// A pair needs the per-element mask when the diagonal crosses it, or when its K/V tile runs past Nk.
-FA_HD constexpr bool needs_mask(int64_t i0, int64_t i1, int64_t j0, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
-  const int64_t j1 = j0 + Bc < Nk ? j0 + Bc : Nk;
-  return j0 + Bc > Nk || classify_tile(i0, i1, j0, j1, N, Nk, causal) != TileKind::Visible;
-}
 
 // The GPU side (kernel.cu).
 void launch(const AttnParams& p, const StepOptions& opts, void* stream);

@@ -50,12 +50,6 @@ FA_HD constexpr int64_t first_q_tile(int64_t j0, int64_t N, int64_t Nk, int64_t 
   if (first_row >= N) return num_tiles(N, Br);
   return first_row <= 0 ? 0 : first_row / Br;
 }
-// A pair needs the per-element mask when the diagonal crosses it or its K/V tile runs past Nk
-// (rows past N need none: their L is +inf, so P = 0 there).
-FA_HD constexpr bool needs_mask(int64_t i0, int64_t i1, int64_t j0, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
-  const int64_t j1 = j0 + Bc < Nk ? j0 + Bc : Nk;
-  return j0 + Bc > Nk || classify_tile(i0, i1, j0, j1, N, Nk, causal) != TileKind::Visible;
-}
 
 // ---- naive --------------------------------------------------------------------------------------
 // Every matrix product of the naive backward is one tiled GEMM: a block computes a G × G tile of

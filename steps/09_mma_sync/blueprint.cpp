@@ -89,7 +89,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                 wp.qa[size_t(kk)][size_t(lane)][size_t(i)] = row < s.N ? Q.load(row, 16 * kk + c.col) : 0.0f;
               }
         }
-        const int64_t Tend = kv_tiles_for(i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
+        const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
         for (int64_t j = 0; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;
           barrier(L);
@@ -212,7 +212,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
   int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0;
   for (int64_t i = 0; i < Tr; ++i) {
-    const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i1, N, Nk, Bc, s.causal);
+    const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
     pairs += T;
     for (int64_t j = 0; j < T; ++j) {
       masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float sl2 = p.scale * kLog2e;  // [exp2] exp(scale·s − M) = exp2(scale·log2(e)·s − M')
 
-  const int Tend = int(kv_tiles_for(i0 + rows, p.N, p.Nk, Bc, p.causal));
+  const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
   for (int j = 0; j < Tend; ++j) {
     const int j0 = j * Bc;
     __syncthreads();  // everyone is done with the previous K_j, V_j

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float sl2 = p.scale * kLog2e;  // [exp2] exp(scale·s − M) = exp2(scale·log2(e)·s − M')
 
-  const int Tend = int(kv_tiles_for(i0 + rows, p.N, p.Nk, Bc, p.causal));
+  const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
   // [pipeline] Tile 0 is started before the loop; at step j, tile j + 1 is started into the other
   // stage, then the warps wait only for tile j (at most one group left in flight).
   if (Tend > 0) {

@@ -46,20 +46,6 @@ static_assert(smem_bytes(kSchedule, 128) <= kSmemBudget, "the K and V stages mus
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
-// [skip] As step 07: the K/V tiles the Q tile of rows [i0, i1) needs, up to its last visible key.
-FA_HD constexpr int64_t kv_tiles_for(int64_t i1, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
-  const int64_t Tc = num_tiles(Nk, Bc);
-  if (!causal) return Tc;
-  const int64_t last_key = i1 - 1 + Nk - N;
-  if (last_key < 0) return 0;
-  const int64_t t = last_key / Bc + 1;
-  return t < Tc ? t : Tc;
-}
-FA_HD constexpr bool needs_mask(int64_t i0, int64_t i1, int64_t j0, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
-  const int64_t j1 = j0 + Bc < Nk ? j0 + Bc : Nk;
-  return j0 + Bc > Nk || classify_tile(i0, i1, j0, j1, N, Nk, causal) != TileKind::Visible;
-}
-
 // The GPU side (kernel.cu).
 void launch(const AttnParams& p, const StepOptions& opts, void* stream);
 size_t workspace_bytes(const Shape& s, const StepOptions& opts);
