@@ -2,14 +2,15 @@
 //
 // Each warp's registers are arrays indexed [lane][slot]; every fragment is filled and read through
 // the layout functions of common/mma_layout.hpp, exactly as the kernel does, and the tensor-core
-// product gathers A and B from the lanes, multiplies, and scatters D back — so a wrong index in
-// the layout would show here as a wrong result. Shared memory holds K_j and V_j only.
+// product (common/mma_emu.hpp) gathers A and B from the lanes, multiplies, and scatters D back —
+// so a wrong index in the layout would show here as a wrong result. Shared memory holds K_j and V_j only.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "mma_emu.hpp"
 #include "schedule.hpp"
 
 namespace fa::step09 {
@@ -19,33 +20,9 @@ namespace {
 namespace mf = fa::m16n8k16;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-using AFrag = std::vector<std::array<float, 8>>;  // [lane][slot]: 16 × 16 A tile
-using BFrag = std::vector<std::array<float, 4>>;  // [lane][slot]: 16 × 8 B tile
-using CFrag = std::vector<std::array<float, 4>>;  // [lane][slot]: 16 × 8 fp32 accumulators
-
-// [mma] D += A·B for one warp: A and B gathered from the lanes' slots, the product in fp32,
-// scattered back into the lanes' accumulators. 2·16·8·16 tensor-core FLOPs.
-void mma16816(CFrag& d, const AFrag& a, const BFrag& b, Ledger& L) {
-  float A[16][16], B[16][8];
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int i = 0; i < 8; ++i) {
-      const mf::Coord c = mf::a_elem(lane, i);
-      A[c.row][c.col] = a[size_t(lane)][size_t(i)];
-    }
-    for (int i = 0; i < 4; ++i) {
-      const mf::Coord c = mf::b_elem(lane, i);
-      B[c.row][c.col] = b[size_t(lane)][size_t(i)];
-    }
-  }
-  for (int lane = 0; lane < 32; ++lane)
-    for (int i = 0; i < 4; ++i) {
-      const mf::Coord c = mf::c_elem(lane, i);
-      float acc = d[size_t(lane)][size_t(i)];
-      for (int k = 0; k < 16; ++k) acc += A[c.row][k] * B[k][c.col];
-      d[size_t(lane)][size_t(i)] = acc;
-    }
-  L.matmul_flops += 2 * 16 * 8 * 16;
-}
+using mf::AFrag;
+using mf::BFrag;
+using mf::CFrag;
 
 // One warp's registers across the K/V loop.
 struct Warp {
@@ -110,7 +87,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                     const mf::Coord c = mf::b_elem(lane, i);
                     kb[size_t(lane)][size_t(i)] = Ks.read(8 * n + c.col, 16 * kk + c.row);
                   }
-                mma16816(sf[size_t(n)], wp.qa[size_t(kk)], kb, L);
+                mf::mma(sf[size_t(n)], wp.qa[size_t(kk)], kb, L);
               }
             // [softmax-regs] Scale (log2 domain), mask, row max over the four lanes of a group.
             std::vector<std::array<float, 2>> mx(32, {-kInf, -kInf});
@@ -161,7 +138,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                     const mf::Coord c = mf::b_elem(lane, i);
                     vb[size_t(lane)][size_t(i)] = Vs.read(16 * kk + c.row, 8 * n + c.col);
                   }
-                mma16816(wp.o[size_t(n)], pa, vb, L);
+                mf::mma(wp.o[size_t(n)], pa, vb, L);
               }
             }
           }

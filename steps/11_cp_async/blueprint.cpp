@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "mma_emu.hpp"
 #include "schedule.hpp"
 
 namespace fa::step11 {
@@ -16,49 +17,10 @@ namespace {
 namespace mf = fa::m16n8k16;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-using AFrag = std::vector<std::array<float, 8>>;  // [lane][slot]: 16 × 16 A tile
-using BFrag = std::vector<std::array<float, 4>>;  // [lane][slot]: 16 × 8 B tile
-using CFrag = std::vector<std::array<float, 4>>;  // [lane][slot]: 16 × 8 fp32 accumulators
-
-// [mma] D += A·B for one warp: A and B gathered from the lanes' slots, the product in fp32,
-// scattered back into the lanes' accumulators. 2·16·8·16 tensor-core FLOPs.
-void mma16816(CFrag& d, const AFrag& a, const BFrag& b, Ledger& L) {
-  float A[16][16], B[16][8];
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int i = 0; i < 8; ++i) {
-      const mf::Coord c = mf::a_elem(lane, i);
-      A[c.row][c.col] = a[size_t(lane)][size_t(i)];
-    }
-    for (int i = 0; i < 4; ++i) {
-      const mf::Coord c = mf::b_elem(lane, i);
-      B[c.row][c.col] = b[size_t(lane)][size_t(i)];
-    }
-  }
-  for (int lane = 0; lane < 32; ++lane)
-    for (int i = 0; i < 4; ++i) {
-      const mf::Coord c = mf::c_elem(lane, i);
-      float acc = d[size_t(lane)][size_t(i)];
-      for (int k = 0; k < 16; ++k) acc += A[c.row][k] * B[k][c.col];
-      d[size_t(lane)][size_t(i)] = acc;
-    }
-  L.matmul_flops += 2 * 16 * 8 * 16;
-}
-
-// [ldmatrix] ldmatrix.x2 on two 8 × 8 blocks of a tile: without .trans, block m is rows r0 .. r0 + 7
-// at columns cm .. cm + 7 (c0 for m = 0, c1 for m = 1); with .trans, rows r0 + 8m .. r0 + 8m + 7
-// at columns c0 .. c0 + 7. Lane l's register m receives elements ldm_elem(l, 0/1) of block m, which
-// become its B slots 2m and 2m + 1. 2 × 64 elements read per call.
-BFrag ldmatrix_x2(const SmemTile& t, int64_t r0, int64_t c0, int64_t c1, bool trans) {
-  BFrag b(32);
-  for (int lane = 0; lane < 32; ++lane)
-    for (int m = 0; m < 2; ++m)
-      for (int e = 0; e < 2; ++e) {
-        const mf::Coord c = mf::ldm_elem(lane, e, trans);
-        const int64_t row = trans ? r0 + 8 * m + c.row : r0 + c.row, col = (trans ? c0 : (m == 0 ? c0 : c1)) + c.col;
-        b[size_t(lane)][size_t(2 * m + e)] = t.read(row, col);
-      }
-  return b;
-}
+using mf::AFrag;
+using mf::BFrag;
+using mf::CFrag;
+using mf::ldmatrix_x2;
 
 // One warp's registers across the K/V loop.
 struct Warp {
@@ -129,7 +91,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
             for (int64_t n = 0; n < sc.Bc / 8; ++n)
               for (int64_t kk = 0; kk < d / 16; ++kk) {
                 const BFrag kb = ldmatrix_x2(Ks[stage], 8 * n, 16 * kk, 16 * kk + 8, false);
-                mma16816(sf[size_t(n)], wp.qa[size_t(kk)], kb, L);
+                mf::mma(sf[size_t(n)], wp.qa[size_t(kk)], kb, L);
               }
             // [softmax-regs] Scale (log2 domain), mask, row max over the four lanes of a group.
             std::vector<std::array<float, 2>> mx(32, {-kInf, -kInf});
@@ -175,7 +137,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                       round_to(s.dtype, sf[size_t(2 * kk + mf::a_from_c_tile(i))][size_t(lane)][size_t(mf::a_from_c_elem(i))]);
               for (int64_t n = 0; n < d / 8; ++n) {
                 const BFrag vb = ldmatrix_x2(Vs[stage], 16 * kk, 8 * n, 8 * n, true);
-                mma16816(wp.o[size_t(n)], pa, vb, L);
+                mf::mma(wp.o[size_t(n)], pa, vb, L);
               }
             }
           }
