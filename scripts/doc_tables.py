@@ -185,8 +185,9 @@ def ncu_extra(step):
          "achieved occupancy %", "registers / thread", "shared memory / block (B)"], body)
 
 
-def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, speedup=True):
-    """Step b against step a (the variants va and vb), d = 128 and 64, fp16, with and without the mask."""
+def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, speedup=True, both=False):
+    """Step b against step a (the variants va and vb), d = 128 and 64, fp16, with and without the mask.
+    The provenance line names step b's runs, or with both=True the runs of both sides (two sessions)."""
     label_a, label_b = label_a or f"step {a}", label_b or f"step {b}"
     pick = {}
     for r in rows("session_*.csv"):
@@ -204,10 +205,48 @@ def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, 
         bb = int(rb["hbm_read_bytes"]) + int(rb["hbm_write_bytes"])
         body.append([d, "yes" if c else "no", n, mb(ba), mb(bb), f"{float(ra['ms']):.3f}", f"{float(rb['ms']):.3f}",
                      f"{float(ra['ms']) / float(rb['ms']):.2f}" if speedup else f"{float(rb['ms']) / float(ra['ms']):.2f}"])
-    used = [pick[k] for k in pick if k[0] == "b"]
+    used = [pick[k] for k in pick if k[0] == "b" or (both and ("b",) + k[1:] in pick)]
     return provenance(used) + "\n\n" + table(
         ["d", "causal", "N", f"{label_a} ledger MB", f"{label_b} ledger MB", f"{label_a} ms", f"{label_b} ms",
          f"speedup {label_a} / {label_b}" if speedup else f"time ratio {b}/{a}"], body)
+
+
+def ncu_on_chip(steps, ns=("1024", "4096")):
+    """Nsight per kernel for the given steps at the given N (d = 128): ledger and requested bytes, time,
+    shared-memory bank conflicts (in total and per head), achieved occupancy, registers, shared memory.
+    A step whose own Nsight run predates the on-chip columns (step 07) gets a second row: its forward
+    kernel as profiled with them in ncu-extra_*.csv, where a later step (08) runs it."""
+    rs = [r for r in rows("ncu_*.csv") if r["step"] in steps and r["N"] in ns]
+    if not rs:
+        return provenance(rs)
+    kernels = {r["kernel"]: r["step"] for r in rs if not r["occupancy_pct"]}
+    extra = [r for r in rows("ncu-extra_*.csv") if r["kernel"] in kernels]
+    num = lambda x: float(x) if x not in ("", None) else 0.0
+
+    def line(r, step, order):
+        bh = int(r["B"]) * int(r["H"])
+        led = int(r["ledger_read"]) + int(r["ledger_write"])
+        req = int(r["req_read"]) + int(r["req_write"])
+        smem = int(r["smem_static"] or 0) + int(r["smem_dynamic"] or 0)
+        bank = r["bank_conflicts"]
+        return ((int(r["N"]), int(r["causal"]), r["step"], order),
+                [step, r["kernel"], f"{r['B']}×{r['H']}", r["N"], "yes" if r["causal"] == "1" else "no", mb(led),
+                 mb(req) if req else "–", f"{num(r['ncu_ms']):.3f}" if num(r["ncu_ms"]) else "–",
+                 f"{int(bank):,}" if bank else "–", f"{int(bank) / bh:,.0f}" if bank else "–",
+                 r["occupancy_pct"] or "–", r["registers"] or "–", f"{smem:,}" if r["smem_static"] else "–"])
+
+    body = [line(r, r["step"], 0) for r in rs]
+    body += [line(dict(r, step=kernels[r["kernel"]]), f"{kernels[r['kernel']]} (run by {r['step']})", 1) for r in extra]
+    body = [b for _, b in sorted(body)]
+    note = ""
+    if extra:
+        note = (" _Rows marked \"run by\": the same kernel profiled with the on-chip metrics in "
+                "`ncu-extra_*.csv`, at that run's smaller shape and without its time; its own Nsight run above "
+                "predates those columns._")
+    return provenance(rs + extra) + note + "\n\n" + table(
+        ["step", "kernel", "B×H", "N", "causal", "ledger MB", "Nsight requested MB", "kernel ms",
+         "shared-memory bank conflicts", "bank conflicts per head", "achieved occupancy %", "registers / thread",
+         "shared memory / block (B)"], body)
 
 
 def loop_and_grid():
@@ -273,6 +312,9 @@ TABLES = {
     "step09-sweep": lambda: step_sweep("09"),
     "step10-sweep": lambda: step_sweep("10"),
     "step11-sweep": lambda: step_sweep("11"),
+    "step09-vs-07": lambda: compare("07", "09", both=True),
+    "step10-vs-09": lambda: compare("09", "10", ("-",), ("-",), speedup=False, both=True),
+    "step09-10-ncu": lambda: ncu_on_chip(("07", "09", "10")),
     "step08-ncu": lambda: step_ncu("08"),
     "step08-ncu-extra": lambda: ncu_extra("08"),
     "versus-peers": versus_peers,
