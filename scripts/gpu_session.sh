@@ -3,10 +3,12 @@
 #   1. build everything;  2. the whole test suite, GPU tests included;
 #   3. compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step at a small shape;
 #   4. every step over N = 512 ... 16k on FlashAttention's benchmark shapes (B·N = 16k, H·d = 2048);
-#   5. Nsight Compute: bytes requested from global memory, L2 and DRAM bytes, beside the ledger.
+#   5. Nsight Compute: bytes requested from global memory, L2 and DRAM bytes, beside the ledger;
+#      shared-memory bank conflicts, tensor-pipe use, warp stall reasons, where this ncu offers them.
 # Writes, into OUTDIR (default plots/data):
 #   session_<gpu>_stepNN.csv   one row per measured run, with date, commit, GPU and CUDA version
-#   ncu_<gpu>_stepNN.csv       per kernel: ledger bytes against Nsight's requested / L2 / DRAM bytes
+#   ncu_<gpu>_stepNN.csv       per kernel: ledger bytes against Nsight's requested / L2 / DRAM bytes,
+#                              then the extra metrics (docs/profiling.md reads them)
 #   tour_<gpu>.csv             the tour at its default GPU shape
 #   session.log, ctest.log, sanitizer.log
 # Usage: scripts/gpu_session.sh [OUTDIR]
@@ -19,6 +21,7 @@
 #   FA_PEERS=1                also time PyTorch's SDPA backends (scripts/peers.py -> peers_<gpu>.csv)
 #   FA_ONLY_NCU=1             build, then Nsight only (no tests, sanitizer, tour or sweep)
 #   FA_NCU_NS="4096" FA_NCU_CAUSAL="0"   the shapes Nsight profiles (default N = 1024 4096, both masks)
+#   FA_NCU_CHIP=gh100         the chip to list metrics for, should ncu --query-metrics on the device fail
 #   FA_BUDGET_S=200           bound on the sweep's wall time; FA_QUICK=1 a smaller sweep
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
 #   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
@@ -148,10 +151,84 @@ fi  # FA_ONLY_NCU
 
 # ---- 5. Nsight Compute -------------------------------------------------------------------------
 metrics="l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
-# Atomics (reductions), shared-memory bank conflicts, achieved occupancy, registers and shared
-# memory per block (checked by name on an H200 with ncu of CUDA 13.0). Should an ncu refuse one of
-# them, each profile is retried with the byte counts alone.
-extra="l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__shared_mem_per_block_static,launch__shared_mem_per_block_dynamic"
+# The extras, one column of ncu_<gpu>_stepNN.csv a line (scripts/ncu_ledger.py names the columns);
+# where a line has several names separated by '|', the first that this ncu lists is asked for:
+#   atomics (reductions), shared-memory bank conflicts, achieved occupancy, registers and shared
+#   memory per block (the six asked for since 573f997, checked by name on an H200 with CUDA 13.0);
+#   shared-memory bank conflicts and wavefronts by operation (LDS, STS, LDSM = ldmatrix; for LDSM
+#   the hardware counter, else the SASS-patched count); the tensor pipe's busy share (HMMA: mma.sync
+#   and WMMA); warp stall reasons, warps stalled per issued instruction.
+stall_reasons="barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected lg_throttle dispatch_stall no_instruction"
+extra_wanted="l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+sm__warps_active.avg.pct_of_peak_sustained_active
+launch__registers_per_thread
+launch__shared_mem_per_block_static
+launch__shared_mem_per_block_dynamic
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum|smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum
+l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum|smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum
+sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active|sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+$(for r in $stall_reasons; do echo "smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"; done)"
+extra_known="l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__shared_mem_per_block_static,launch__shared_mem_per_block_dynamic"
+
+# An unknown name makes ncu refuse the whole list, so ask only for what this ncu lists: once per
+# session, `ncu --query-metrics` (CSV or plain; for the profiled device, else every device, else
+# the chip FA_NCU_CHIP names, e.g. gh100) gives the base names (before the first '.', the rollup
+# and suffix such as .sum or .avg.pct_of_peak_sustained_active). The list lives in a file and is
+# searched with grep on that file: piping a long list into `grep -q` under pipefail reads as
+# "not found" whenever grep stops early (that is why the check of aa3d7d6 never matched).
+ncu_names="$FA_BUILD/ncu_metric_names.txt"
+: >"$ncu_names"
+if [ -n "${FA_NCU_STEPS:-$measure}" ]; then
+  queries=("--csv --devices 0" "--devices 0" "--csv" "")
+  [ -n "${FA_NCU_CHIP:-}" ] && queries+=("--csv --chips $FA_NCU_CHIP" "--chips $FA_NCU_CHIP")
+  for q in "${queries[@]}"; do
+    ncu --query-metrics $q >"$FA_BUILD/ncu_query.txt" 2>>"$log"
+    rc=$?
+    awk 'match($0, /[a-z][a-z0-9]*__[A-Za-z0-9_]+/) { print substr($0, RSTART, RLENGTH) }' "$FA_BUILD/ncu_query.txt" \
+      | sort -u >"$ncu_names"
+    # A real list has thousands of names; an error or help text has none or a few.
+    if [ $rc -eq 0 ] && [ "$(wc -l <"$ncu_names")" -ge 100 ]; then
+      say "ncu --query-metrics $q: $(wc -l <"$ncu_names") base metric names"
+      break
+    fi
+    : >"$ncu_names"
+  done
+  [ -s "$ncu_names" ] || say "ncu --query-metrics gave no list (see session.log): asking for every extra, unchecked"
+fi
+extra=""
+n_wanted=0
+n_dropped=0
+while IFS= read -r alts; do
+  [ -n "$alts" ] || continue
+  n_wanted=$((n_wanted + 1))
+  pick=""
+  if [ -s "$ncu_names" ]; then
+    for m in ${alts//|/ }; do
+      # launch__* are launch attributes, not counters: --query-metrics need not list them.
+      if [[ $m == launch__* ]] || grep -qxF -- "${m%%.*}" "$ncu_names"; then pick=$m; break; fi
+    done
+  else
+    pick=${alts%%|*}
+  fi
+  if [ -z "$pick" ]; then
+    say "ncu: ${alts//|/ or } not offered here, not collected"
+    n_dropped=$((n_dropped + 1))
+    continue
+  fi
+  [ "$pick" != "${alts%%|*}" ] && say "ncu: ${alts%%|*} not offered here; $pick instead"
+  extra="${extra:+$extra,}$pick"
+done <<<"$extra_wanted"
+[ -s "$ncu_names" ] && say "ncu: $((n_wanted - n_dropped)) of $n_wanted extra metrics offered"
+# The metric lists each profile tries in turn: the extras, the six known ones, the bytes alone.
+# When a later list works where an earlier one was refused, the session keeps to the later one.
+sets=() labels=()
+[ -n "$extra" ] && { sets+=("$metrics,$extra"); labels+=("bytes and extras"); }
+[ "$extra" != "$extra_known" ] && { sets+=("$metrics,$extra_known"); labels+=("bytes and the six known extras"); }
+sets+=("$metrics"); labels+=("bytes only")
 for st in ${FA_NCU_STEPS:-$measure}; do
   ncsv="$out/ncu_${slug}_${st}.csv"
   rm -f "$ncsv"
@@ -163,19 +240,23 @@ for st in ${FA_NCU_STEPS:-$measure}; do
         b=$(( 16384 / n )); h=16; d=128
         args=(--b $b --h $h --n $n --d $d --reps 0 --backend gpu --ledger-csv "$FA_BUILD/ledger.csv")
         [ "$causal" = 1 ] && args+=(--causal)
-        ncu --clock-control none --csv --print-units base --metrics "$metrics,$extra" --log-file "$FA_BUILD/ncu_raw.csv" \
-          "$FA_BUILD/$st" "${args[@]}" $v >>"$log" 2>&1
-        rc=$?
-        if [ $rc -ne 0 ] || ! grep -q '"ID"' "$FA_BUILD/ncu_raw.csv"; then
-          say "  ncu refused the extra metrics; profiling bytes only"
-          ncu --clock-control none --csv --print-units base --metrics "$metrics" --log-file "$FA_BUILD/ncu_raw.csv" \
+        got=""
+        for i in "${!sets[@]}"; do
+          rm -f "$FA_BUILD/ncu_raw.csv"
+          ncu --clock-control none --csv --print-units base --metrics "${sets[$i]}" --log-file "$FA_BUILD/ncu_raw.csv" \
             "$FA_BUILD/$st" "${args[@]}" $v >>"$log" 2>&1
           rc=$?
-        fi
-        if [ $rc -ne 0 ] || ! grep -q '"ID"' "$FA_BUILD/ncu_raw.csv"; then
+          if [ $rc -eq 0 ] && grep -q '"ID"' "$FA_BUILD/ncu_raw.csv" 2>/dev/null; then got=$i; break; fi
+          [ $((i + 1)) -lt ${#sets[@]} ] && say "  ncu refused or failed with ${labels[$i]} (rc $rc); trying ${labels[$((i + 1))]}"
+        done
+        if [ -z "$got" ]; then
           say "  ncu $st $v N=$n causal=$causal failed (rc $rc); see session.log"
           cat "$FA_BUILD/ncu_raw.csv" >>"$log" 2>/dev/null
           continue
+        fi
+        if [ "$got" -gt 0 ]; then
+          say "  ncu: ${labels[$got]} from now on"
+          sets=("${sets[@]:$got}") labels=("${labels[@]:$got}")
         fi
         HEADER=$header python3 "$root/scripts/ncu_ledger.py" "$FA_BUILD/ncu_raw.csv" "$FA_BUILD/ledger.csv" "${st}_" \
           date="$date_utc" commit="$commit" gpu="$gpu" step="${st#step}" variant="$(echo "${v:--}" | sed "s/^--\([a-z]*\) /\1=/")" B=$b H=$h N=$n d=$d causal=$causal \

@@ -11,12 +11,18 @@ NAME, whichever step NN is; any other kernel (cuBLAS's) is reported under its ow
 an empty ledger. PREFIX (e.g. step08_) is still accepted, for the scripts that pass it, but no
 longer used: a step may launch another step's kernels. The key=value pairs become leading columns
 (gpu, commit, N, ...). Prints a header when the environment sets HEADER=1.
+
+Columns after the byte counts are empty where the profile lacks their metric (an older profile,
+or an ncu that does not offer it: gpu_session.sh asks only for the names its ncu lists), so older
+CSVs and newer ones share the leading columns in the same order.
 """
 import csv
 import os
 import re
 import sys
 
+# Metric name -> column. Several names may feed one column (the same quantity under another name
+# on another ncu or GPU): the first of them, in this order, that the profile holds is used.
 METRICS = {
     "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum": "req_read",     # bytes requested by global loads (sectors x 32)
     "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum": "req_write",    # bytes requested by global stores
@@ -32,10 +38,38 @@ METRICS = {
     "launch__registers_per_thread": "registers",
     "launch__shared_mem_per_block_static": "smem_static",
     "launch__shared_mem_per_block_dynamic": "smem_dynamic",
+    # Shared memory by operation: wavefronts beyond the minimum the access needs (bank conflicts),
+    # and all wavefronts, for plain loads (LDS), stores (STS) and ldmatrix (LDSM).
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "bank_conflicts_ld",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "bank_conflicts_st",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum": "bank_conflicts_ldsm",
+    "smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum": "bank_conflicts_ldsm",  # SASS-patched
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "wavefronts_ld",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum": "wavefronts_ldsm",
+    "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum": "wavefronts_ldsm",       # SASS-patched
+    # Tensor pipe: % of the active cycles the HMMA (mma.sync, WMMA) pipe was busy.
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
 }
-# Properties of a launch, not counts: take the largest over a kernel's launches instead of the sum.
+STALLS = ["barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
+          "not_selected", "lg_throttle", "dispatch_stall", "no_instruction"]
+# Warp stall reasons: warps in that state per issued instruction (summed over every reason, and
+# "selected", they make the average cycles between two instructions of one warp).
+for _r in STALLS:
+    METRICS[f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"] = f"stall_{_r}"
+
+# How a kernel's several launches combine (one launch each with --reps 0, but cuBLAS may launch a
+# kernel per batch): counts and bytes add up; properties of a launch (registers, shared memory per
+# block) and the existing occupancy column take the largest; the other percentages and ratios take
+# the plain mean over the launches that report them (not weighted: a launch's instruction or
+# cycle counts are not collected).
 PER_LAUNCH = {"occupancy_pct", "registers", "smem_static", "smem_dynamic"}
-OPTIONAL = ["red_bytes", "bank_conflicts", "occupancy_pct", "registers", "smem_static", "smem_dynamic"]
+MEAN = {"tensor_pct"} | {f"stall_{r}" for r in STALLS}
+OPTIONAL = ["red_bytes", "bank_conflicts", "occupancy_pct", "registers", "smem_static", "smem_dynamic",
+            # new columns go at the end, so that older CSVs keep their columns' order
+            "bank_conflicts_ld", "bank_conflicts_st", "bank_conflicts_ldsm", "wavefronts_ld", "wavefronts_ldsm",
+            "tensor_pct"] + [f"stall_{r}" for r in STALLS]
+DIGITS = {"occupancy_pct": 1, "tensor_pct": 1, **{f"stall_{r}": 2 for r in STALLS}}  # the rest: integers
 
 
 # A step's kernel: stepNN_NAME, NAME up to the first character that is not a word character
@@ -51,6 +85,14 @@ def number(s):
         return None
 
 
+def combine(column, values):
+    if column in PER_LAUNCH:
+        return max(values)
+    if column in MEAN:
+        return sum(values) / len(values)
+    return sum(values)
+
+
 def main():
     ncu_path, ledger_path, _prefix = sys.argv[1:4]  # PREFIX: accepted, unused (see above)
     extra = [kv.split("=", 1) for kv in sys.argv[4:]]
@@ -60,7 +102,7 @@ def main():
     if start is None:
         sys.exit(f"{ncu_path}: no ncu CSV table found")
     rows = list(csv.DictReader(lines[start:]))
-    # Sum per kernel name (one launch each with --reps 0, but cuBLAS may launch a kernel per batch).
+    # Per kernel name, every value of every metric (one per launch).
     kernels = {}
     order = []
     for r in rows:
@@ -68,16 +110,11 @@ def main():
         m = KERNEL.search(name)
         key = m.group(1) if m else re.sub(r"\W+", "_", name.split("(")[0].split("<")[0].replace("void ", "")).strip("_")[:60]
         if key not in kernels:
-            kernels[key] = {v: 0.0 for v in METRICS.values()}
-            kernels[key]["seen"] = set()
-            kernels[key]["launches"] = set()
+            kernels[key] = {"values": {}, "launches": set()}
             order.append(key)
-        metric = METRICS.get(r["Metric Name"])
         val = number(r["Metric Value"])
-        if metric and val is not None:
-            k = kernels[key]
-            k[metric] = max(k[metric], val) if metric in PER_LAUNCH else k[metric] + val
-            k["seen"].add(metric)
+        if r["Metric Name"] in METRICS and val is not None:
+            kernels[key]["values"].setdefault(r["Metric Name"], []).append(val)
         kernels[key]["launches"].add(r["ID"])
     ledger = {}
     with open(ledger_path, newline="") as f:
@@ -89,13 +126,18 @@ def main():
     if os.environ.get("HEADER") == "1":
         out.writerow(cols)
     for key in order:
-        k = kernels[key]
+        values = kernels[key]["values"]
+        k = {}  # column -> combined value, from the first of its metric names the profile holds
+        for metric, column in METRICS.items():
+            if column not in k and metric in values:
+                k[column] = combine(column, values[metric])
         led = ledger.get(key, {})
+        get = lambda c: k.get(c, 0.0)  # the byte counts read 0 when missing, as before
         out.writerow([v for _, v in extra] + [
-            key, len(k["launches"]), led.get("hbm_read", ""), led.get("hbm_write", ""),
-            int(k["req_read"]), int(k["req_write"]), int(k["l2_read_sectors"] * 32), int(k["l2_write_sectors"] * 32),
-            int(k["dram_read"]), int(k["dram_write"]), f'{k["ncu_ns"] / 1e6:.4f}', led.get("hbm_atomic", "")] +
-            [(f'{k[m]:.1f}' if m == "occupancy_pct" else int(k[m])) if m in k["seen"] else "" for m in OPTIONAL])
+            key, len(kernels[key]["launches"]), led.get("hbm_read", ""), led.get("hbm_write", ""),
+            int(get("req_read")), int(get("req_write")), int(get("l2_read_sectors") * 32), int(get("l2_write_sectors") * 32),
+            int(get("dram_read")), int(get("dram_write")), f'{get("ncu_ns") / 1e6:.4f}', led.get("hbm_atomic", "")] +
+            [(f'{k[c]:.{DIGITS[c]}f}' if c in DIGITS else int(k[c])) if c in k else "" for c in OPTIONAL])
 
 
 if __name__ == "__main__":
