@@ -37,4 +37,20 @@ BFrag ldmatrix_x2(const SmemTile& t, int64_t r0, int64_t c0, int64_t c1, bool tr
   return b;
 }
 
+AFrag ldmatrix_x4_a(const SmemTile& t, int64_t r0, int64_t c0) {
+  AFrag a(32);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int m = 0; m < 4; ++m)
+      for (int e = 0; e < 2; ++e) {
+        const Coord c = ldm_elem(lane, e, false);
+        a[size_t(lane)][size_t(2 * m + e)] = t.read(r0 + 8 * (m % 2) + c.row, c0 + 8 * (m / 2) + c.col);
+      }
+  return a;
+}
+
+std::array<BFrag, 2> ldmatrix_x4_b(const SmemTile& t, int64_t r0, int64_t c0, bool trans) {
+  if (trans) return {ldmatrix_x2(t, r0, c0, c0, true), ldmatrix_x2(t, r0, c0 + 8, c0 + 8, true)};
+  return {ldmatrix_x2(t, r0, c0, c0 + 8, false), ldmatrix_x2(t, r0 + 8, c0, c0 + 8, false)};
+}
+
 }  // namespace fa::m16n8k16

@@ -26,4 +26,16 @@ void mma(CFrag& d, const AFrag& a, const BFrag& b, Ledger& L);
 // elements ldm_elem(l, 0 / 1, trans) of block m: its B slots 2m and 2m + 1. 128 elements read.
 BFrag ldmatrix_x2(const SmemTile& t, int64_t r0, int64_t c0, int64_t c1, bool trans);
 
+// ldmatrix.x4 as the A fragment of the 16 × 16 tile at (r0, c0): block m is rows r0 + 8(m % 2) ..
+// + 7 at columns c0 + 8(m / 2) .. + 7, and lane l's register m receives elements ldm_elem(l, 0 / 1)
+// of block m into A slots 2m and 2m + 1 — which a_elem() must agree with. 256 elements read.
+AFrag ldmatrix_x4_a(const SmemTile& t, int64_t r0, int64_t c0);
+
+// ldmatrix.x4 as two B fragments. Without .trans (a tile stored n-major, like K): the fragments of
+// rows r0 .. r0 + 7 and r0 + 8 .. r0 + 15, each over columns c0 .. c0 + 15 (blocks (r0, c0),
+// (r0, c0 + 8), (r0 + 8, c0), (r0 + 8, c0 + 8)). With .trans (stored k-major, like V): the
+// fragments of columns c0 .. c0 + 7 and c0 + 8 .. c0 + 15, each over rows r0 .. r0 + 15 (blocks
+// (r0, c0), (r0 + 8, c0), (r0, c0 + 8), (r0 + 8, c0 + 8)). 256 elements read.
+std::array<BFrag, 2> ldmatrix_x4_b(const SmemTile& t, int64_t r0, int64_t c0, bool trans);
+
 }  // namespace fa::m16n8k16

@@ -99,3 +99,26 @@ TEST_CASE("mma layout: ldmatrix.x2 gives B fragments — from K's rows as stored
     }
   CHECK(checked == 256);
 }
+
+TEST_CASE("mma layout: ldmatrix.x4 of a row-major 16 × 16 tile is its A fragment (Q in step 11)") {
+  // Blocks in register order: rows 0..7 / 8..15 (m % 2) × columns 0..7 / 8..15 (m / 2). Lane l's
+  // register m holds elements ldm_elem(l, 0 / 1) of block m, which must be A slots 2m and 2m + 1.
+  int checked = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int m = 0; m < 4; ++m)
+      for (int e = 0; e < 2; ++e) {
+        const Coord ld = ldm_elem(lane, e, false), a = a_elem(lane, 2 * m + e);
+        CHECK(a.row == 8 * (m % 2) + ld.row);
+        CHECK(a.col == 8 * (m / 2) + ld.col);
+        ++checked;
+      }
+  CHECK(checked == 256);
+  // The other natural order (columns first) is not the A layout: the test above can fail.
+  bool differs = false;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int m = 0; m < 4; ++m) {
+      const Coord ld = ldm_elem(lane, 0, false), a = a_elem(lane, 2 * m);
+      differs |= a.row != 8 * (m / 2) + ld.row || a.col != 8 * (m % 2) + ld.col;
+    }
+  CHECK(differs);
+}

@@ -1,10 +1,13 @@
-// Step 11 — the blueprint: step 10's, with the K/V tiles in two stages and tile j + 1 loaded
-// before tile j is multiplied, as kernel.cu's cp.async pipeline does. The counts are step 10's
-// (the same bytes move, at different times); only the shared-memory footprint doubles.
+// Step 11 — the blueprint: the kernel's schedule on the CPU. Q in shared memory, K/V tiles in two
+// stages with tile j + 1 loaded while tile j is multiplied (one barrier per tile), each warp
+// owning Br/W rows as m16 tiles that share every K/V fragment, every fragment read as ldmatrix.x4,
+// O staged through shared memory on its way out. (The kernel's reversed block order changes
+// when blocks run, not what they compute.)
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "mma_emu.hpp"
@@ -20,24 +23,23 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 using mf::AFrag;
 using mf::BFrag;
 using mf::CFrag;
-using mf::ldmatrix_x2;
 
-// One warp's registers across the K/V loop.
-struct Warp {
-  std::vector<AFrag> qa;  // [D/16]
-  std::vector<CFrag> o;   // [D/8]
+// One m16 row tile of a warp, across the K/V loop.
+struct RowTile {
+  std::vector<CFrag> o;                    // [D/8]
   std::vector<std::array<float, 2>> m, l;  // [lane][row half]: running max (log2 domain), lane's part of the sum
 };
 
 }  // namespace
 
 BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) {
+  if (!valid(sc)) throw std::invalid_argument("step11: Br must be a multiple of 16·W and Bc of 16");
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
   Ledger& L = res.ledger["cp_async"];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
-  const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), W = sc.warps();
+  const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), W = sc.warps(), MT = sc.mtiles();
   const float sl2 = static_cast<float>(s.softmax_scale()) * kLog2e;
 
   for (int64_t b = 0; b < s.B; ++b)
@@ -48,165 +50,189 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
       for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
         const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
         Smem smem(kSmemBudget, L);
+        SmemTile Qs = smem.tile(sc.Br, d, st);
         std::vector<SmemTile> Ks, Vs;  // [stages]
         for (int stage = 0; stage < kStages; ++stage) {
           Ks.push_back(smem.tile(sc.Bc, d, st));
           Vs.push_back(smem.tile(sc.Bc, d, st));
         }
-        std::vector<Warp> warps(static_cast<size_t>(W));
-        for (int64_t w = 0; w < W; ++w) {  // [q-frags] Q's rows as A fragments, from HBM, once
-          Warp& wp = warps[size_t(w)];
-          wp.qa.assign(size_t(d / 16), AFrag(32));
-          wp.o.assign(size_t(d / 8), CFrag(32, {0, 0, 0, 0}));
-          wp.m.assign(32, {-kInf, -kInf});
-          wp.l.assign(32, {0.0f, 0.0f});
-          for (int64_t kk = 0; kk < d / 16; ++kk)
-            for (int lane = 0; lane < 32; ++lane)
-              for (int i = 0; i < 8; ++i) {
-                const mf::Coord c = mf::a_elem(lane, i);
-                const int64_t row = i0 + 16 * w + c.row;
-                wp.qa[size_t(kk)][size_t(lane)][size_t(i)] = row < s.N ? Q.load(row, 16 * kk + c.col) : 0.0f;
-              }
+        std::vector<RowTile> tiles(size_t(W * MT));  // warp w's m16 tile mt at w·MT + mt
+        for (auto& t : tiles) {
+          t.o.assign(size_t(d / 8), CFrag(32, {0, 0, 0, 0}));
+          t.m.assign(32, {-kInf, -kInf});
+          t.l.assign(32, {0.0f, 0.0f});
         }
         const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
-        // [pipeline] Tile 0 before the loop; tile j + 1 into the other stage before tile j is used.
+        // [pipeline] Q and tile 0 before the loop; tile j + 1 into the other stage once every warp
+        // is past tile j − 1 (the barrier at the top of step j).
         if (Tend > 0) {
+          Qs.load_from(Q, i0, 0);
           Ks[0].load_from(K, 0, 0);
           Vs[0].load_from(V, 0, 0);
         }
         for (int64_t j = 0; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;
           const size_t stage = size_t(j % kStages);
+          barrier(L);  // after the wait for tile j
           if (j + 1 < Tend) {
             Ks[size_t((j + 1) % kStages)].load_from(K, j0 + sc.Bc, 0);
             Vs[size_t((j + 1) % kStages)].load_from(V, j0 + sc.Bc, 0);
           }
-          barrier(L);  // after the wait for tile j
           const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
           for (int64_t w = 0; w < W; ++w) {
-            Warp& wp = warps[size_t(w)];
-            const int64_t r0 = i0 + 16 * w;
-            // [s-regs] S = Q K_jᵀ.
-            std::vector<CFrag> sf(size_t(sc.Bc / 8), CFrag(32, {0, 0, 0, 0}));
-            for (int64_t n = 0; n < sc.Bc / 8; ++n)
-              for (int64_t kk = 0; kk < d / 16; ++kk) {
-                const BFrag kb = ldmatrix_x2(Ks[stage], 8 * n, 16 * kk, 16 * kk + 8, false);
-                mf::mma(sf[size_t(n)], wp.qa[size_t(kk)], kb, L);
-              }
-            // [softmax-regs] Scale (log2 domain), mask, row max over the four lanes of a group.
-            std::vector<std::array<float, 2>> mx(32, {-kInf, -kInf});
-            for (int64_t n = 0; n < sc.Bc / 8; ++n)
-              for (int lane = 0; lane < 32; ++lane)
-                for (int e = 0; e < 4; ++e) {
-                  const mf::Coord c = mf::c_elem(lane, e);
-                  float v = sf[size_t(n)][size_t(lane)][size_t(e)] * sl2;
-                  if (masked && j0 + 8 * n + c.col >= visible_keys(r0 + c.row, s.N, s.Nk, s.causal)) v = -kInf;
-                  sf[size_t(n)][size_t(lane)][size_t(e)] = v;
-                  mx[size_t(lane)][size_t(e / 2)] = std::max(mx[size_t(lane)][size_t(e / 2)], v);
+            const int64_t w0 = w * (sc.Br / W);  // the warp's first row in the tile
+            // [s-regs] S = Q K_jᵀ: per 16 dims, each m16 tile's A fragment (ldmatrix.x4 of Q), then
+            // per pair of key blocks one ldmatrix.x4 of K, used by every m16 tile of the warp.
+            std::vector<std::vector<CFrag>> sf(size_t(MT), std::vector<CFrag>(size_t(sc.Bc / 8), CFrag(32, {0, 0, 0, 0})));
+            for (int64_t kk = 0; kk < d / 16; ++kk) {
+              std::vector<AFrag> qa;
+              for (int64_t mt = 0; mt < MT; ++mt) qa.push_back(mf::ldmatrix_x4_a(Qs, w0 + 16 * mt, 16 * kk));
+              for (int64_t np = 0; np < sc.Bc / 16; ++np) {
+                const std::array<BFrag, 2> kb = mf::ldmatrix_x4_b(Ks[stage], 16 * np, 16 * kk, false);
+                for (int64_t mt = 0; mt < MT; ++mt) {
+                  mf::mma(sf[size_t(mt)][size_t(2 * np)], qa[size_t(mt)], kb[0], L);
+                  mf::mma(sf[size_t(mt)][size_t(2 * np + 1)], qa[size_t(mt)], kb[1], L);
                 }
-            std::vector<std::array<float, 2>> alpha(32);
-            for (int lane = 0; lane < 32; ++lane)
-              for (int hr = 0; hr < 2; ++hr) {
-                const int g0 = 4 * mf::group(lane);
-                const float gmax = std::max(std::max(mx[size_t(g0)][size_t(hr)], mx[size_t(g0 + 1)][size_t(hr)]),
-                                            std::max(mx[size_t(g0 + 2)][size_t(hr)], mx[size_t(g0 + 3)][size_t(hr)]));
-                float& m = wp.m[size_t(lane)][size_t(hr)];
-                const float m_new = std::max(m, gmax);
-                alpha[size_t(lane)][size_t(hr)] = m == -kInf ? 0.0f : std::exp2(m - m_new);  // [rescale-guard]
-                m = m_new;
-                wp.l[size_t(lane)][size_t(hr)] *= alpha[size_t(lane)][size_t(hr)];
               }
-            for (int64_t n = 0; n < sc.Bc / 8; ++n)
+            }
+            for (int64_t mt = 0; mt < MT; ++mt) {
+              RowTile& rt = tiles[size_t(w * MT + mt)];
+              std::vector<CFrag>& S = sf[size_t(mt)];
+              const int64_t r0 = i0 + w0 + 16 * mt;
+              // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it.
+              if (masked)
+                for (int64_t n = 0; n < sc.Bc / 8; ++n)
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int e = 0; e < 4; ++e) {
+                      const mf::Coord c = mf::c_elem(lane, e);
+                      if (j0 + 8 * n + c.col >= visible_keys(r0 + c.row, s.N, s.Nk, s.causal)) S[size_t(n)][size_t(lane)][size_t(e)] = -kInf;
+                    }
+              // [softmax-regs] Row max of the raw scores over the four lanes of a group, scaled once
+              // into the log2 domain; p = exp2(s·scale·log2 e − m).
+              std::vector<std::array<float, 2>> gmax(32, {-kInf, -kInf});  // every lane's, before any p replaces an s
               for (int lane = 0; lane < 32; ++lane)
-                for (int e = 0; e < 4; ++e) {
-                  const float m = wp.m[size_t(lane)][size_t(e / 2)];
-                  float& v = sf[size_t(n)][size_t(lane)][size_t(e)];
-                  v = m == -kInf ? 0.0f : std::exp2(v - m);
-                  wp.l[size_t(lane)][size_t(e / 2)] += v;
+                for (int hr = 0; hr < 2; ++hr)
+                  for (int q = 4 * mf::group(lane); q < 4 * mf::group(lane) + 4; ++q)
+                    for (int64_t n = 0; n < sc.Bc / 8; ++n)
+                      gmax[size_t(lane)][size_t(hr)] = std::max({gmax[size_t(lane)][size_t(hr)], S[size_t(n)][size_t(q)][size_t(2 * hr)],
+                                                                 S[size_t(n)][size_t(q)][size_t(2 * hr + 1)]});
+              for (int lane = 0; lane < 32; ++lane)
+                for (int hr = 0; hr < 2; ++hr) {
+                  const float mx = gmax[size_t(lane)][size_t(hr)];
+                  float& m = rt.m[size_t(lane)][size_t(hr)];
+                  const float m_new = std::max(m, mx * sl2);
+                  const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
+                  const float alpha = std::exp2(m - m_use);
+                  m = m_new;
+                  float rs = 0.0f;
+                  for (int64_t n = 0; n < sc.Bc / 8; ++n)
+                    for (int e = 0; e < 2; ++e) {
+                      float& v = S[size_t(n)][size_t(lane)][size_t(2 * hr + e)];
+                      v = std::exp2(std::fma(v, sl2, -m_use));
+                      rs += v;
+                    }
+                  float& l = rt.l[size_t(lane)][size_t(hr)];
+                  l = l * alpha + rs;
+                  for (auto& on : rt.o) on[size_t(lane)][size_t(2 * hr)] *= alpha, on[size_t(lane)][size_t(2 * hr + 1)] *= alpha;  // [deferred]
                 }
-            for (auto& on : wp.o)  // [deferred]
-              for (int lane = 0; lane < 32; ++lane)
-                for (int e = 0; e < 4; ++e) on[size_t(lane)][size_t(e)] *= alpha[size_t(lane)][size_t(e / 2)];
-            L.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
-            // [c-to-a] P in the storage type as the A fragment, then [pv] Õ += P V_j.
+              L.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
+            }
+            // [c-to-a] P in the storage type as the A fragment, then [pv] Õ += P V_j: per 16 dims
+            // one ldmatrix.x4.trans of V, used by every m16 tile.
             for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) {
-              AFrag pa(32);
-              for (int lane = 0; lane < 32; ++lane)
-                for (int i = 0; i < 8; ++i)
-                  pa[size_t(lane)][size_t(i)] =
-                      round_to(s.dtype, sf[size_t(2 * kk + mf::a_from_c_tile(i))][size_t(lane)][size_t(mf::a_from_c_elem(i))]);
-              for (int64_t n = 0; n < d / 8; ++n) {
-                const BFrag vb = ldmatrix_x2(Vs[stage], 16 * kk, 8 * n, 8 * n, true);
-                mf::mma(wp.o[size_t(n)], pa, vb, L);
+              std::vector<AFrag> pa(size_t(MT), AFrag(32));
+              for (int64_t mt = 0; mt < MT; ++mt)
+                for (int lane = 0; lane < 32; ++lane)
+                  for (int i = 0; i < 8; ++i)
+                    pa[size_t(mt)][size_t(lane)][size_t(i)] =
+                        round_to(s.dtype, sf[size_t(mt)][size_t(2 * kk + mf::a_from_c_tile(i))][size_t(lane)][size_t(mf::a_from_c_elem(i))]);
+              for (int64_t np = 0; np < d / 16; ++np) {
+                const std::array<BFrag, 2> vb = mf::ldmatrix_x4_b(Vs[stage], 16 * kk, 16 * np, true);
+                for (int64_t mt = 0; mt < MT; ++mt) {
+                  RowTile& rt = tiles[size_t(w * MT + mt)];
+                  mf::mma(rt.o[size_t(2 * np)], pa[size_t(mt)], vb[0], L);
+                  mf::mma(rt.o[size_t(2 * np + 1)], pa[size_t(mt)], vb[1], L);
+                }
               }
             }
           }
-          barrier(L);  // the stage is free for the next copy
           L.tiles_computed += 1;
           L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
                             TileKind::Diagonal;
         }
         L.tiles_skipped += Tc - Tend;
         // [final-divide] l summed over the group's four lanes; O = Õ / l; L = (m + log2 l)·ln 2.
-        for (int64_t w = 0; w < W; ++w) {
-          const Warp& wp = warps[size_t(w)];
-          for (int lane = 0; lane < 32; ++lane) {
-            const int g0 = 4 * mf::group(lane);
-            float lsum[2];
-            for (int hr = 0; hr < 2; ++hr)
-              lsum[hr] = (wp.l[size_t(g0)][size_t(hr)] + wp.l[size_t(g0 + 1)][size_t(hr)]) +
-                         (wp.l[size_t(g0 + 2)][size_t(hr)] + wp.l[size_t(g0 + 3)][size_t(hr)]);
-            for (int64_t n = 0; n < d / 8; ++n)
-              for (int e = 0; e < 4; ++e) {
-                const mf::Coord c = mf::c_elem(lane, e);
-                const int64_t row = i0 + 16 * w + c.row;
-                if (row >= s.N) continue;
-                const float li = lsum[e / 2];
-                O.store(row, 8 * n + c.col, li > 0.0f ? wp.o[size_t(n)][size_t(lane)][size_t(e)] / li : 0.0f);
-                ++L.nonmatmul_ops;
-              }
-            if (mf::thread_in_group(lane) == 0)
-              for (int hr = 0; hr < 2; ++hr) {
-                const int64_t row = i0 + 16 * w + mf::group(lane) + 8 * hr;
-                if (row >= s.N) continue;
-                const float m = wp.m[size_t(lane)][size_t(hr)];
-                Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr])) * kLn2 : kInf);
-                L.nonmatmul_ops += 2;
-              }
+        for (int64_t w = 0; w < W; ++w)
+          for (int64_t mt = 0; mt < MT; ++mt) {
+            const RowTile& rt = tiles[size_t(w * MT + mt)];
+            const int64_t r0 = i0 + w * (sc.Br / W) + 16 * mt;
+            for (int lane = 0; lane < 32; ++lane) {
+              const int g0 = 4 * mf::group(lane);
+              float lsum[2];
+              for (int hr = 0; hr < 2; ++hr)
+                lsum[hr] = (rt.l[size_t(g0)][size_t(hr)] + rt.l[size_t(g0 + 1)][size_t(hr)]) +
+                           (rt.l[size_t(g0 + 2)][size_t(hr)] + rt.l[size_t(g0 + 3)][size_t(hr)]);
+              for (int64_t n = 0; n < d / 8; ++n)
+                for (int e = 0; e < 4; ++e) {
+                  const mf::Coord c = mf::c_elem(lane, e);
+                  const int64_t row = r0 + c.row;
+                  const float li = lsum[e / 2];
+                  // [o-staging] into the warp's rows of the Q tile (every row, inside N or not)
+                  Qs.write(row - i0, 8 * n + c.col, li > 0.0f ? rt.o[size_t(n)][size_t(lane)][size_t(e)] * (1.0f / li) : 0.0f);
+                  if (row < s.N) ++L.nonmatmul_ops;
+                }
+              if (mf::thread_in_group(lane) == 0)
+                for (int hr = 0; hr < 2; ++hr) {
+                  const int64_t row = r0 + mf::group(lane) + 8 * hr;
+                  if (row >= s.N) continue;
+                  const float m = rt.m[size_t(lane)][size_t(hr)];
+                  Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr])) * kLn2 : kInf);
+                  L.nonmatmul_ops += 2;
+                }
+            }
           }
-        }
+        // [o-staging] ... then out to HBM in 16-byte chunks, the rows inside N.
+        Qs.store_to(O, i0, 0);
       }
     }
   return res;
 }
 
-// The ledger in closed form (docs/11_cp_async.md): step 10's, two stages of K/V tiles. One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits
+// The ledger in closed form (docs/11_cp_async.md). One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits
 // its first T_i K/V tiles (all Tc without a mask), `pairs` in all; `masked` of them need the
-// per-element mask. Per pair and warp: (Bc/8)·(d/16) products for S and (d/8)·(Bc/16) for P·V,
-// each reading a 16 × 8 B fragment (128 elements) from shared memory.
+// per-element mask; `qtiles` blocks visit any tile and so load Q. Every block stages its O tile
+// through shared memory (Br·d written, the N·d rows inside N read back). Per pair and warp: MT·(d/16)
+// A fragments of Q (256 elements each), (Bc/16)·(d/16) ldmatrix.x4 of K and as many of V (256
+// elements each), and MT·((Bc/8)·(d/16) + (d/8)·(Bc/16)) products.
 LedgerSet closed_form(const Shape& s, const Schedule& sc) {
-  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, W = sc.warps();
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, W = sc.warps(), MT = sc.mtiles();
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
-  int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0;
+  int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0, qtiles = 0;
   for (int64_t i = 0; i < Tr; ++i) {
     const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
     pairs += T;
+    qtiles += T > 0;
     for (int64_t j = 0; j < T; ++j) {
       masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);
       diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal) == TileKind::Diagonal;
       kv_rows += std::min(Bc, Nk - j * Bc);
     }
   }
-  const int64_t mmas_pair = W * ((Bc / 8) * (d / 16) + (d / 8) * (Bc / 16));
+  int64_t q_rows = 0;  // rows of Q read from HBM: those of the blocks that load Q, inside N
+  for (int64_t i = 0; i < Tr; ++i) {
+    const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N);
+    if (kv_tiles_for(i0, i1, N, Nk, Bc, s.causal) > 0) q_rows += i1 - i0;
+  }
+  const int64_t mmas_pair = W * MT * ((Bc / 8) * (d / 16) + (d / 8) * (Bc / 16));
   LedgerSet ls;
   Ledger& l = ls["cp_async"];
-  l.hbm_read = BH * (N * d * 2 + kv_rows * 2 * d * 2);
+  l.hbm_read = BH * (q_rows * d * 2 + kv_rows * 2 * d * 2);
   l.hbm_write = BH * (N * d * 2 + N * 4);
-  l.smem_write = BH * pairs * 2 * Bc * d * 2;
-  l.smem_read = BH * pairs * mmas_pair * 128 * 2;
-  l.barriers = BH * pairs * 2;
+  l.smem_write = BH * (qtiles * Br * d * 2 + pairs * 2 * Bc * d * 2 + Tr * Br * d * 2);
+  l.smem_read = BH * (pairs * W * (MT * (d / 16) + 2 * (Bc / 16) * (d / 16)) * 256 * 2 + N * d * 2);
+  l.barriers = BH * pairs;
   l.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
-  l.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d) + masked * W * 16 * Bc + N * d + 2 * N);
+  l.nonmatmul_ops = BH * (pairs * W * MT * (16 * Bc * 5 + 48 + 16 * d) + masked * W * MT * 16 * Bc + N * d + 2 * N);
   l.tiles_computed = BH * pairs;
   l.tiles_masked = BH * diagonal;
   l.tiles_skipped = BH * (Tr * Tc - pairs);
@@ -215,8 +241,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
 }
 
 namespace {
-BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions&) { return blueprint(s, in, kSchedule); }
-LedgerSet run_closed_form(const Shape& s, const StepOptions&) { return closed_form(s, kSchedule); }
+BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions&) { return blueprint(s, in, schedule_for(s.d)); }
+LedgerSet run_closed_form(const Shape& s, const StepOptions&) { return closed_form(s, schedule_for(s.d)); }
 }  // namespace
 
 const StepInfo& info() {
@@ -224,7 +250,7 @@ const StepInfo& info() {
     StepInfo i;
     i.id = "11";
     i.slug = "cp_async";
-    i.title = "the load pipeline: cp.async copies tile j + 1 while tile j is multiplied";
+    i.title = "the load pipeline: cp.async copies tile j + 1 while tile j is multiplied; tiles sized per head dimension";
     i.teaches = "cp.async: the next K/V tile loads during the math";
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;

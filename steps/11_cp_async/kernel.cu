@@ -1,8 +1,11 @@
-// Step 11 — step 10's kernel with its K/V loads pipelined by cp.async.
+// Step 11 — the K/V loads pipelined by cp.async, and tiles sized so that shared memory keeps up.
 //
-//   step11_cp_async   as step10_ldmatrix; K and V live in two stages of dynamic shared memory,
-//                     and the copy of tile j + 1 (cp.async, global -> shared without registers) is
-//                     in flight while tile j is multiplied ([pipeline]).
+//   step11_cp_async   K and V live in two stages of dynamic shared memory; the copy of tile j + 1
+//                     (cp.async, global -> shared without registers) is in flight while tile j is
+//                     multiplied ([pipeline]). Each warp owns 32 rows (two m16 tiles), so every K/V
+//                     fragment feeds two products; Q waits in shared memory and every fragment is
+//                     read with ldmatrix.x4 ([tiles], [x4]). O leaves through shared memory in
+//                     16-byte chunks ([o-staging]).
 //
 // Layout of every fragment: common/mma_layout.hpp.
 #include <cuda_bf16.h>
@@ -17,10 +20,9 @@
 
 namespace fa::step11 {
 
-constexpr int Br = kSchedule.Br;
-constexpr int Bc = kSchedule.Bc;
 constexpr int W = kSchedule.warps();
 constexpr int kThreads = W * 32;
+static_assert(schedule_for(16).W == W && schedule_for(64).W == W, "one block size for every head dimension");
 
 // Two floats -> one 32-bit register of two 16-bit values (the lower index in the low half).
 template <class T> __device__ inline uint32_t pack2(float lo, float hi);
@@ -34,30 +36,51 @@ template <> __device__ inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) 
 }
 
 // [mma] D = A·B + D for one 16 × 8 × 16 tile: 4 A registers, 2 B registers, 4 fp32 accumulators.
-template <class T> __device__ inline void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
-template <> __device__ inline void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+template <class T> __device__ inline void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <> __device__ inline void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-template <> __device__ inline void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+template <> __device__ inline void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// [cp-async] Start copying rows [r0, r0 + Bc) of a (rows × D) matrix into shared memory, 16 bytes
-// per cp.async, each chunk to its swizzled place; rows past `rows` are zero-filled by the copy
-// itself (source size 0). Nothing waits here: cp_async_wait() does.
-template <class T, int D>
-__device__ inline void load_rows_async(T* __restrict__ sm, const T* __restrict__ g, int64_t ld, int r0, int rows) {
-  constexpr int kVecPerRow = D / 8;
-  for (int c = threadIdx.x; c < Bc * kVecPerRow; c += blockDim.x) {
-    const int r = c / kVecPerRow, col = (c % kVecPerRow) * 8;
-    const bool inside = r0 + r < rows;
-    const T* src = inside ? g + int64_t(r0 + r) * ld + col : g;  // a valid address even when nothing is read
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(sm + swizzle(r, col, D)));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(inside ? 16 : 0));
+// [exp2] 2^x in one instruction (MUFU.EX2, flushing denormal results to zero; 2^-inf = 0).
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// [addresses] Shared-memory byte addresses with the swizzle folded in. A row is D·2 bytes (a power
+// of two) and the swizzled chunk of logical chunk 2k + x (x = 0 or 1) in row r is
+// (2k) XOR ((x XOR r) & kMask): the lane-dependent part is fixed per lane, and stepping k is an
+// XOR of the address with 32·k — once the tile starts on a multiple of the row size, which the
+// 1 KB-aligned base (checked at the top of the kernel) and whole-row tile offsets guarantee.
+template <int D>
+constexpr int kMask = (D / 8 < 8 ? D / 8 : 8) - 1;
+
+// [cp-async] Start copying rows [r0, r0 + R) of a (rows × D) matrix into the tile at shared
+// address `tile`, 16 bytes per cp.async, each chunk to its swizzled place (swizzle() in
+// schedule.hpp); rows past `rows` are zero-filled by the copy itself (source size 0). A thread
+// copies the same chunk column of every kRowsPerPass-th row, so its destination only moves by
+// whole rows. Nothing waits here: cp_async_wait() does.
+template <class T, int D, int R>
+__device__ inline void load_rows_async(uint32_t tile, const T* __restrict__ g, int64_t ld, int r0, int rows) {
+  constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && R % kRowsPerPass == 0 && kRowsPerPass % 8 == 0, "whole passes, fixed swizzle per thread");
+  const int r = threadIdx.x / kChunks, cc = threadIdx.x % kChunks;
+  const uint32_t dst = tile + r * (D * 2) + 16 * (cc ^ (r & kMask<D>));
+  const T* src = g + int64_t(r0 + r) * ld + 8 * cc;
+#pragma unroll
+  for (int i = 0; i < R / kRowsPerPass; ++i) {
+    const bool inside = r0 + r + i * kRowsPerPass < rows;
+    const T* from = inside ? src + int64_t(i) * kRowsPerPass * ld : g;  // a valid address even when nothing is read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + i * kRowsPerPass * D * 2), "l"(from),
+                 "r"(inside ? 16 : 0));
   }
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -65,179 +88,237 @@ __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\
 template <int N>
 __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// [ldmatrix] Two 8 × 8 blocks of 16-bit values -> two registers per lane. Lane 8m + r (m = 0, 1)
-// gives the address of row r of block m (lanes 16..31 repeat lanes 0..15; their addresses are
-// ignored). Without .trans a lane receives row lane/4, columns 2(lane%4) and 2(lane%4)+1 of each
-// block; with .trans the transpose (common/mma_layout.hpp, ldm_elem).
-__device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* row_addr) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+// [x4] Four 8 × 8 blocks of 16-bit values -> four registers per lane. Lane 8m + r gives the (shared) address
+// of row r of block m; without .trans a lane receives row lane/4, columns 2(lane%4) and
+// 2(lane%4)+1 of each block; with .trans the transpose (common/mma_layout.hpp, ldm_elem).
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
-__device__ inline void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row_addr) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
-  // [stages] kStages × (K tile, V tile), dynamic shared memory; element (r, c) of stage st's K tile
-  // at Ks(st)[swizzle(r, c, D)].
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* const smem = reinterpret_cast<T*>(smem_raw);
-  auto Ks = [&](int st) { return smem + (2 * st) * Bc * D; };
-  auto Vs = [&](int st) { return smem + (2 * st + 1) * Bc * D; };
+__global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
+  constexpr Schedule S = schedule_for(D);
+  constexpr int Br = S.Br, Bc = S.Bc, MT = S.mtiles(), kRowsPerWarp = Br / W;
+  // [stages] The Q tile, then kStages × (K tile, V tile), dynamic shared memory; element (r, c) of
+  // a tile at byte 2·swizzle(r, c, D) from its start.
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  if (sbase % 1024 != 0) __trap();  // [addresses] the XOR stepping needs it; fail loudly, never silently
+  constexpr uint32_t kRow = D * 2, kTile = Bc * kRow;
+  auto k_at = [&](int st) { return sbase + Br * kRow + 2 * st * kTile; };
+  auto v_at = [&](int st) { return k_at(st) + kTile; };
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int i0 = blockIdx.x * Br, rows = min(Br, p.N - i0), r0 = i0 + 16 * warp;  // the warp's first row
+  // [order] Blocks start in reverse: with the causal mask the last Q tiles have the most K/V tiles,
+  // so they go first and the short ones fill the gaps at the end (no effect without the mask).
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * Br, rows = min(Br, p.N - i0), w0 = kRowsPerWarp * warp;  // the warp's first row in the tile
   const T* Q = static_cast<const T*>(p.q) + b * p.q_sb + h * p.q_sh;
   const T* K = static_cast<const T*>(p.k) + b * p.k_sb + h * p.k_sh;
   const T* V = static_cast<const T*>(p.v) + b * p.v_sb + h * p.v_sh;
-  T* O = static_cast<T*>(p.o) + b * p.o_sb + h * p.o_sh;
-  float* Lse = p.lse + b * p.lse_sb + h * p.lse_sh;
-
-  // [q-frags] The warp's 16 rows of Q as A fragments, straight from global memory, for good.
-  uint32_t qa[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const m16n8k16::Coord c = m16n8k16::a_elem(lane, 2 * r);  // elements 2r and 2r + 1: adjacent in a row
-      const int row = r0 + c.row;
-      qa[kk][r] = row < p.N ? *reinterpret_cast<const uint32_t*>(Q + int64_t(row) * p.q_sn + 16 * kk + c.col) : 0u;
-    }
-
-  // [registers] O (16 × D: D/8 accumulator tiles), and per row (g and g + 8) the running max m in
-  // the log2 domain and this lane's part of the running sum l.
-  float o[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const float sl2 = p.scale * kLog2e;  // [exp2] exp(scale·s − M) = exp2(scale·log2(e)·s − M')
 
   const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
-  // [pipeline] Tile 0 is started before the loop; at step j, tile j + 1 is started into the other
-  // stage, then the warps wait only for tile j (at most one group left in flight).
+  // [pipeline] Q and tile 0 are started before the loop, as one group.
   if (Tend > 0) {
-    load_rows_async<T, D>(Ks(0), K, p.k_sn, 0, p.Nk);
-    load_rows_async<T, D>(Vs(0), V, p.v_sn, 0, p.Nk);
+    load_rows_async<T, D, Br>(sbase, Q, p.q_sn, i0, p.N);
+    load_rows_async<T, D, Bc>(k_at(0), K, p.k_sn, 0, p.Nk);
+    load_rows_async<T, D, Bc>(v_at(0), V, p.v_sn, 0, p.Nk);
   }
   cp_async_commit();
+
+  // [registers] O (per m16 tile, 16 × D: D/8 accumulator tiles), and per row (g and g + 8 of each
+  // m16 tile) the running max m in the log2 domain and this lane's part of the running sum l.
+  float o[MT][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+  const float sl2 = p.scale * kLog2e;  // [exp2] exp(scale·s − M) = exp2(scale·log2(e)·s − M')
+  // [x4] This lane addresses row lr of block lb. Its byte offsets at k = 0 (Q: rows w0 + 8(lb % 2)
+  // + lr, chunk lb / 2; K: rows 8(lb / 2) + lr, chunk lb % 2; V: rows 8(lb % 2) + lr, chunk lb / 2);
+  // the loops add whole rows and XOR 32·k.
+  const int lr = lane % 8, lb = lane / 8;
+  const uint32_t q_lane = sbase + (w0 + 8 * (lb % 2) + lr) * kRow + 16 * (((lb / 2) ^ lr) & kMask<D>);
+  const uint32_t k_lane = (8 * (lb / 2) + lr) * kRow + 16 * (((lb % 2) ^ lr) & kMask<D>);
+  const uint32_t v_lane = (8 * (lb % 2) + lr) * kRow + 16 * (((lb / 2) ^ lr) & kMask<D>);
+
   for (int j = 0; j < Tend; ++j) {
     const int j0 = j * Bc, st = j % kStages;
+    // [pipeline] Tile j (and, at j = 0, Q) has landed: this thread's copies, then everyone's. The
+    // same barrier tells that every warp is done with tile j − 1, so its stage may be refilled:
+    // the copy of tile j + 1 starts now and runs while tile j is multiplied.
+    cp_async_wait<0>();
+    __syncthreads();
     if (j + 1 < Tend) {
-      load_rows_async<T, D>(Ks((j + 1) % kStages), K, p.k_sn, j0 + Bc, p.Nk);
-      load_rows_async<T, D>(Vs((j + 1) % kStages), V, p.v_sn, j0 + Bc, p.Nk);
+      load_rows_async<T, D, Bc>(k_at((j + 1) % kStages), K, p.k_sn, j0 + Bc, p.Nk);
+      load_rows_async<T, D, Bc>(v_at((j + 1) % kStages), V, p.v_sn, j0 + Bc, p.Nk);
     }
     cp_async_commit();  // an empty group on the last tile keeps the count uniform
-    cp_async_wait<1>();  // tile j has landed (this thread's copies) ...
-    __syncthreads();     // ... and everyone's
 
-    // [s-regs] S = Q K_jᵀ for the warp's rows: Bc/8 accumulator tiles. B = K_jᵀ: its two 8 × 8
-    // halves (dims 16kk .. 16kk + 7 and + 8 .. + 15 of keys 8n .. 8n + 7) are K_j as stored: one
-    // ldmatrix.x2 without .trans.
-    const int lr = lane % 8, lm = (lane / 8) % 2;  // the row this lane addresses, of block lm
-    float s[Bc / 8][4];
+    // [s-regs] S = Q K_jᵀ for the warp's rows. Per 16 dims: the A fragment of each m16 tile (one
+    // ldmatrix.x4 of Q: blocks rows 0-7 / 8-15 × dims 0-7 / 8-15), then per pair of key blocks one
+    // ldmatrix.x4 of K as stored — the B fragments of keys 16np .. + 7 and + 8 .. + 15 — each used
+    // by both m16 tiles.
+    const uint32_t k_addr = k_at(st) + k_lane, v_addr = v_at(st) + v_lane;
+    float s[MT][Bc / 8][4];
 #pragma unroll
-    for (int n = 0; n < Bc / 8; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t kb[2];
-        ldmatrix_x2(kb, Ks(st) + swizzle(8 * n + lr, 16 * kk + 8 * lm, D));
-        mma16816<T>(s[n], qa[kk], kb);
+      for (int n = 0; n < Bc / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(qa[mt], (q_lane + 16 * mt * kRow) ^ (32 * kk));
+#pragma unroll
+      for (int np = 0; np < Bc / 16; ++np) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, (k_addr + 16 * np * kRow) ^ (32 * kk));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+          mma16816<T>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+        }
       }
     }
 
-    // [softmax-regs] Scale into the log2 domain and mask where needed; each lane holds rows g and
-    // g + 8 of every tile, two columns each: the four lanes of a group share a row, so the row
-    // max and sum take two shuffles.
-    const bool masked = needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal);
-    float mx[2] = {-INFINITY, -INFINITY};
+    // [causal-mask] Only on tiles that need it: keys at or past a row's visible count get −inf.
+    if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal)) {
 #pragma unroll
-    for (int n = 0; n < Bc / 8; ++n)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const m16n8k16::Coord c = m16n8k16::c_elem(lane, e);
-        float v = s[n][e] * sl2;
-        if (masked && j0 + 8 * n + c.col >= visible_keys(r0 + c.row, p.N, p.Nk, p.causal)) v = -INFINITY;  // [causal-mask]
-        s[n][e] = v;
-        mx[e / 2] = fmaxf(mx[e / 2], v);
-      }
-    float alpha[2];
+        for (int hr = 0; hr < 2; ++hr) {
+          const int vis = int(visible_keys(i0 + w0 + 16 * mt + m16n8k16::group(lane) + 8 * hr, p.N, p.Nk, p.causal)) - j0;
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-      const float m_new = fmaxf(m[hr], mx[hr]);
-      alpha[hr] = m[hr] == -INFINITY ? 0.0f : exp2f(m[hr] - m_new);  // [rescale-guard]
-      m[hr] = m_new;
-      l[hr] *= alpha[hr];
+          for (int n = 0; n < Bc / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (8 * n + m16n8k16::c_elem(lane, 2 * hr + e).col >= vis) s[mt][n][2 * hr + e] = -INFINITY;
+        }
     }
-    // P = exp2(S − m), in place; this lane's share of each row sum.
+
+    // [softmax-regs] Each lane holds rows g and g + 8 of each m16 tile, two columns per 8-key
+    // block: the four lanes of a group share a row, so the row max and sum take two shuffles.
+    // The max is taken on raw scores and scaled once (scale·log2 e > 0 keeps the order); then
+    // p = exp2(s·scale·log2 e − m) is one FMA and one MUFU.EX2.
 #pragma unroll
-    for (int n = 0; n < Bc / 8; ++n)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pv = m[e / 2] == -INFINITY ? 0.0f : exp2f(s[n][e] - m[e / 2]);
-        s[n][e] = pv;
-        l[e / 2] += pv;
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hr], s[mt][n][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[mt][hr], mx * sl2);
+        // [rescale-guard] A row that has seen only masked keys keeps m = −inf; subtracting 0
+        // instead gives p = exp2(−inf) = 0 and alpha = 0 without a NaN.
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = fast_exp2(m[mt][hr] - m_use);
+        m[mt][hr] = m_new;
+        float rs = 0.0f;
+#pragma unroll
+        for (int n = 0; n < Bc / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = fast_exp2(fmaf(s[mt][n][2 * hr + e], sl2, -m_use));
+            s[mt][n][2 * hr + e] = pv;
+            rs += pv;
+          }
+        l[mt][hr] = l[mt][hr] * alpha + rs;
+        // [deferred] Õ *= alpha for this row (elements 0, 1 are row g; 2, 3 row g + 8).
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) o[mt][n][2 * hr] *= alpha, o[mt][n][2 * hr + 1] *= alpha;
       }
-    // [deferred] Õ *= alpha (rows g: elements 0, 1; rows g + 8: elements 2, 3).
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e / 2];
 
     // [c-to-a] P's accumulator tiles 2kk and 2kk + 1 are, converted, the A fragment of keys
     // [16kk, 16kk + 16): A register r holds C tile 2kk + r/2, elements 2(r%2) and 2(r%2) + 1.
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk) {
-      uint32_t pa[4];
+      uint32_t pa[MT][4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pa[r] = pack2<T>(s[2 * kk + r / 2][2 * (r % 2)], s[2 * kk + r / 2][2 * (r % 2) + 1]);
-      // [pv] Õ += P V_j: B = V_j, element (k, n) = V_j[k][n]: the transposes of the 8 × 8 blocks
-      // keys 16kk .. + 7 and + 8 .. + 15 of dims 8n .. 8n + 7 — one ldmatrix.x2.trans.
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t vb[2];
-        ldmatrix_x2_trans(vb, Vs(st) + swizzle(16 * kk + 8 * lm + lr, 8 * n, D));
-        mma16816<T>(o[n], pa, vb);
+        for (int r = 0; r < 4; ++r)
+          pa[mt][r] = pack2<T>(s[mt][2 * kk + r / 2][2 * (r % 2)], s[mt][2 * kk + r / 2][2 * (r % 2) + 1]);
+      // [pv] Õ += P V_j: B = V_j, element (k, n) = V_j[k][n]. One ldmatrix.x4.trans gives the B
+      // fragments of dims 16np .. + 7 and + 8 .. + 15 (keys 16kk .. + 7 and + 8 .. + 15 each),
+      // used by both m16 tiles.
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, (v_addr + 16 * kk * kRow) ^ (32 * np));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);
+          mma16816<T>(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+        }
       }
     }
-    __syncthreads();  // stage st is free: the next step's copy may overwrite it
   }
   cp_async_wait<0>();  // no copy left in flight when the block ends
 
   // [final-divide] The four lanes of a group add their parts of l; O = Õ / l, L = (m + log2 l)·ln 2.
+  // (O's and L's addresses are formed only here: kept from the start, they would hold registers
+  // through the whole loop.) [o-staging] O goes through the warp's own rows of the Q tile in shared
+  // memory (swizzled: the 4-byte writes of a fragment hit eight bank groups), then out to HBM in
+  // whole 16-byte chunks per lane — not the half-used 32-byte sectors of direct 4-byte stores.
+  T* O = static_cast<T*>(p.o) + b * p.o_sb + h * p.o_sh;
+  float* Lse = p.lse + b * p.lse_sb + h * p.lse_sh;
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
-    l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
-  }
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const m16n8k16::Coord c = m16n8k16::c_elem(lane, e);
-      const int row = r0 + c.row;
-      if (row >= p.N) continue;
-      const float li = l[e / 2];
-      const float x0 = li > 0.0f ? o[n][e] / li : 0.0f, x1 = li > 0.0f ? o[n][e + 1] / li : 0.0f;
-      *reinterpret_cast<uint32_t*>(O + int64_t(row) * p.o_sn + 8 * n + c.col) = pack2<T>(x0, x1);
-    }
-  if (m16n8k16::thread_in_group(lane) == 0)
+  for (int mt = 0; mt < MT; ++mt) {
+    const int r0 = i0 + w0 + 16 * mt;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int row = r0 + m16n8k16::group(lane) + 8 * hr;
-      if (row < p.N) Lse[row] = l[hr] > 0.0f ? (m[hr] + log2f(l[hr])) * kLn2 : INFINITY;
+      l[mt][hr] += __shfl_xor_sync(0xffffffffu, l[mt][hr], 1);
+      l[mt][hr] += __shfl_xor_sync(0xffffffffu, l[mt][hr], 2);
     }
+    const float inv[2] = {l[mt][0] > 0.0f ? 1.0f / l[mt][0] : 0.0f, l[mt][1] > 0.0f ? 1.0f / l[mt][1] : 0.0f};
+    if (mt == 0) __syncwarp();  // the warp's last ldmatrix of its Q rows is done before they are overwritten
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const m16n8k16::Coord c = m16n8k16::c_elem(lane, e);
+        const int row = w0 + 16 * mt + c.row;  // in the tile
+        const uint32_t a = sbase + row * kRow + 16 * (n ^ (row & kMask<D>)) + 2 * (c.col % 8);
+        const uint32_t v = pack2<T>(o[mt][n][e] * inv[e / 2], o[mt][n][e + 1] * inv[e / 2]);
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v));
+      }
+    if (m16n8k16::thread_in_group(lane) == 0)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = r0 + m16n8k16::group(lane) + 8 * hr;
+        if (row < p.N) Lse[row] = l[mt][hr] > 0.0f ? (m[mt][hr] + log2f(l[mt][hr])) * kLn2 : INFINITY;
+      }
+  }
+  __syncwarp();  // the warp's O rows are complete in shared memory
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int c = lane; c < kRowsPerWarp * kChunks; c += 32) {
+    const int row = w0 + c / kChunks, cc = c % kChunks;
+    if (i0 + row >= p.N) continue;
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(sbase + row * kRow + 16 * (cc ^ (row & kMask<D>))));
+    *reinterpret_cast<uint4*>(O + int64_t(i0 + row) * p.o_sn + 8 * cc) = v;
+  }
 }
 
 namespace {
 
 template <class T, int D>
 void launch_typed(const AttnParams& p, cudaStream_t st) {
-  const size_t smem = size_t(smem_bytes(kSchedule, D));
+  const size_t smem = size_t(smem_bytes(schedule_for(D), D));
   static bool configured = false;  // per instantiation: opt in to more than 48 KB once
   if (!configured) {
     int dev = 0, optin = 0;
@@ -249,7 +330,7 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
     CUDA_CHECK(cudaFuncSetAttribute(step11_cp_async<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
-  const dim3 grid(unsigned(num_tiles(p.N, Br)), unsigned(p.B * p.H));
+  const dim3 grid(unsigned(num_tiles(p.N, schedule_for(D).Br)), unsigned(p.B * p.H));
   step11_cp_async<T, D><<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH("step11_cp_async");
 }

@@ -1,10 +1,15 @@
-// Step 11 — the load pipeline: cp.async.
+// Step 11 — the load pipeline (cp.async) and tiles sized for it.
 //
 // Steps 09 and 10 load K_j and V_j with ordinary loads and wait for them at a barrier before any
 // warp can multiply: the tensor cores idle while HBM (or L2) answers, once per tile. Here the copy
 // of tile j + 1 is started with cp.async — global to shared memory directly, without passing
-// through registers — before tile j is multiplied, into the other of two buffers (stages). By the
-// time the warps finish tile j, tile j + 1 has mostly arrived. Everything else is step 10's.
+// through registers — while tile j is multiplied, into the other of two buffers (stages).
+//
+// With the loads out of the way, shared memory becomes the limit: a warp of 16 rows reads every
+// K and V fragment for one product each. So each warp now owns 32 rows (two m16 tiles) and uses
+// every K/V fragment twice; Q moves to shared memory (its fragments would no longer fit the
+// registers beside a 32-row O) and every fragment is read with ldmatrix.x4. The tile sizes are
+// chosen per head dimension (schedule_for).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,19 +22,24 @@
 namespace fa::step11 {
 
 struct Schedule {
-  int Br = 64;  // queries per block: one warp per 16 rows
-  int Bc = 64;  // keys per K/V tile
-  FA_HD constexpr int warps() const { return Br / 16; }
+  int Br = 128;  // queries per block
+  int Bc = 64;   // keys per K/V tile
+  int W = 4;     // warps per block; warp w owns rows [w·Br/W, (w + 1)·Br/W)
+  FA_HD constexpr int warps() const { return W; }
+  FA_HD constexpr int mtiles() const { return Br / (16 * W); }  // m16 row tiles per warp
 };
-inline constexpr Schedule kSchedule{};
-inline constexpr int64_t kSmemBudget = 100 * 1024;
+// [tiles] Per head dimension: at d = 128 a 32-row O already takes 128 registers per lane, so the
+// K/V tile stays at 64 keys (S: 64 more); at d <= 64 O is half as large and a tile of 128 keys
+// halves the number of loop steps (and barriers) per block.
+FA_HD constexpr Schedule schedule_for(int d) { return d <= 64 ? Schedule{128, 128, 4} : Schedule{128, 64, 4}; }
+inline constexpr Schedule kSchedule = schedule_for(128);
+inline constexpr int64_t kSmemBudget = 112 * 1024;
 
 inline constexpr int kStages = 2;  // K/V buffers in flight: one being multiplied, one being loaded
 
-// Shared memory per block: kStages copies of the K and V tiles (storage type), unpadded. More than
-// the static 48 KB at d = 128 (64 KB): the kernel takes it as dynamic shared memory and the
-// launcher opts in.
-FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) { return int64_t(kStages) * 2 * s.Bc * d * 2; }
+// Shared memory per block: the Q tile, then kStages copies of the K and V tiles (storage type),
+// unpadded. 96 KB at d = 128, two blocks per SM: dynamic shared memory, the launcher opts in.
+FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) { return (int64_t(s.Br) + int64_t(kStages) * 2 * s.Bc) * d * 2; }
 
 // [swizzle] Where element (r, c) of a (rows × d) tile lives: rows are stored whole and unpadded,
 // but the row's 16-byte chunks (8 elements) are permuted, chunk c/8 going to chunk (c/8) XOR
@@ -39,8 +49,12 @@ FA_HD constexpr int swizzle(int r, int c, int d) {
   const int chunks = d / 8, mask = (chunks < 8 ? chunks : 8) - 1;
   return r * d + (((c / 8) ^ (r & mask)) * 8) + (c % 8);
 }
-static_assert(kSchedule.Br % 16 == 0 && kSchedule.Bc % 16 == 0, "whole m16n8k16 tiles");
-static_assert(smem_bytes(kSchedule, 128) <= kSmemBudget, "the K and V stages must fit the block's budget at d = 128");
+FA_HD constexpr bool valid(const Schedule& s) {
+  return s.W > 0 && s.Br % (16 * s.W) == 0 && s.Bc % 16 == 0 && s.Bc > 0;
+}
+static_assert(valid(schedule_for(64)) && valid(schedule_for(128)), "whole m16n8k16 tiles, whole ldmatrix.x4 pairs");
+static_assert(smem_bytes(schedule_for(128), 128) <= kSmemBudget && smem_bytes(schedule_for(64), 64) <= kSmemBudget,
+              "Q and the K/V stages must fit the block's budget");
 
 // log2(e): exp(x) = exp2(x · log2 e), folded into the softmax scale once ([exp2]).
 inline constexpr float kLog2e = 1.4426950408889634f;
