@@ -171,7 +171,8 @@ l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum|smsp__sass_l1tex_data
 l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
 l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum|smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum
 sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active|sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
-$(for r in $stall_reasons; do echo "smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"; done)"
+$(for r in $stall_reasons; do echo "smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"; done)
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum"
 extra_known="l1tex__t_bytes_pipe_lsu_mem_global_op_red.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__shared_mem_per_block_static,launch__shared_mem_per_block_dynamic"
 
 # An unknown name makes ncu refuse the whole list, so ask only for what this ncu lists: once per

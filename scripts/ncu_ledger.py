@@ -47,6 +47,8 @@ METRICS = {
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "wavefronts_ld",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum": "wavefronts_ldsm",
     "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum": "wavefronts_ldsm",       # SASS-patched
+    # cp.async (LDGSTS): its shared-memory writes' bank conflicts (steps 11+).
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum": "bank_conflicts_cp_async",
     # Tensor pipe: % of the active cycles the HMMA (mma.sync, WMMA) pipe was busy.
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
@@ -68,7 +70,7 @@ MEAN = {"tensor_pct"} | {f"stall_{r}" for r in STALLS}
 OPTIONAL = ["red_bytes", "bank_conflicts", "occupancy_pct", "registers", "smem_static", "smem_dynamic",
             # new columns go at the end, so that older CSVs keep their columns' order
             "bank_conflicts_ld", "bank_conflicts_st", "bank_conflicts_ldsm", "wavefronts_ld", "wavefronts_ldsm",
-            "tensor_pct"] + [f"stall_{r}" for r in STALLS]
+            "tensor_pct"] + [f"stall_{r}" for r in STALLS] + ["bank_conflicts_cp_async"]
 DIGITS = {"occupancy_pct": 1, "tensor_pct": 1, **{f"stall_{r}": 2 for r in STALLS}}  # the rest: integers
 
 
