@@ -9,6 +9,7 @@ number in the docs is typed by hand. Standard library only.
 """
 import csv
 import glob
+import math
 import os
 import re
 import sys
@@ -249,6 +250,117 @@ def ncu_on_chip(steps, ns=("1024", "4096")):
          "shared memory / block (B)"], body)
 
 
+def csv_file(rel):
+    """One CSV named explicitly (plots/data/history/ is read only this way: the globs above read the
+    top folder, so a superseded kernel's rows never mix with the current one's)."""
+    path = os.path.join(DATA, rel)
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def step11_target():
+    """Issue 9's target matrix: step 11's bench rows (every dtype, d, mask, N) against PyTorch's flash
+    backend (FlashAttention-2) from peers_*.csv at the same point; TFLOP/s on FlashAttention's
+    convention on both sides (forward 4·B·H·N²·d, halved when causal), so their ratio is the ratio of
+    times. Closing line: the geometric mean of ours/flash, the minimum and its point, and how many
+    points fall below 0.85 and 1.0 (the target: geometric mean >= 1.0, no point below 0.85)."""
+    ours = [r for r in rows("bench_*_step11.csv") if r["step"] == "11"]
+    peers = {}
+    for r in rows("peers_*.csv"):
+        if r["status"] == "ok":
+            peers[(r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    dtypes = {"fp16": 0, "bf16": 1}
+    ours.sort(key=lambda r: (dtypes.get(r["dtype"], 2), r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"])))
+    body, ratios, used = [], [], []
+    for r in ours:
+        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        fl, cu = peers.get(("flash",) + key), peers.get(("cudnn",) + key)
+        if not fl:
+            continue
+        used.append(r)
+        ratio = float(r["tflops"]) / float(fl["fwd_tflops"])
+        ratios.append((ratio, key))
+        ok = "" if r["pass"] == "1" else " (FAIL)"
+        body.append([r["dtype"], key[1], "yes" if key[2] else "no", key[3], f"{r['B']}×{r['H']}",
+                     f"{float(r['tflops']):.1f}{ok}", f"{float(fl['fwd_tflops']):.1f}",
+                     f"{float(cu['fwd_tflops']):.1f}" if cu else "–", f"{ratio:.3f}"])
+    if not body:
+        return provenance([])
+    torch = next(p for p in peers.values() if p["backend"] == "flash")
+    geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+    low, (dt, d, c, n) = min(ratios)
+    below85 = sum(x < 0.85 for x, _ in ratios)
+    below1 = sum(x < 1.0 for x, _ in ratios)
+    summary = (f"Over the {len(ratios)} points: geometric mean of step 11 / flash **{geo:.3f}** (target ≥ 1.0); "
+               f"minimum **{low:.3f}** ({dt}, d = {d}, {'causal' if c else 'no mask'}, N = {n}; target: none below 0.85); "
+               f"{below85} point{'s' if below85 != 1 else ''} below 0.85, {below1} below 1.0.")
+    return provenance(used) + f" _Peers: PyTorch {torch['torch']} SDPA on the same GPU (`scripts/peers.py`, " \
+        f"commit `{torch['commit']}`, {torch['date']}); TFLOP/s on FlashAttention's convention (4·B·H·N²·d, " \
+        f"halved with the mask) on both sides._\n\n" + table(
+        ["dtype", "d", "causal", "N", "B×H", "step 11 TFLOP/s", "flash (FA2) TFLOP/s", "cuDNN TFLOP/s",
+         "step 11 / flash"], body) + "\n\n" + summary
+
+
+def step11_vs_10():
+    """Per (d, causal, N), fp16: step 10, the first step 11 (the pipeline alone, commit 04a405c, kept in
+    plots/data/history/) and the tuned step 11; the pipeline's speedup over step 10 and the tuning's
+    over the first step 11."""
+    pick = {}
+    sources = (("10", rows("session_*.csv")), ("11a", csv_file("history/session_h200_step11_04a405c.csv")),
+               ("11", rows("session_*.csv")))
+    for side, rs in sources:
+        step = side[:2]
+        for r in rs:
+            if r["step"] == step and r["dtype"] == "fp16" and r["variant"] == "-":
+                pick[(side, int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    keys = sorted({k[1:] for k in pick}, key=lambda k: (-k[0], k[1], k[2]))
+    body, used = [], []
+    for d, c, n in keys:
+        a, b, t = (pick.get((s, d, c, n)) for s in ("10", "11a", "11"))
+        if not (a or b or t):
+            continue
+        used += [r for r in (a, b, t) if r]
+        ms = lambda r: f"{float(r['ms']):.3f}" if r else "–"
+        ratio = lambda x, y: f"{float(x['ms']) / float(y['ms']):.2f}" if x and y else "–"
+        body.append([d, "yes" if c else "no", n, ms(a), ms(b), ms(t), ratio(a, b), ratio(b, t)])
+    return provenance(used) + " _The first step 11 (commit `04a405c`): " \
+        "`plots/data/history/session_h200_step11_04a405c.csv`; \"–\": no row at that shape._\n\n" + table(
+        ["d", "causal", "N", "step 10 ms", "first step 11 ms (04a405c)", "tuned step 11 ms",
+         "speedup of the pipeline: 10 / first 11", "speedup of the tuning: first 11 / tuned 11"], body)
+
+
+def ncu_stalls(steps, n="4096"):
+    """Nsight per kernel at one N (both masks), with the per-operation shared-memory counters: time,
+    registers, occupancy, tensor-pipe share, bank conflicts of plain loads (LDS; the hardware counter
+    also counts ldmatrix's wavefronts), stores (STS), ldmatrix (LDSM) and cp.async (LDGSTS), all
+    load and ldmatrix wavefronts, and the main warp stall reasons (warps stalled per issued
+    instruction). Rows without the per-operation columns (older runs) are left out."""
+    rs = [r for r in rows("ncu_*.csv") if r["step"] in steps and r["N"] == n and r.get("wavefronts_ld")]
+    if not rs:
+        return provenance(rs)
+    stalls = ["long_scoreboard", "wait", "math_pipe_throttle", "dispatch_stall", "not_selected",
+              "short_scoreboard", "barrier"]
+    count = lambda x: f"{int(x):,}" if x not in ("", None) else "–"
+    shapes = sorted({(r["B"], r["H"], r["d"]) for r in rs})
+    shape = "; ".join(f"B×H = {b}×{h}, d = {d}" for b, h, d in shapes)
+    body = []
+    for r in sorted(rs, key=lambda r: (int(r["causal"]), r["step"])):
+        body.append([r["step"], r["kernel"], "yes" if r["causal"] == "1" else "no",
+                     f"{float(r['ncu_ms']):.3f}", r["registers"] or "–", r["occupancy_pct"] or "–",
+                     r["tensor_pct"] or "–", count(r["bank_conflicts_ld"]), count(r["bank_conflicts_st"]),
+                     count(r["bank_conflicts_ldsm"]), count(r.get("bank_conflicts_cp_async")),
+                     count(r["wavefronts_ld"]), count(r["wavefronts_ldsm"])]
+                    + [r[f"stall_{s}"] or "–" for s in stalls])
+    return provenance(rs) + f" _N = {n}, {shape}. Bank conflicts: wavefronts beyond the minimum the access " \
+        "needs — LDS from the hardware counter of shared-memory loads (its wavefronts include ldmatrix's), " \
+        "LDSM for ldmatrix alone, LDGSTS for cp.async's writes. Stalls: warps stalled for that reason per " \
+        "issued instruction._\n\n" + table(
+        ["step", "kernel", "causal", "kernel ms", "registers / thread", "achieved occupancy %",
+         "tensor pipe %", "conflicts LDS", "conflicts STS", "conflicts LDSM", "conflicts LDGSTS",
+         "wavefronts LDS", "wavefronts LDSM"] + [f"stall `{s}`" for s in stalls], body)
+
 def loop_and_grid():
     """Step 03 (K/V outer, a block per (b, h)), step 04 with the same grid, step 04 with a block per Q tile."""
     rs = rows("session_*.csv")
@@ -315,6 +427,9 @@ TABLES = {
     "step09-vs-07": lambda: compare("07", "09", both=True),
     "step10-vs-09": lambda: compare("09", "10", ("-",), ("-",), speedup=False, both=True),
     "step09-10-ncu": lambda: ncu_on_chip(("07", "09", "10")),
+    "step11-vs-10": step11_vs_10,
+    "step09-11-ncu": lambda: ncu_stalls(("09", "10", "11")),
+    "step11-target": step11_target,
     "step08-ncu": lambda: step_ncu("08"),
     "step08-ncu-extra": lambda: ncu_extra("08"),
     "versus-peers": versus_peers,
