@@ -88,12 +88,13 @@ struct Provenance {
   }
 };
 
-// The caption at the bottom left of the canvas, as typed (no enhanced-text markup).
-void caption(Gnuplot& gp, const Provenance& p) {
+// The caption at the bottom left of the canvas, as typed (no enhanced-text markup); y in screen
+// coordinates (a canvas of fixed pixel layout passes its own, so that the caption stays under the key).
+void caption(Gnuplot& gp, const Provenance& p, double y = 0.035) {
   std::string c = p.caption();
   std::string q;
   for (char ch : c) q += ch == '"' ? std::string("\\\"") : std::string(1, ch);
-  gp << "set label 99 \"" << q << "\" at screen 0.01,0.035 left font ',9' noenhanced\n";
+  gp << "set label 99 \"" << q << "\" at screen 0.01," << y << " left font ',9' noenhanced\n";
 }
 
 struct Step {
@@ -318,7 +319,7 @@ void draw_traffic(const Data& data, int d, const std::string& png) {
      << label("Bytes per head, measured by Nsight Compute against the ledger (d = " + std::to_string(d) +
               ", no mask, " + prov.gpu() + ")")
      << "' font ',14'\n";
-  caption(gp, prov);
+  caption(gp, prov, 35.0 / height);  // 35 px up: under the key, whatever the number of rows
   gp << "set logscale xy 10\nset format y '%.0s %cB'\nset grid\nset xlabel 'N' offset 0,0.5\nunset key\n";
   const double x_lo = n_lo / 2.0, x_hi = n_hi * 2.0;
   gp << "set logscale x 2\nset xtics (";
