@@ -346,8 +346,9 @@ def ncu_stalls(steps, n="4096"):
     shapes = sorted({(r["B"], r["H"], r["d"]) for r in rs})
     shape = "; ".join(f"B×H = {b}×{h}, d = {d}" for b, h, d in shapes)
     body = []
-    for r in sorted(rs, key=lambda r: (int(r["causal"]), r["step"])):
-        body.append([r["step"], r["kernel"], "yes" if r["causal"] == "1" else "no",
+    for r in sorted(rs, key=lambda r: (int(r["causal"]), r["step"], r["variant"])):
+        label = r["step"] + (f" ({r['variant']})" if r["variant"] not in ("", "-") else "")
+        body.append([label, r["kernel"], "yes" if r["causal"] == "1" else "no",
                      f"{float(r['ncu_ms']):.3f}", r["registers"] or "–", r["occupancy_pct"] or "–",
                      r["tensor_pct"] or "–", count(r["bank_conflicts_ld"]), count(r["bank_conflicts_st"]),
                      count(r["bank_conflicts_ldsm"]), count(r.get("bank_conflicts_cp_async")),
@@ -430,6 +431,7 @@ TABLES = {
     "step11-vs-10": step11_vs_10,
     "step09-11-ncu": lambda: ncu_stalls(("09", "10", "11")),
     "step11-target": step11_target,
+    "all-steps-ncu": lambda: ncu_stalls(tuple(f"{i:02d}" for i in range(1, 12))),
     "step08-ncu": lambda: step_ncu("08"),
     "step08-ncu-extra": lambda: ncu_extra("08"),
     "versus-peers": versus_peers,

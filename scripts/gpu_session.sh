@@ -275,5 +275,9 @@ if [ "${FA_PEERS:-0}" = 1 ]; then
   say "peers: $(( $(wc -l <"$out/peers_${slug}.csv" 2>/dev/null || echo 1) - 1 )) rows"
 fi
 
-say "finished in $(( $(date +%s) - t0 ))s: tests rc $test_rc, sanitizer $([ $san_fail = 0 ] && echo clean || echo ERRORS)"
+if [ "$only_ncu" = 1 ]; then
+  say "finished in $(( $(date +%s) - t0 ))s: Nsight only (no tests or sanitizer ran)"
+else
+  say "finished in $(( $(date +%s) - t0 ))s: tests rc $test_rc, sanitizer $([ $san_fail = 0 ] && echo clean || echo ERRORS)"
+fi
 [ $test_rc -eq 0 ] && [ $san_fail -eq 0 ]
