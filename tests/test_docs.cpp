@@ -94,3 +94,23 @@ TEST_CASE("every registered step has a unique id and its own folder") {
   }
   CHECK(ids.size() >= 2);
 }
+
+// ctest runs each doctest case by its name, as an element of a CMake list: a ';' in a name splits
+// it, the truncated filter selects no case, and doctest exits 0 — the case would never run while
+// ctest showed it passed (tests/CMakeLists.txt also fails any CPU entry that ran no case).
+TEST_CASE("no test case name contains a semicolon") {
+  const fs::path root = FA_SOURCE_DIR;
+  const std::regex name("TEST_CASE\\(\"([^\"]*)\"\\)");
+  int cases = 0;
+  for (const auto& e : fs::directory_iterator(root / "tests")) {
+    if (e.path().extension() != ".cpp") continue;
+    const std::string text = slurp(e.path());
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), name); it != std::sregex_iterator(); ++it) {
+      const std::string where = e.path().filename().string() + ": " + (*it)[1].str();
+      CAPTURE(where);
+      CHECK((*it)[1].str().find(';') == std::string::npos);
+      ++cases;
+    }
+  }
+  CHECK(cases > 50);
+}

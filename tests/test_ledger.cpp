@@ -37,7 +37,7 @@ TEST_CASE("tile loads count only the elements inside the matrix, zero-fill the r
   CHECK(t.read(2, 0) == 0.0f);
 }
 
-TEST_CASE("shared memory beyond the block's budget throws; the peak is recorded") {
+TEST_CASE("shared memory beyond the block's budget throws, the peak is recorded") {
   Ledger L;
   Smem smem(1000, L);
   smem.tile(10, 20, 24, Store::of(DType::f16));  // 480 bytes with padding

@@ -59,7 +59,7 @@ TEST_CASE("a NaN in a row that is not checked still fails") {
   CHECK_FALSE(check_forward(f.s, f.in, few, f.good).pass);
 }
 
-TEST_CASE("an error just past the tolerance fails; just inside passes") {
+TEST_CASE("an error just past the tolerance fails, just inside passes") {
   Fixture f;
   const double tol = check_forward(f.s, f.in, f.ref, f.good).atol;
   Forward out = f.good;

@@ -3,6 +3,7 @@
 
 #include "metrics.hpp"
 #include "../steps/01_naive/schedule.hpp"
+#include "second_config.hpp"
 #include "shapes.hpp"
 
 using namespace fa;
@@ -10,18 +11,8 @@ using namespace fa::step01;
 
 TEST_CASE("step01: a second tile configuration (Br = 32, Bc = 16) passes and counts its closed form") {
   const Schedule small{32, 16};
-  for (const test::Case& c : test::shape_matrix(false)) {
-    const std::string name = c.name();
-    CAPTURE(name);
-    const Inputs in = make_inputs(c.shape, c.inputs);
-    const BlueprintResult r = blueprint(c.shape, in, small);
-    const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), r.out);
-    INFO(chk.summary());
-    CHECK(chk.pass);
-    const std::string diff = r.ledger.diff(closed_form(c.shape, small));
-    INFO(diff);
-    CHECK(diff.empty());
-  }
+  test::check_second_config("Br=32 Bc=16", [&](const Shape& s, const Inputs& in) { return blueprint(s, in, small); },
+                            [&](const Shape& s) { return closed_form(s, small); });
 }
 
 TEST_CASE("step01: tiles are classified against the bottom-right causal diagonal") {

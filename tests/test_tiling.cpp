@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "metrics.hpp"
+#include "second_config.hpp"
 #include "shapes.hpp"
 
 #include "../steps/03_fa1_kv_outer/schedule.hpp"
@@ -24,20 +25,10 @@ using namespace fa;
 TEST_CASE("steps 03 and 04: a second tile configuration passes and counts its closed form") {
   const step03::Schedule s3{16, 48};
   const step04::Schedule s4{16, 48};
-  for (const test::Case& c : test::shape_matrix(false)) {
-    const std::string name = c.name();
-    CAPTURE(name);
-    const Inputs in = make_inputs(c.shape, c.inputs);
-    const Reference ref = reference_forward(c.shape, in);
-    const BlueprintResult a = step03::blueprint(c.shape, in, s3), b = step04::blueprint(c.shape, in, s4);
-    const Check ca = check_forward(c.shape, in, ref, a.out), cb = check_forward(c.shape, in, ref, b.out);
-    INFO(ca.summary());
-    INFO(cb.summary());
-    CHECK(ca.pass);
-    CHECK(cb.pass);
-    CHECK(a.ledger.diff(step03::closed_form(c.shape, s3)).empty());
-    CHECK(b.ledger.diff(step04::closed_form(c.shape, s4)).empty());
-  }
+  test::check_second_config("step03", [&](const Shape& s, const Inputs& in) { return step03::blueprint(s, in, s3); },
+                            [&](const Shape& s) { return step03::closed_form(s, s3); });
+  test::check_second_config("step04", [&](const Shape& s, const Inputs& in) { return step04::blueprint(s, in, s4); },
+                            [&](const Shape& s) { return step04::closed_form(s, s4); });
 }
 
 TEST_CASE("the loop order: step 03 moves Q, O, m, l Tc times, step 04 moves K, V Tr times") {
@@ -71,16 +62,9 @@ TEST_CASE("the worked examples of docs/03 and docs/04 (N = Nk = 4096, d = 128, o
 TEST_CASE("step 05: both warp mappings in a second tile configuration (Br = 16, Bc = 48)") {
   const step05::Schedule sc{16, 48};  // split-Q: one warp; split-K: three
   for (bool split_q : {true, false})
-    for (const test::Case& c : test::shape_matrix(false)) {
-      const std::string name = c.name() + (split_q ? " split-q" : " split-k");
-      CAPTURE(name);
-      const Inputs in = make_inputs(c.shape, c.inputs);
-      const BlueprintResult r = step05::blueprint(c.shape, in, sc, split_q);
-      const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), r.out);
-      INFO(chk.summary());
-      CHECK(chk.pass);
-      CHECK(r.ledger.diff(step05::closed_form(c.shape, sc, split_q)).empty());
-    }
+    test::check_second_config(split_q ? "split-q" : "split-k",
+                              [&](const Shape& s, const Inputs& in) { return step05::blueprint(s, in, sc, split_q); },
+                              [&](const Shape& s) { return step05::closed_form(s, sc, split_q); });
 }
 
 TEST_CASE("step 05: split-Q moves the same HBM bytes as split-K with fewer barriers and less shared traffic") {
@@ -102,23 +86,13 @@ TEST_CASE("step 05: split-Q moves the same HBM bytes as split-K with fewer barri
 TEST_CASE("steps 06 and 07: a second tile configuration (Br = 16, Bc = 48)") {
   const step06::Schedule s6{16, 48};
   const step07::Schedule s7{16, 48};
-  for (const test::Case& c : test::shape_matrix(false)) {
-    const std::string name = c.name();
-    CAPTURE(name);
-    const Inputs in = make_inputs(c.shape, c.inputs);
-    const Reference ref = reference_forward(c.shape, in);
-    const BlueprintResult a = step06::blueprint(c.shape, in, s6), b = step07::blueprint(c.shape, in, s7);
-    const Check ca = check_forward(c.shape, in, ref, a.out), cb = check_forward(c.shape, in, ref, b.out);
-    INFO(ca.summary());
-    INFO(cb.summary());
-    CHECK(ca.pass);
-    CHECK(cb.pass);
-    CHECK(a.ledger.diff(step06::closed_form(c.shape, s6)).empty());
-    CHECK(b.ledger.diff(step07::closed_form(c.shape, s7)).empty());
-  }
+  test::check_second_config("step06", [&](const Shape& s, const Inputs& in) { return step06::blueprint(s, in, s6); },
+                            [&](const Shape& s) { return step06::closed_form(s, s6); });
+  test::check_second_config("step07", [&](const Shape& s, const Inputs& in) { return step07::blueprint(s, in, s7); },
+                            [&](const Shape& s) { return step07::closed_form(s, s7); });
 }
 
-TEST_CASE("step 06 removes the per-tile normalization; step 07 skips about half the tiles when causal") {
+TEST_CASE("step 06 removes the per-tile normalization, step 07 skips about half the tiles when causal") {
   Shape s;
   s.N = s.Nk = 4096;
   s.d = 128;
@@ -154,20 +128,11 @@ TEST_CASE("step 07: Q tiles whose rows see no key visit no K/V tile") {
 
 TEST_CASE("step 09: a second tile configuration (Br = 16, Bc = 32: one warp, fewer keys per tile)") {
   const step09::Schedule s9{16, 32};
-  for (const test::Case& c : test::shape_matrix(false)) {
-    const std::string name = c.name();
-    CAPTURE(name);
-    const Inputs in = make_inputs(c.shape, c.inputs);
-    const Reference ref = reference_forward(c.shape, in);
-    const BlueprintResult r = step09::blueprint(c.shape, in, s9);
-    const Check chk = check_forward(c.shape, in, ref, r.out);
-    INFO(chk.summary());
-    CHECK(chk.pass);
-    CHECK(r.ledger.diff(step09::closed_form(c.shape, s9)).empty());
-  }
+  test::check_second_config("step09", [&](const Shape& s, const Inputs& in) { return step09::blueprint(s, in, s9); },
+                            [&](const Shape& s) { return step09::closed_form(s, s9); });
 }
 
-TEST_CASE("step 09: shared memory holds K and V only; the products stay those of step 07") {
+TEST_CASE("step 09: shared memory holds K and V only, the products stay those of step 07") {
   Shape s;
   s.N = s.Nk = 4096;
   s.d = 128;
@@ -228,25 +193,16 @@ TEST_CASE("step 10: same bytes and products as step 09, less shared memory per b
   CHECK(nine.smem_peak == 34816);
 }
 
-TEST_CASE("step 11: second tile configurations (one warp of two m16 tiles; Bc = 48) pass and count their closed form") {
+TEST_CASE("step 11: second tile configurations (one warp of two m16 tiles, Bc = 48) pass and count their closed form") {
   for (const step11::Schedule sc : {step11::Schedule{32, 32, 1}, step11::Schedule{64, 48, 2}}) {
     CAPTURE(sc.Br);
     REQUIRE(sc.mtiles() == 2);
-    for (const test::Case& c : test::shape_matrix(false)) {
-      const std::string name = c.name();
-      CAPTURE(name);
-      const Inputs in = make_inputs(c.shape, c.inputs);
-      const Reference ref = reference_forward(c.shape, in);
-      const BlueprintResult r = step11::blueprint(c.shape, in, sc);
-      const Check chk = check_forward(c.shape, in, ref, r.out);
-      INFO(chk.summary());
-      CHECK(chk.pass);
-      CHECK(r.ledger.diff(step11::closed_form(c.shape, sc)).empty());
-    }
+    test::check_second_config("step11", [&](const Shape& s, const Inputs& in) { return step11::blueprint(s, in, sc); },
+                              [&](const Shape& s) { return step11::closed_form(s, sc); });
   }
 }
 
-TEST_CASE("step 11: with step 10's tiles the same HBM bytes and products, half the barriers; its own tiles halve K/V re-reads") {
+TEST_CASE("step 11: with step 10's tiles the same HBM bytes and products, half the barriers, its own tiles halve K/V re-reads") {
   for (bool causal : {false, true}) {
     Shape s;
     s.N = 1000;
