@@ -4,12 +4,16 @@
 // update (warps split the keys and merge through shared memory) or the split-Q update (each warp
 // owns 16 rows and all keys). Both run through the counting views, so their ledgers differ exactly
 // where the mappings do: shared-memory traffic and barriers.
+//
+// The split-K update is wmma_bp::split_k_update (common/wmma_blueprint.cpp), shared with steps 03
+// and 04; the split-Q update, the loops around both and the ledger are this step's own.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "schedule.hpp"
+#include "wmma_blueprint.hpp"
 
 namespace fa::step05 {
 
@@ -17,133 +21,14 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// [rescale-guard] exp(m_old - m_new), 0 when nothing has been seen (both -inf).
-float rescale_factor(float m_old, float m_new) { return m_old == -kInf ? 0.0f : std::exp(m_old - m_new); }
-
-struct Block {  // one thread block's shared memory (the kernel's __shared__ arrays)
-  SmemTile Qs, Ks, Vs, Ss, Ps, Os, mi, li, mnew, lnew, cold, redm, redl;
-};
-
-Block make_block(const Schedule& sc, const Shape& s, Smem& smem) {
-  const Store st = Store::of(s.dtype), f32 = Store::f32();
-  const int64_t d = s.d, W = sc.warps();
-  Block k{smem.tile(sc.Br, d, d + kPad, st),  smem.tile(sc.Bc, d, d + kPad, st), smem.tile(sc.Bc, d, d + kPad, st),
-          smem.tile(sc.Br, sc.Bc, sc.Bc + kPadS, f32), smem.overlay(sc.Br, sc.Bc, st),  // P over S's rows
-          smem.tile(sc.Br, d, d + kPadO, f32),      smem.tile(1, sc.Br, f32),           smem.tile(1, sc.Br, f32),
-          smem.tile(1, sc.Br, f32),                 smem.tile(1, sc.Br, f32),           smem.tile(1, sc.Br, f32),
-          smem.tile(W, sc.Br, f32),                 smem.tile(W, sc.Br, f32)};
-  return k;
-}
-
-// [tile-update] One (Q tile i, K/V tile j) pair: S_ij, the split-K softmax update, O_i += P_ij V_j
-// merged warp by warp, and the per-iteration normalization O_i /= l_i. Q_i, O_i, m_i, l_i are in
-// shared memory on entry and on exit.
-void tile_update(const Schedule& sc, const Shape& s, Block& k, int64_t i0, int64_t j0, Ledger& L) {
-  const int64_t d = s.d, W = sc.warps();
-  const float scale = static_cast<float>(s.softmax_scale());
-  // S_ij = scale · Q_i K_jᵀ: warp w computes the Br × 16 slice of keys [16w, 16w + 16).
-  for (int64_t w = 0; w < W; ++w)
-    for (int64_t rf = 0; rf < sc.Br / 16; ++rf) {
-      Frag16 acc;
-      for (int64_t kk = 0; kk < d; kk += 16) mma(acc, load_frag(k.Qs, 16 * rf, kk), load_frag_transposed(k.Ks, 16 * w, kk), L);
-      store_frag(k.Ss, 16 * rf, 16 * w, acc, [&](float x) { return x * scale; });
-      L.nonmatmul_ops += 16 * 16;
-    }
-  // Pass 1 (lane r of warp w: row r, keys 16w..16w+15): mask, partial row max -> redm[w][r].
-  for (int64_t w = 0; w < W; ++w)
-    for (int64_t r = 0; r < sc.Br; ++r) {
-      float m = -kInf;
-      for (int64_t c = 16 * w; c < 16 * w + 16; ++c) {
-        const int64_t i = i0 + r, j = j0 + c;
-        const bool visible = j < s.Nk && j < visible_keys(i, s.N, s.Nk, s.causal);  // [causal-mask]
-        const float x = visible ? k.Ss.read(r, c) : (k.Ss.read(r, c), -kInf);  // every element is read
-        k.Ss.write(r, c, x);
-        m = std::max(m, x);
-      }
-      L.nonmatmul_ops += 2 * 16;
-      k.redm.write(w, r, m);
-    }
-  barrier(L);
-  // Row statistics 1 (thread r < Br): m_new = max(m_i, max_w redm[w][r]), alpha = exp(m_i - m_new).
-  for (int64_t r = 0; r < sc.Br; ++r) {
-    float m = k.mi.read(0, r);
-    const float m_old = m;
-    for (int64_t w = 0; w < W; ++w) m = std::max(m, k.redm.read(w, r));
-    k.mnew.write(0, r, m);
-    k.cold.write(0, r, rescale_factor(m_old, m));  // alpha for now; times l_i below
-    L.nonmatmul_ops += W + 3;
-  }
-  barrier(L);
-  // Pass 2a: each lane reads its 16 values of S into registers (P is about to overwrite S's rows).
-  std::vector<float> sreg(static_cast<size_t>(W * sc.Br * 16));
-  std::vector<float> mreg(static_cast<size_t>(W * sc.Br));
-  for (int64_t w = 0; w < W; ++w)
-    for (int64_t r = 0; r < sc.Br; ++r) {
-      for (int64_t c = 0; c < 16; ++c) sreg[static_cast<size_t>((w * sc.Br + r) * 16 + c)] = k.Ss.read(r, 16 * w + c);
-      mreg[static_cast<size_t>(w * sc.Br + r)] = k.mnew.read(0, r);
-    }
-  barrier(L);
-  // Pass 2b: P = exp(S - m_new) in the storage type (0 where m_new = -inf), partial sums -> redl[w][r].
-  for (int64_t w = 0; w < W; ++w)
-    for (int64_t r = 0; r < sc.Br; ++r) {
-      const float m = mreg[static_cast<size_t>(w * sc.Br + r)];
-      float l = 0.0f;
-      for (int64_t c = 0; c < 16; ++c) {
-        const float p = m == -kInf ? 0.0f : std::exp(sreg[static_cast<size_t>((w * sc.Br + r) * 16 + c)] - m);
-        k.Ps.write(r, 16 * w + c, p);
-        l += p;
-      }
-      L.nonmatmul_ops += 3 * 16;
-      k.redl.write(w, r, l);
-    }
-  barrier(L);
-  // Row statistics 2 (thread r): l_new = alpha·l_i + Σ_w redl[w][r]; the old O is scaled by alpha·l_i.
-  for (int64_t r = 0; r < sc.Br; ++r) {
-    const float alpha = k.cold.read(0, r), li = k.li.read(0, r);
-    float l = alpha * li;
-    for (int64_t w = 0; w < W; ++w) l += k.redl.read(w, r);
-    k.lnew.write(0, r, l);
-    k.cold.write(0, r, alpha * li);
-    L.nonmatmul_ops += W + 2;
-  }
-  barrier(L);
-  // [rescale-o] O_i *= alpha·l_i: back from "normalized by l_i at m_i" to "unnormalized at m_new".
-  for (int64_t r = 0; r < sc.Br; ++r)
-    for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, k.Os.read(r, c) * k.cold.read(0, r));
-  L.nonmatmul_ops += sc.Br * d;
-  barrier(L);
-  // [merge-rounds] Split-K: warp w adds P_ij[:, its keys] · V_j[its keys, :] onto O_i, one warp at a
-  // time (the accumulator fragments are loaded from and stored back to shared memory).
-  for (int64_t w = 0; w < W; ++w) {
-    for (int64_t rf = 0; rf < sc.Br / 16; ++rf) {
-      const Frag16 a = load_frag(k.Ps, 16 * rf, 16 * w);
-      for (int64_t n = 0; n < d / 16; ++n) {
-        Frag16 acc = load_frag(k.Os, 16 * rf, 16 * n);
-        mma(acc, a, load_frag(k.Vs, 16 * w, 16 * n), L);
-        store_frag(k.Os, 16 * rf, 16 * n, acc, [](float x) { return x; });
-      }
-    }
-    barrier(L);
-  }
-  // [normalize] Per-iteration normalization (FlashAttention-1): O_i /= l_new; then m_i, l_i advance.
-  for (int64_t r = 0; r < sc.Br; ++r)
-    for (int64_t c = 0; c < d; ++c) {
-      const float l = k.lnew.read(0, r), o = k.Os.read(r, c);
-      k.Os.write(r, c, l > 0.0f ? o / l : 0.0f);  // a row with no visible key yet stays 0
-    }
-  L.nonmatmul_ops += sc.Br * d;
-  for (int64_t r = 0; r < sc.Br; ++r) {
-    k.mi.write(0, r, k.mnew.read(0, r));
-    k.li.write(0, r, k.lnew.read(0, r));
-  }
-  barrier(L);
-}
+// The step's tiles for the shared update (common/wmma_blueprint.hpp).
+wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
 
 // [split-q] The same pair, split by rows: warp w owns rows [16w, 16w + 16) and all Bc keys. Two
 // lanes share a row (Bc/2 keys each) and combine their maximum and sum with one shuffle each; the
 // warp rescales, accumulates and normalizes its own rows of O. No barrier inside; one at the end,
 // before the next K/V tile overwrites K_j and V_j.
-void tile_update_split_q(const Schedule& sc, const Shape& s, Block& k, int64_t i0, int64_t j0, Ledger& L) {
+void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBlock& k, int64_t i0, int64_t j0, Ledger& L) {
   const int64_t d = s.d, W = sc.warps_q(), half = sc.Bc / 2;
   const float scale = static_cast<float>(s.softmax_scale());
   for (int64_t w = 0; w < W; ++w) {
@@ -187,7 +72,7 @@ void tile_update_split_q(const Schedule& sc, const Shape& s, Block& k, int64_t i
       const int64_t r = 16 * w + t / 2;
       const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
       const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));
-      const float alpha = rescale_factor(m_old, m_new);
+      const float alpha = wmma_bp::rescale_factor(m_old, m_new);
       const float l_new = alpha * l_old + (lpart[static_cast<size_t>(t)] + lpart[static_cast<size_t>(t + 1)]);
       k.cold.write(0, r, alpha * l_old);
       k.lnew.write(0, r, l_new);
@@ -235,7 +120,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
       GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
       for (int64_t i = 0; i < Tr; ++i) {  // [q-outer] a block per Q tile
         Smem smem(kSmemBudget, L);
-        Block k = make_block(sc, s, smem);
+        wmma_bp::SplitKBlock k = wmma_bp::make_split_k_block(layout(sc), s, smem);
         const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
         k.Qs.load_from(Q, i0, 0);  // Q_i: read once
         for (int64_t r = 0; r < sc.Br; ++r) {  // O_i = 0, m_i = -inf, l_i = 0, kept on chip
@@ -249,7 +134,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
           k.Vs.load_from(V, j0, 0);
           barrier(L);
           if (split_q) tile_update_split_q(sc, s, k, i0, j0, L);
-          else tile_update(sc, s, k, i0, j0, L);
+          else wmma_bp::split_k_update(layout(sc), s, k, i0, j0, L);
           L.tiles_computed += 1;
           L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;

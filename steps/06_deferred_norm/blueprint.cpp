@@ -3,12 +3,17 @@
 // Step 05's split-Q loop with one change: the O tile holds the unnormalized Õ, rescaled by
 // exp(m_old − m_new) per K/V tile, and is divided by l once, when it is written. The ledger's
 // non-matmul count and shared-memory traffic show the per-tile normalization pass that is gone.
+//
+// The per-tile update is wmma_bp::deferred_update (common/wmma_blueprint.cpp), shared with
+// the steps that run the same update; this file holds what is this step's own: the loops
+// around it and the ledger.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "schedule.hpp"
+#include "wmma_blueprint.hpp"
 
 namespace fa::step06 {
 
@@ -16,92 +21,8 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// [rescale-guard] exp(m_old - m_new), 0 when nothing has been seen (both -inf).
-float rescale_factor(float m_old, float m_new) { return m_old == -kInf ? 0.0f : std::exp(m_old - m_new); }
-
-struct Block {  // one thread block's shared memory (the kernel's __shared__ arrays)
-  SmemTile Qs, Ks, Vs, Ss, Ps, Os, mi, li, cold;
-};
-
-Block make_block(const Schedule& sc, const Shape& s, Smem& smem) {
-  const Store st = Store::of(s.dtype), f32 = Store::f32();
-  const int64_t d = s.d;
-  Block k{smem.tile(sc.Br, d, d + kPad, st),  smem.tile(sc.Bc, d, d + kPad, st), smem.tile(sc.Bc, d, d + kPad, st),
-          smem.tile(sc.Br, sc.Bc, sc.Bc + kPadS, f32), smem.overlay(sc.Br, sc.Bc, st),  // P over S's rows
-          smem.tile(sc.Br, d, d + kPadO, f32),      smem.tile(1, sc.Br, f32),           smem.tile(1, sc.Br, f32),
-          smem.tile(1, sc.Br, f32)};
-  return k;
-}
-
-// [tile-update] One (Q tile i, K/V tile j) pair, split by rows (step 05): warp w owns rows
-// [16w, 16w + 16) and all Bc keys; two lanes share a row. Õ is rescaled by alpha = exp(m_old − m_new)
-// and accumulates P·V — and is not divided by l here.
-void tile_update(const Schedule& sc, const Shape& s, Block& k, int64_t i0, int64_t j0, Ledger& L) {
-  const int64_t d = s.d, W = sc.warps(), half = sc.Bc / 2;
-  const float scale = static_cast<float>(s.softmax_scale());
-  for (int64_t w = 0; w < W; ++w) {
-    // S for the warp's 16 rows: Bc/16 fragments.
-    for (int64_t n = 0; n < sc.Bc / 16; ++n) {
-      Frag16 acc;
-      for (int64_t kk = 0; kk < d; kk += 16) mma(acc, load_frag(k.Qs, 16 * w, kk), load_frag_transposed(k.Ks, 16 * n, kk), L);
-      store_frag(k.Ss, 16 * w, 16 * n, acc, [&](float x) { return x * scale; });
-      L.nonmatmul_ops += 16 * 16;
-    }
-    // The row pass, lane by lane: lane t holds row 16w + t/2, keys [(t%2)·Bc/2, (t%2 + 1)·Bc/2).
-    std::vector<float> sv(static_cast<size_t>(32 * half)), mpart(32), lpart(32), mold(32), lold(32);
-    for (int t = 0; t < 32; ++t) {
-      const int64_t r = 16 * w + t / 2, c0 = (t % 2) * half;
-      const int64_t nv = visible_keys(i0 + r, s.N, s.Nk, s.causal);  // [causal-mask]
-      float m = -kInf;
-      for (int64_t c = 0; c < half; ++c) {
-        float v = k.Ss.read(r, c0 + c);
-        if (j0 + c0 + c >= nv) v = -kInf;
-        sv[static_cast<size_t>(t * half + c)] = v;
-        m = std::max(m, v);
-      }
-      mpart[static_cast<size_t>(t)] = m;
-      mold[static_cast<size_t>(t)] = k.mi.read(0, r);
-      lold[static_cast<size_t>(t)] = k.li.read(0, r);
-    }
-    L.nonmatmul_ops += 2 * 16 * sc.Bc;
-    for (int t = 0; t < 32; ++t) {  // (after a __syncwarp) P over S's rows, partial sums
-      const int64_t r = 16 * w + t / 2, c0 = (t % 2) * half;
-      const float m_new = std::max(mold[static_cast<size_t>(t)], std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t ^ 1)]));
-      float l = 0.0f;
-      for (int64_t c = 0; c < half; ++c) {
-        const float p = m_new == -kInf ? 0.0f : std::exp(sv[static_cast<size_t>(t * half + c)] - m_new);
-        k.Ps.write(r, c0 + c, p);
-        l += p;
-      }
-      lpart[static_cast<size_t>(t)] = l;
-    }
-    L.nonmatmul_ops += 3 * 16 * sc.Bc;
-    for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
-      const int64_t r = 16 * w + t / 2;
-      const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
-      const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));
-      const float alpha = rescale_factor(m_old, m_new);
-      const float l_new = alpha * l_old + (lpart[static_cast<size_t>(t)] + lpart[static_cast<size_t>(t + 1)]);
-      k.cold.write(0, r, alpha);  // [deferred] Õ moves to the new maximum; no l in it
-      k.mi.write(0, r, m_new);
-      k.li.write(0, r, l_new);
-      L.nonmatmul_ops += 5;
-    }
-    // [rescale-o] the warp's rows of Õ *= alpha.
-    for (int64_t r = 16 * w; r < 16 * w + 16; ++r)
-      for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, k.Os.read(r, c) * k.cold.read(0, r));
-    L.nonmatmul_ops += 16 * d;
-    // Õ[rows] += P[rows, :] · V_j: the P fragments once, then each output fragment in turn.
-    std::vector<Frag16> a;
-    for (int64_t kk = 0; kk < sc.Bc; kk += 16) a.push_back(load_frag(k.Ps, 16 * w, kk));
-    for (int64_t n = 0; n < d / 16; ++n) {
-      Frag16 acc = load_frag(k.Os, 16 * w, 16 * n);
-      for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) mma(acc, a[static_cast<size_t>(kk)], load_frag(k.Vs, 16 * kk, 16 * n), L);
-      store_frag(k.Os, 16 * w, 16 * n, acc, [](float x) { return x; });
-    }
-  }
-  barrier(L);
-}
+// The step's tiles for the shared update (common/wmma_blueprint.hpp).
+wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
 
 }  // namespace
 
@@ -120,7 +41,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
       GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
       for (int64_t i = 0; i < Tr; ++i) {  // [q-outer] a block per Q tile
         Smem smem(kSmemBudget, L);
-        Block k = make_block(sc, s, smem);
+        wmma_bp::DeferredBlock k = wmma_bp::make_deferred_block(layout(sc), s, smem);
         const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
         k.Qs.load_from(Q, i0, 0);  // Q_i: read once
         for (int64_t r = 0; r < sc.Br; ++r) {  // O_i = 0, m_i = -inf, l_i = 0, kept on chip
@@ -133,7 +54,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           k.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
           k.Vs.load_from(V, j0, 0);
           barrier(L);
-          tile_update(sc, s, k, i0, j0, L);
+          wmma_bp::deferred_update(layout(sc), s, k, i0, j0, true, L);  // step 06 masks every tile
           L.tiles_computed += 1;
           L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
