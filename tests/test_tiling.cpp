@@ -233,3 +233,34 @@ TEST_CASE("step 11: with step 10's tiles the same HBM bytes and products, half t
   CHECK(eleven.smem_peak == 98304);
   CHECK(step11::smem_bytes(step11::schedule_for(64), 64) == 81920);
 }
+
+TEST_CASE("step 11: the XOR-stepped ldmatrix and cp.async addresses are swizzle()'s places") {
+  // kernel.cu's [addresses]: a lane's row r and chunk 2k + x (x = 0, 1) sit at byte
+  //   (r·2d + 16·((x XOR r) & mask)) XOR 32k   from the tile's start,
+  // and cp.async's thread at row r, chunk cc writes r·2d + 16·(cc XOR (r & mask)).
+  int checked = 0;
+  for (int d : {16, 32, 64, 128}) {
+    const int mask = (d / 8 < 8 ? d / 8 : 8) - 1;
+    for (int r = 0; r < 256; ++r) {
+      for (int k = 0; k < d / 16; ++k)
+        for (int x = 0; x < 2; ++x) {
+          const int lane = r * 2 * d + 16 * ((x ^ r) & mask);
+          CHECK((lane ^ (32 * k)) == 2 * step11::swizzle(r, 16 * k + 8 * x, d));
+          ++checked;
+        }
+      for (int cc = 0; cc < d / 8; ++cc) CHECK(r * 2 * d + 16 * (cc ^ (r & mask)) == 2 * step11::swizzle(r, 8 * cc, d));
+    }
+  }
+  CHECK(checked == 256 * 2 * (1 + 2 + 4 + 8));
+  // The XOR may be applied to the full address only when the base has no bits below the row size:
+  // with a base 16 bytes off, some addresses land elsewhere. (The kernel checks that its shared
+  // memory is 1 KB aligned for that reason.)
+  bool moved = false;
+  for (int r = 0; r < 8; ++r)
+    for (int k = 0; k < 8; ++k) {
+      const int lane = r * 256 + 16 * (r & 7);
+      moved |= ((16 + lane) ^ (32 * k)) != 16 + (lane ^ (32 * k));
+      CHECK(((1024 + lane) ^ (32 * k)) == 1024 + (lane ^ (32 * k)));
+    }
+  CHECK(moved);
+}
