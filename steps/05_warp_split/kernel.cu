@@ -6,8 +6,9 @@
 //                               warp owning 16 rows and all keys.
 //
 // What it buys: with split-Q a warp finishes its rows' softmax with two shuffles and owns its rows
-// of O, so the merge rounds and all but one barrier per K/V tile disappear (11 -> 2 at Bc = 32),
-// and the warps no longer wait for each other inside a tile.
+// of O, so the merge rounds and all but one of the update's barriers disappear: 10 -> 2 per tile
+// pair at Bc = 32, counting the one after the K_j, V_j loads. The warps no longer wait for each
+// other inside a tile.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
