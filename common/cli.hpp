@@ -1,6 +1,6 @@
-// The command line every step program shares (DESIGN.md, Conventions):
+// The command line every step program shares (docs/anatomy.md, "Conventions every step follows"):
 //   --b --h --n --nk --d --causal --dtype --seed --reps --csv --save DIR --help
-// plus --backend, --scale, --warmup and the step's own flags (e.g. step 01's --gemm).
+// plus --backend, --scale, --warmup, --ledger-csv FILE and the step's own flags (e.g. step 01's --gemm).
 // Bad values throw CliError, whose message names the flag; the runner exits 2 on it.
 #pragma once
 #include <cstdint>

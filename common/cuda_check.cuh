@@ -29,7 +29,8 @@ inline void cuda_check(cudaError_t e, const char* what, const char* file, int li
 
 namespace fa {
 
-// Owns a cudaMalloc'd buffer; freed on scope exit. Never managed memory (see device/README).
+// Owns a cudaMalloc'd buffer; freed on scope exit. Plain device memory, never managed memory: no
+// page migration may happen inside a timed or profiled kernel.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -1,6 +1,6 @@
 // The attention problem: its shape, its host tensors and its seeded inputs.
 //
-// Conventions (DESIGN.md): tensors are [B, H, N, d] (keys and values [B, H, Nk, d]), last dimension
+// Conventions (docs/anatomy.md): tensors are [B, H, N, d] (keys and values [B, H, Nk, d]), last dimension
 // contiguous; the softmax scale defaults to 1/sqrt(d); causal masking is aligned bottom-right when
 // Nk != N, as FlashAttention does: query i sees key j when j <= i + (Nk - N).
 #pragma once

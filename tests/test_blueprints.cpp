@@ -43,7 +43,7 @@ TEST_CASE("counted ledger equals the closed form on many small shapes") {
       }
 }
 
-TEST_CASE("the shape matrix covers what DESIGN.md asks for") {
+TEST_CASE("the shape matrix covers what docs/anatomy.md asks for") {
   bool ragged = false, tiny = false, nk_gt = false, nk_lt = false, causal = false, bh = false, big_logits = false;
   for (const test::Case& c : test::shape_matrix(true)) {
     const Shape& s = c.shape;
