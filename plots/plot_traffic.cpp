@@ -3,9 +3,11 @@
 //   make plot_traffic && ./plot_traffic [--d 128] [--out DIR]
 // Writes DIR/traffic.png (no mask), DIR/traffic_causal.png (causal), DIR/memory.png (default: the
 // repository's plots/) and the numbers behind them, DIR/data/traffic_model.csv. A new step appears
-// here by registering; nothing to edit. Backward passes (step 08) are drawn dashed, one curve per
-// schedule, with their fp32 atomics counted as traffic; a step that runs another step's forward
-// adds no forward curve of its own.
+// here by registering; nothing to edit. Backward passes (step 08) are one curve per schedule, with
+// their fp32 atomics counted as traffic; a step that runs another step's forward adds no forward
+// curve of its own. Every curve has its own colour, dash and point and a label at its right end;
+// curves that coincide (within 0.5% at every N) are drawn once with one label naming them all.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -22,22 +24,31 @@ using namespace fa;
 
 namespace {
 
-using plot::Curve;
 using plot::Series;
 
-void draw(const std::string& png, const std::string& title, const std::string& ylabel,
-          const std::vector<std::pair<std::string, Series>>& series) {
+// Each curve its own slot (the same step looks the same in all three PNGs); curves with the same
+// bytes at every N (within 0.5%) are drawn once, labelled with all their steps.
+void draw(const std::string& png, const std::string& title, const std::string& ylabel, const std::vector<plot::Line>& lines) {
+  const plot::Styled st = plot::style_lines(lines);
+  plot::Frame f;
+  f.width = 1250, f.height = 680, f.left = 85, f.top = 45, f.bottom = 600;
+  f.xlo = 256 * 25 / 32.0, f.xhi = 32768 * 41 / 32.0;
+  // y: whole powers of two around the curves
+  const auto [lo, hi] = plot::y_span(st.curves, 1.0);
+  f.ylo = std::exp2(std::floor(std::log2(lo)) - 1), f.yhi = std::exp2(std::ceil(std::log2(hi)) + 1);
+  f.fit_right(32768, f.width - 15, plot::end_label_room(st.labels));  // the labels after the last N fit
+  const auto [key_w, key_h] = plot::key_size(st.curves);
+  plot::clear_top_left(f, st.curves, key_w, key_h);  // the key where no curve passes
   Gnuplot gp("gnuplot");
-  plot::begin_png(gp, png);
+  plot::begin_png(gp, png, f.width, f.height);
   gp << "set title '" << plot::label(title) << "'\n"
      << "set logscale y 2\nset format y '2^{%L}'\n"
-     << "set ylabel '" << ylabel << "'\nset key top left\nset grid\n"
-     << "set linetype 9 lc rgb '#8c564b'\nset linetype 10 lc rgb '#000000'\n";  // more curves than gnuplot's 8 colours
+     << "set ylabel '" << ylabel << "'\nset grid\n";
   plot::n_axis(gp, 256, 32768);
-  std::vector<Curve> curves;
-  for (const auto& [name, s] : series)
-    curves.push_back({name, name.find("backward") != std::string::npos ? "linespoints lw 2 pt 6 dt 2" : "linespoints lw 2 pt 7", s});
-  plot::plot(gp, curves);
+  f.apply(gp);
+  gp << "set key inside top left Left reverse samplen 4 spacing 1.1 font ',9' opaque\n";  // the curves rise to the right
+  plot::end_labels(gp, f, st.labels);
+  plot::plot(gp, st.curves);
   gp << "set output\n";
 }
 
@@ -64,9 +75,11 @@ int main(int argc, char** argv) {
   csv << "step,variant,pass,N,d,causal,hbm_read_bytes,hbm_write_bytes,hbm_atomic_bytes,extra_memory_bytes\n";
   const std::string dd = std::to_string(d);
   for (bool causal : {false, true}) {
-    std::vector<std::pair<std::string, Series>> traffic, memory;
+    std::vector<plot::Line> traffic, memory;
+    size_t slot = 0;  // one per step (whether or not it draws a forward), then the backward schedules
     // One curve per step's forward (its default variant), and one per schedule of a backward.
-    auto add = [&](const StepInfo& st, const StepOptions& opt, bool backward, const std::string& name) {
+    auto add = [&](const StepInfo& st, const StepOptions& opt, bool backward, const std::string& tag, const std::string& name,
+                   size_t at) {
       Series t, m;
       for (int64_t n = 256; n <= 32768; n *= 2) {
         Shape s;
@@ -82,18 +95,26 @@ int main(int argc, char** argv) {
         csv << st.id << "," << variant_name(opt) << "," << (backward ? "backward" : "forward") << "," << n << "," << d << ","
             << (causal ? 1 : 0) << "," << l.hbm_read << "," << l.hbm_write << "," << l.hbm_atomic << "," << extra << "\n";
       }
-      traffic.emplace_back(name, t);
-      memory.emplace_back(name, m);
+      const std::string title = "step " + st.id + ": " + name;
+      traffic.push_back({title, tag, name, t, at});
+      memory.push_back({title, tag, name, m, at});
     };
-    for (const StepInfo* st : all_steps()) {
-      const std::string name = "step " + st->id + ": " + st->slug;  // plot::label turns '_' into ' '
-      if (st->forward_from.empty()) add(*st, st->default_options(), false, name);
+    const std::vector<const StepInfo*> steps = all_steps();
+    size_t backward_slot = steps.size();
+    for (const StepInfo* st : steps) {
+      const std::string name = st->slug;  // plot::label turns '_' into ' '
+      if (st->forward_from.empty()) add(*st, st->default_options(), false, st->id, name, slot);
+      ++slot;
       if (st->backward_closed_form)
-        for (const StepOptions& opt : st->all_variants()) add(*st, opt, true, name + ", " + (opt.empty() ? std::string("") : opt.begin()->second));
+        for (const StepOptions& opt : st->all_variants()) {
+          const std::string schedule = opt.empty() ? std::string("") : opt.begin()->second;
+          add(*st, opt, true, st->id + " bwd" + (schedule.empty() ? "" : " " + schedule),
+              "backward" + (schedule.empty() ? "" : ", " + schedule), backward_slot++);
+        }
     }
     Series floor;  // Q, K, V read once and O written once: what any exact attention must move
     for (int64_t n = 256; n <= 32768; n *= 2) floor.emplace_back(double(n), double(4 * n * d * 2));
-    traffic.emplace_back("Q, K, V read once + O written once", floor);
+    traffic.push_back({"Q, K, V read once + O written once", "floor", "", floor, backward_slot});
     draw(out + (causal ? "/traffic_causal.png" : "/traffic.png"),
          std::string("HBM traffic per head (closed-form ledgers, d = ") + dd + ", fp16/bf16" + (causal ? ", causal)" : ")"),
          "bytes requested from HBM per head", traffic);
