@@ -33,13 +33,7 @@ namespace {
 
 const char* const kProgram = "plot_measured";
 const std::string kDtype = "fp16";  // the dtype of the forward and backward sweeps plotted
-
-// Distinct colours, one per step, the same in every plot; the peers get their own.
-const std::vector<std::string> kStepColors = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                                              "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"};
-const std::vector<std::string> kPeerColors = {"#000000", "#a50f15", "#08519c", "#006d2c"};
-
-std::string color(const std::vector<std::string>& palette, size_t i) { return palette[i % palette.size()]; }
+const size_t kMaxKeyTitle = 60;    // a key right of the plot: longer entries of coinciding curves name only their steps
 
 void note(const std::string& s) { std::cerr << kProgram << ": note: " << s << "\n"; }
 
@@ -373,16 +367,56 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-void draw_tflops(const Data& data, int d, int causal, const std::vector<std::string>& peers, const std::string& png) {
-  std::vector<Curve> curves;
+// The style slot (plotting.hpp) of every curve a measured plot draws, the same in all of them:
+// each step's default variant in step order, then the first step's other variants (the baselines
+// of measured_speedup.png), then each step's backward, then the peers' forward and backward.
+// (plotting.hpp's table has kStyleSlots of them; past it they repeat.)
+class Slots {
+ public:
+  Slots(const Data& data, const std::vector<std::string>& peers) {
+    for (const Step& st : data.steps) add("fwd " + st.id + " " + st.variant);
+    const Step& base = data.steps.front();
+    for (size_t r = 0; r < base.session.size(); ++r) add("fwd " + base.id + " " + base.session.str(r, "variant"));
+    for (const Step& st : data.steps)  // only the steps that time a backward: the table is not endless
+      for (size_t r = 0; r < st.session.size(); ++r)
+        if (st.session.has("bwd_tflops") && !st.session.str(r, "bwd_tflops").empty()) {
+          add("bwd " + st.id);
+          break;
+        }
+    for (const std::string& p : peers) add("peer " + p + " fwd"), add("peer " + p + " bwd");
+  }
+  size_t operator()(const std::string& key) const {
+    const auto it = at_.find(key);
+    return it == at_.end() ? at_.size() : it->second;
+  }
+
+ private:
+  void add(const std::string& key) { at_.emplace(key, at_.size()); }
+  std::map<std::string, size_t> at_;
+};
+
+// A frame for a plot of one curve per step with the key right of it and end labels between:
+// x the N axis from n_lo to n_hi, y (log) around the curves.
+Frame frame_for(const Styled& st, int width, int height, double top, double bottom, int64_t n_lo, int64_t n_hi,
+                double key_w) {
+  Frame f;
+  f.width = width, f.height = height, f.left = 90, f.top = top, f.bottom = bottom;
+  f.xlo = n_lo * 25 / 32.0, f.xhi = n_hi * 41 / 32.0;
+  std::tie(f.ylo, f.yhi) = y_span(st.curves, 1.4);
+  f.fit_right(double(n_hi), width - key_w - 10, end_label_room(st.labels));
+  return f;
+}
+
+void draw_tflops(const Data& data, int d, int causal, const std::vector<std::string>& peers, const Slots& slot,
+                 const std::string& png) {
+  std::vector<Line> fwd_lines, bwd_lines, peer_lines;
   Provenance prov;
   int64_t n_lo = 0, n_hi = 0;
   auto span = [&](double n) {
     n_lo = n_lo ? std::min<int64_t>(n_lo, int64_t(n)) : int64_t(n);
     n_hi = std::max<int64_t>(n_hi, int64_t(n));
   };
-  for (size_t si = 0; si < data.steps.size(); ++si) {
-    const Step& st = data.steps[si];
+  for (const Step& st : data.steps) {
     const Table& t = st.session;
     Series fwd, bwd;
     std::set<std::string> commits;
@@ -397,15 +431,17 @@ void draw_tflops(const Data& data, int d, int causal, const std::vector<std::str
     }
     if (fwd.empty()) note(t.path() + ": no passing " + kDtype + " rows of " + st.variant + " at d = " + std::to_string(d) +
                           ", causal = " + std::to_string(causal));
-    const std::string c = color(kStepColors, si), at = " (" + join(commits) + ")";
-    curves.push_back({step_title(st.id, st.variant) + at, "linespoints lw 2 pt 7 lc rgb '" + c + "'", fwd});
-    curves.push_back({step_title(st.id, st.variant) + " backward" + at, "linespoints lw 2 pt 5 ps 1.2 lc rgb '" + c + "'", bwd});
+    const std::string at = "(" + join(commits) + ")", v = st.variant == "-" ? "" : st.variant + " ";
+    fwd_lines.push_back({step_title(st.id, st.variant) + " " + at, st.id, v + at, fwd, slot("fwd " + st.id + " " + st.variant)});
+    if (!bwd.empty())
+      bwd_lines.push_back({step_title(st.id, st.variant) + " backward " + at, st.id + " bwd", v + "backward " + at, bwd,
+                           slot("bwd " + st.id)});
   }
   const Table& p = data.peers;
-  for (size_t pi = 0; pi < peers.size(); ++pi) {
+  for (const std::string& peer : peers) {
     Series fwd, bwd;
     for (size_t r = 0; r < p.size(); ++r)
-      if (p.str(r, "backend") == peers[pi] && p.str(r, "dtype") == kDtype && as_int(p.num(r, "d")) == d &&
+      if (p.str(r, "backend") == peer && p.str(r, "dtype") == kDtype && as_int(p.num(r, "d")) == d &&
           as_int(p.num(r, "causal")) == causal && p.str(r, "status") == "ok") {
         fwd.emplace_back(p.num(r, "N"), p.num(r, "fwd_tflops"));
         bwd.emplace_back(p.num(r, "N"), p.num(r, "bwd_tflops"));
@@ -413,79 +449,156 @@ void draw_tflops(const Data& data, int d, int causal, const std::vector<std::str
         prov.add(p, r, "gpu");
       }
     if (fwd.empty())
-      throw Error(p.path() + ": no rows with backend " + peers[pi] + ", dtype " + kDtype + ", d = " + std::to_string(d) +
+      throw Error(p.path() + ": no rows with backend " + peer + ", dtype " + kDtype + ", d = " + std::to_string(d) +
                   ", causal = " + std::to_string(causal) + " and status ok");
     std::sort(fwd.begin(), fwd.end());
     std::sort(bwd.begin(), bwd.end());
-    const std::string c = color(kPeerColors, pi);
-    curves.push_back({"PyTorch SDPA " + peers[pi] + " forward", "lines lw 2 dt 2 lc rgb '" + c + "'", fwd});
-    curves.push_back({"PyTorch SDPA " + peers[pi] + " backward", "lines lw 2 dt 4 lc rgb '" + c + "'", bwd});
+    peer_lines.push_back({"PyTorch SDPA " + peer + " forward", peer + " fwd", "", fwd, slot("peer " + peer + " fwd"), false});
+    peer_lines.push_back({"PyTorch SDPA " + peer + " backward", peer + " bwd", "", bwd, slot("peer " + peer + " bwd"), false});
   }
   if (n_hi == 0) throw Error("no session or peer rows at d = " + std::to_string(d));
+  std::vector<Line> lines = fwd_lines;
+  lines.insert(lines.end(), bwd_lines.begin(), bwd_lines.end());
+  lines.insert(lines.end(), peer_lines.begin(), peer_lines.end());
+  const Styled st = style_lines(lines, kMaxKeyTitle);  // curves that agree within 0.5% at every N: drawn once
+  const int width = 1300, height = 720;
+  const double key_w = key_size(st.curves).first;
+  const Frame f = frame_for(st, width, height, 45, height - 120, n_lo, n_hi, key_w);
   Gnuplot gp("gnuplot");
-  begin_png(gp, png, 1200, 700);
+  begin_png(gp, png, width, height);
   gp << "set title '"
      << label("TFLOP/s against N on " + prov.gpu() + " (" + kDtype + ", d = " + std::to_string(d) +
-              (causal ? ", causal" : ", no mask") + "; each step's default variant; dashed: PyTorch)")
+              (causal ? ", causal" : ", no mask") + "; each step's default variant; lines without points: PyTorch SDPA)")
      << "'\nset logscale y 10\nset mytics 10\nset grid xtics ytics mytics\n"
      << "set ylabel \"TFLOP/s (FlashAttention's convention: 4·N·Nk·d per head" << (causal ? ", halved" : "")
-     << "; backward 2.5×)\"\n"
-     << "set key outside right top font ',9' spacing 1.1\nset bmargin 7\n";
+     << "; backward 2.5×)\"\n";
   n_axis(gp, n_lo, n_hi);
+  f.apply(gp);
+  key_at(gp, f, width - key_w);
   caption(gp, prov);
-  plot(gp, curves);
+  end_labels(gp, f, st.labels);
+  plot(gp, st.curves);
   gp << "set output\n";
 }
 
 // ------------------------------------------------------------------------------------------------
-// measured_speedup.png: each step's forward time against the first step's, same shape, no mask.
+// measured_speedup.png: each step's forward time against the first step's, same shape, no mask,
+// one panel per variant of the first step (its baselines), the fastest baseline on top.
 
-void draw_speedup(const Data& data, int d, const std::string& png) {
+void draw_speedup(const Data& data, int d, const Slots& slot, const std::string& png) {
+  using Shape = std::tuple<int, int, int>;  // N, B, H
   const Step& base = data.steps.front();
-  std::map<std::tuple<int, int, int>, double> base_ms;  // N, B, H
-  for (size_t r : sweep_rows(base.session, base.variant, d, 0))
-    base_ms[{as_int(base.session.num(r, "N")), as_int(base.session.num(r, "B")), as_int(base.session.num(r, "H"))}] =
-        base.session.num(r, "ms");
-  if (base_ms.empty())
-    throw Error(base.session.path() + ": no passing " + kDtype + " rows of " + base.variant + " at d = " +
-                std::to_string(d) + " without mask (the baseline of measured_speedup.png)");
-  std::vector<Curve> curves;
-  Provenance prov;
-  int64_t n_lo = 0, n_hi = 0;
-  for (size_t si = 0; si < data.steps.size(); ++si) {
-    const Step& st = data.steps[si];
-    const Table& t = st.session;
-    Series s;
-    std::set<std::string> commits;
-    for (size_t r : sweep_rows(t, st.variant, d, 0)) {
-      const int n = as_int(t.num(r, "N"));
-      const auto it = base_ms.find({n, as_int(t.num(r, "B")), as_int(t.num(r, "H"))});
-      if (it == base_ms.end()) continue;  // no baseline of this shape
-      s.emplace_back(n, it->second / t.num(r, "ms"));
-      commits.insert(t.str(r, "commit"));
-      prov.add(t, r, "device");
-      n_lo = n_lo ? std::min<int64_t>(n_lo, n) : n;
-      n_hi = std::max<int64_t>(n_hi, n);
-    }
-    curves.push_back({step_title(st.id, st.variant) + " (" + join(commits) + ")",
-                      "linespoints lw 2 pt 7 lc rgb '" + color(kStepColors, si) + "'", s});
+  const Table& bt = base.session;
+  auto shape = [](const Table& t, size_t r) { return Shape{as_int(t.num(r, "N")), as_int(t.num(r, "B")), as_int(t.num(r, "H"))}; };
+  struct Baseline {
+    std::string variant;
+    std::map<Shape, double> ms;
+    double log_ms = 0;  // the mean log time over the shapes every baseline has: which is faster
+  };
+  std::vector<Baseline> baselines;
+  for (size_t r = 0; r < bt.size(); ++r) {
+    const std::string v = bt.str(r, "variant");
+    if (std::any_of(baselines.begin(), baselines.end(), [&](const Baseline& b) { return b.variant == v; })) continue;
+    Baseline b{v, {}, 0};
+    for (size_t rr : sweep_rows(bt, v, d, 0)) b.ms[shape(bt, rr)] = bt.num(rr, "ms");
+    if (b.ms.empty()) note(bt.path() + ": no passing " + kDtype + " rows of " + v + " at d = " + std::to_string(d) +
+                           " without mask: no panel over it in measured_speedup.png");
+    else baselines.push_back(std::move(b));
   }
-  double lo = 0, hi = 0;  // the y range: the ratios, a little room either side
-  for (const Curve& c : curves)
-    for (const auto& [x, y] : c.data) lo = lo > 0 ? std::min(lo, y) : y, hi = std::max(hi, y);
+  if (baselines.empty())
+    throw Error(bt.path() + ": no passing " + kDtype + " rows at d = " + std::to_string(d) +
+                " without mask (the baselines of measured_speedup.png)");
+  std::set<Shape> common;
+  for (const auto& [sh, ms] : baselines.front().ms)
+    if (std::all_of(baselines.begin(), baselines.end(), [&](const Baseline& b) { return b.ms.count(sh) != 0; })) common.insert(sh);
+  for (Baseline& b : baselines) {
+    for (const Shape& sh : common) b.log_ms += std::log(b.ms.at(sh));
+    b.log_ms /= double(std::max<size_t>(1, common.size()));
+  }
+  const std::string default_variant = baselines.front().variant == base.variant ? base.variant : "";
+  std::stable_sort(baselines.begin(), baselines.end(), [](const Baseline& a, const Baseline& b) { return a.log_ms < b.log_ms; });
+
+  // The curves: each step's default variant, and the first step's other variants.
+  struct Source {
+    std::string title, tag, name;
+    size_t slot;
+    const Table* t;
+    std::vector<size_t> rows;
+  };
+  std::vector<Source> sources;
+  Provenance prov;
+  auto value = [](const std::string& v) { return v.substr(v.find('=') + 1); };  // "gemm=cublas" -> "cublas"
+  for (const Step& st : data.steps) {
+    std::vector<std::string> variants{st.variant};
+    if (&st == &base)
+      for (const Baseline& b : baselines)
+        if (b.variant != st.variant) variants.push_back(b.variant);
+    for (const std::string& v : variants) {
+      Source src{"", variants.size() > 1 ? st.id + " " + value(v) : st.id, "", slot("fwd " + st.id + " " + v), &st.session,
+                 sweep_rows(st.session, v, d, 0)};
+      std::set<std::string> commits;
+      for (size_t r : src.rows) commits.insert(st.session.str(r, "commit")), prov.add(st.session, r, "device");
+      src.title = step_title(st.id, v) + " (" + join(commits) + ")";
+      src.name = (v == "-" ? "" : v + " ") + "(" + join(commits) + ")";
+      sources.push_back(std::move(src));
+    }
+  }
+  std::vector<std::vector<Line>> panels;
+  int64_t n_lo = 0, n_hi = 0;
+  for (const Baseline& b : baselines) {
+    std::vector<Line> lines;
+    for (const Source& src : sources) {
+      Series s;
+      for (size_t r : src.rows) {
+        const auto it = b.ms.find(shape(*src.t, r));
+        if (it == b.ms.end()) continue;  // no baseline of this shape
+        const int n = as_int(src.t->num(r, "N"));
+        s.emplace_back(n, it->second / src.t->num(r, "ms"));
+        n_lo = n_lo ? std::min<int64_t>(n_lo, n) : n;
+        n_hi = std::max<int64_t>(n_hi, n);
+      }
+      lines.push_back({src.title, src.tag, src.name, s, src.slot});
+    }
+    panels.push_back(std::move(lines));
+  }
+  // Which curves coincide does not depend on the baseline (a ratio to the same times): the top
+  // panel's groups for every panel, so that one key serves them all.
+  const auto groups = coinciding(panels.front());
+  std::vector<Styled> styled;
+  for (const auto& lines : panels) styled.push_back(style_lines(lines, groups, kMaxKeyTitle));
+
+  const int width = 1300, top = 85, panel_h = 400, gap = 125, bottom = 110;
+  const int height = top + int(panels.size()) * panel_h + int(panels.size() - 1) * gap + bottom;
+  const double key_w = key_size(styled.front().curves).first;
   Gnuplot gp("gnuplot");
-  begin_png(gp, png, 1200, 700);
-  gp << "set title '"
-     << label("Forward speed-up over " + step_title(base.id, base.variant) + " at the same shape (" + kDtype +
-              ", d = " + std::to_string(d) + ", no mask, " + prov.gpu() + "); above 1: faster")
-     << "'\nset logscale y 10\nset mytics 10\nset grid xtics ytics mytics\n"
-     << "set yrange [" << lo / 1.5 << ":" << hi * 1.5 << "]\n"
-     << "set ylabel 't(" << label(step_title(base.id, base.variant)) << ") / t(step)'\n"
-     << "set key outside right top font ',9' spacing 1.1\nset bmargin 7\n";
+  begin_png(gp, png, width, height);
+  gp << "set multiplot title '"
+     << label("Forward speed-up at the same shape (" + kDtype + ", d = " + std::to_string(d) + ", no mask, " + prov.gpu() +
+              "); above 1: faster than the panel's baseline, " + (baselines.size() > 1 ? "a variant of " : "") + "step " +
+              base.id)
+     << "' font ',13'\n";
+  caption(gp, prov, 40.0 / height);
+  gp << "set logscale y 10\nset mytics 10\nset grid xtics ytics mytics\n";
   n_axis(gp, n_lo, n_hi);
-  caption(gp, prov);
-  plot(gp, curves);
-  gp << "set output\n";
+  for (size_t i = 0; i < panels.size(); ++i) {
+    const Baseline& b = baselines[i];
+    const double y0 = top + double(i) * (panel_h + gap);
+    const Frame f = frame_for(styled[i], width, height, y0, y0 + panel_h, n_lo, n_hi, key_w);
+    std::string which = i == 0 && baselines.size() > 1 ? "the fastest of step " + base.id + "'s variants" : "";
+    if (b.variant == default_variant)
+      which += (which.empty() ? "" : ", ") + std::string("step ") + base.id + "'s default variant";
+    const std::string bname = step_title(base.id, b.variant);
+    gp << "set title '" << label(std::string(1, char('a' + i)) + ") over " + bname + (which.empty() ? "" : " (" + which + ")"))
+       << "' font ',12'\nset ylabel '" << label("t(" + bname + ") / t(step)") << "'\n";
+    f.apply(gp);
+    if (i == 0) key_at(gp, f, width - key_w);
+    else gp << "unset key\n";
+    const int labels = end_labels(gp, f, styled[i].labels);
+    plot(gp, styled[i].curves);
+    clear_end_labels(gp, labels);
+    gp << "unset label 99\n";  // the caption once
+  }
+  gp << "unset multiplot\nset output\n";
 }
 
 }  // namespace
@@ -518,9 +631,11 @@ int main(int argc, char** argv) {
     const Data data = load(data_dir, gpu);
     fs::create_directories(out);
     draw_traffic(data, d, out + "/measured_traffic.png");
-    draw_tflops(data, d, 0, split_list(peers), out + "/measured_tflops.png");
-    draw_tflops(data, d, 1, split_list(peers), out + "/measured_tflops_causal.png");
-    draw_speedup(data, d, out + "/measured_speedup.png");
+    const std::vector<std::string> peer_list = split_list(peers);
+    const Slots slots(data, peer_list);
+    draw_tflops(data, d, 0, peer_list, slots, out + "/measured_tflops.png");
+    draw_tflops(data, d, 1, peer_list, slots, out + "/measured_tflops_causal.png");
+    draw_speedup(data, d, slots, out + "/measured_speedup.png");
   } catch (const Error& e) {
     std::cerr << kProgram << ": error: " << e.what() << "\n";
     return 1;
