@@ -19,6 +19,10 @@ inline constexpr int dtype_bytes(DType) { return 2; }
 
 // Unit roundoff u = 2^-(p) for a p+1-bit significand: |round(x) - x| <= u |x| for normal x.
 inline double unit_roundoff(DType t) { return t == DType::f16 ? 0x1p-11 : 0x1p-8; }
+// Below the smallest normal number the spacing stops shrinking: rounding then costs up to half of
+// the smallest subnormal absolutely, whatever the value (fp16: 2^-24 ≈ 5.96e-8; bf16: 2^-133). A
+// result under that spacing may be stored as 0 (or −0): its whole value is rounding error.
+inline double subnormal_spacing(DType t) { return t == DType::f16 ? 0x1p-24 : 0x1p-133; }
 
 inline uint32_t float_bits(float f) { uint32_t x; std::memcpy(&x, &f, 4); return x; }
 inline float bits_float(uint32_t x) { float f; std::memcpy(&f, &x, 4); return f; }
