@@ -1,7 +1,7 @@
 // bench: chosen steps over a sweep of shapes, one checked and timed run per row of a CSV.
 //
 //   bench [--steps 07,08] [--ns 512,1024,...] [--ds 64,128] [--causal 0,1] [--dtypes fp16,bf16]
-//         [--variants default|all] [--tokens 16384] [--width 2048] [--reps 10] [--warmup 3]
+//         [--variants all|default|ablations] [--tokens 16384] [--width 2048] [--reps 10] [--warmup 3]
 //         [--budget-s SECONDS] [--backend auto|gpu|cpu] [--commit HASH] --out FILE
 //
 // Shapes are FlashAttention's benchmark shapes: B·N = --tokens, H·d = --width. Every row is a full
@@ -34,12 +34,13 @@ struct BenchOptions {
   std::vector<int64_t> ds = {64, 128};
   std::vector<int> causal = {0, 1};
   std::vector<DType> dtypes = {DType::f16};
-  bool all_variants = true;
+  std::string variants = "all";  // all | default | ablations
   int64_t tokens = 16384, width = 2048;
   int reps = 10, warmup = 3;
   double budget_s = 0;  // 0: no bound
   Backend backend = Backend::Auto;
   std::string commit, out;
+  bool list = false;  // --list: print the runs' step and flags, measure nothing
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -63,16 +64,19 @@ int64_t to_int(const std::string& flag, const std::string& v) {
 
 const char* kUsage =
     "usage: bench --out FILE [--steps 07,08] [--ns 512,...,16384] [--ds 64,128] [--causal 0,1]\n"
-    "             [--dtypes fp16,bf16] [--variants all|default] [--tokens 16384] [--width 2048]\n"
+    "             [--dtypes fp16,bf16] [--variants all|default|ablations] [--tokens 16384] [--width 2048]\n"
     "             [--reps 10] [--warmup 3] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
-    "run to FILE and skips runs FILE already has (resume after an interrupt).\n";
+    "run to FILE and skips runs FILE already has (resume after an interrupt).\n"
+    "bench --list [--steps ...] [--variants ...] prints each chosen step's program and flags, one variant\n"
+    "a line (e.g. 'step01 --gemm cublas'), for scripts that loop over variants.\n";
 
 BenchOptions parse(const std::vector<std::string>& args) {
   BenchOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") throw std::runtime_error("help");
+    if (a == "--list") { o.list = true; continue; }
     if (i + 1 >= args.size()) throw CliError(a + ": needs a value (see --help)");
     const std::string v = args[++i];
     if (a == "--steps") o.steps = split(v);
@@ -94,8 +98,9 @@ BenchOptions parse(const std::vector<std::string>& args) {
         else throw CliError("--dtypes: fp16 and/or bf16, got '" + x + "'");
       }
     } else if (a == "--variants") {
-      if (v != "all" && v != "default") throw CliError("--variants: all or default, got '" + v + "'");
-      o.all_variants = v == "all";
+      if (v != "all" && v != "default" && v != "ablations")
+        throw CliError("--variants: all, default or ablations, got '" + v + "'");
+      o.variants = v;
     } else if (a == "--tokens") o.tokens = to_int(a, v);
     else if (a == "--width") o.width = to_int(a, v);
     else if (a == "--reps") o.reps = int(to_int(a, v));
@@ -110,7 +115,7 @@ BenchOptions parse(const std::vector<std::string>& args) {
     else if (a == "--out") o.out = v;
     else throw CliError("unknown flag " + a + " (see --help)");
   }
-  if (o.out.empty()) throw CliError("--out FILE is required (rows are appended to it)");
+  if (o.out.empty() && !o.list) throw CliError("--out FILE is required (rows are appended to it)");
   for (const std::string& id : o.steps) {
     bool known = false;
     for (const StepInfo* st : all_steps()) known |= st->id == id;
@@ -160,6 +165,22 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::runtime_error&) {
     std::cout << kUsage;
+    return 0;
+  }
+  auto variants_of = [&](const StepInfo& st) {
+    return o.variants == "all"         ? st.all_variants()
+           : o.variants == "ablations" ? st.ablation_variants()
+                                       : std::vector<StepOptions>{st.default_options()};
+  };
+  if (o.list) {
+    for (const StepInfo* st : all_steps()) {
+      if (!o.steps.empty() && std::find(o.steps.begin(), o.steps.end(), st->id) == o.steps.end()) continue;
+      for (const StepOptions& v : variants_of(*st)) {
+        std::cout << st->program();
+        for (const auto& [k, val] : v) std::cout << " --" << k << " " << val;
+        std::cout << "\n";
+      }
+    }
     return 0;
   }
   std::string why;
@@ -224,7 +245,7 @@ int main(int argc, char** argv) {
   for (const StepInfo* st : all_steps()) {
     if (!o.steps.empty() && std::find(o.steps.begin(), o.steps.end(), st->id) == o.steps.end()) continue;
     if (on_gpu && !st->launch) continue;
-    const std::vector<StepOptions> vars = o.all_variants ? st->all_variants() : std::vector<StepOptions>{st->default_options()};
+    const std::vector<StepOptions> vars = variants_of(*st);
     for (const StepOptions& v : vars)
       for (DType t : o.dtypes)
         for (int64_t d : o.ds)

@@ -44,7 +44,7 @@ FA_HD constexpr TileKind classify_tile(int64_t i0, int64_t i1, int64_t j0, int64
 }
 
 // [skip] How many K/V tiles the Q tile of rows [i0, i1) needs, in a loop that stops at the
-// diagonal (steps 07, 09–11): up to the one holding its last row's last visible key
+// diagonal (steps 07, 09–12): up to the one holding its last row's last visible key
 // (i1 - 1 + Nk - N). 0 when none of its rows sees a key; every tile without the mask.
 FA_HD constexpr int64_t kv_tiles_for(int64_t i0, int64_t i1, int64_t N, int64_t Nk, int64_t Bc, bool causal) {
   const int64_t Tc = num_tiles(Nk, Bc);

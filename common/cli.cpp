@@ -132,6 +132,7 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
           throw CliError(a + " must be one of " + choices + " (got '" + v + "')");
         }
         o.step[f.name] = v;
+        if (!f.sweep && v == f.choices.front()) o.step.erase(f.name);  // the default of an experiment: no variant
         found = true;
       }
       if (!found) throw CliError("unknown flag " + a + " (see --help)");

@@ -48,7 +48,11 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
       for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
         const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
         Smem smem(sc.smem_budget, L);
-        SmemTile Ks = smem.tile(sc.Bc, d, d + sc.pad, st), Vs = smem.tile(sc.Bc, d, d + sc.pad, st);
+        std::vector<SmemTile> Kst, Vst;  // [stages]
+        for (int64_t stage = 0; stage < sc.stages; ++stage) {
+          Kst.push_back(smem.tile(sc.Bc, d, d + sc.pad, st));
+          Vst.push_back(smem.tile(sc.Bc, d, d + sc.pad, st));
+        }
         std::vector<Warp> warps(static_cast<size_t>(W));
         for (int64_t w = 0; w < W; ++w) {  // [q-frags] Q's rows as A fragments, from HBM, once
           Warp& wp = warps[size_t(w)];
@@ -65,12 +69,25 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
               }
         }
         const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
+        // [pipeline] With two stages, tile 0 is loaded before the loop and tile j + 1 into the
+        // other stage before tile j is multiplied; with one, each tile is loaded when its turn comes.
+        if (sc.stages > 1 && Tend > 0) {
+          Kst[0].load_from(K, 0, 0);
+          Vst[0].load_from(V, 0, 0);
+        }
         for (int64_t j = 0; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;
-          barrier(L);
-          Ks.load_from(K, j0, 0);
-          Vs.load_from(V, j0, 0);
-          barrier(L);
+          const SmemTile& Ks = Kst[size_t(j % sc.stages)];
+          const SmemTile& Vs = Vst[size_t(j % sc.stages)];
+          if (sc.stages == 1) {
+            barrier(L);
+            Kst[0].load_from(K, j0, 0);
+            Vst[0].load_from(V, j0, 0);
+          } else if (j + 1 < Tend) {
+            Kst[size_t((j + 1) % sc.stages)].load_from(K, j0 + sc.Bc, 0);
+            Vst[size_t((j + 1) % sc.stages)].load_from(V, j0 + sc.Bc, 0);
+          }
+          barrier(L);  // tile j is in shared memory
           const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
           for (int64_t w = 0; w < W; ++w) {
             Warp& wp = warps[size_t(w)];
@@ -128,6 +145,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
               }
             }
           }
+          if (sc.stages > 1) barrier(L);  // every warp is done with this stage: it may be refilled
           L.tiles_computed += 1;
           L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
                             TileKind::Diagonal;
@@ -166,7 +184,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
   return res;
 }
 
-// The ledger in closed form (docs/09_mma_sync.md; docs/10_ldmatrix.md has the same). One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits
+// The ledger in closed form (docs/09_mma_sync.md; docs/10 and docs/11 have the same). One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits
 // its first T_i K/V tiles (all Tc without a mask), `pairs` in all; `masked` of them need the
 // per-element mask. Per pair and warp: (Bc/8)·(d/16) products for S and (d/8)·(Bc/16) for P·V,
 // each reading a 16 × 8 B fragment (128 elements) from shared memory.

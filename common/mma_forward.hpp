@@ -1,8 +1,9 @@
-// The register-resident forward of steps 09 and 10 on the CPU, written once: Q as A fragments, S
+// The register-resident forward of steps 09, 10 and 11 on the CPU, written once: Q as A fragments, S
 // and O as accumulators, P converted in registers into the A operand of P·V, split-Q warps of 16
 // rows, the softmax in the log2 domain, deferred normalization and causal skipping. The two steps
 // differ only in how a lane gets its B fragments from the K and V tiles — step 09 by hand
-// (b_elem), step 10 by ldmatrix — so each passes its two loaders.
+// (b_elem), steps 10 and 11 by ldmatrix — so each passes its two loaders; step 11 also keeps two
+// stages of K/V tiles and loads tile j + 1 before it multiplies tile j (Tiles::stages).
 //
 // Each warp's registers are arrays indexed [lane][slot]; every fragment is filled and read through
 // the layout functions of common/mma_layout.hpp, exactly as the kernels do, and the tensor-core
@@ -20,9 +21,10 @@
 namespace fa::mma_bp {
 
 // A step's tiles: Br queries per block (one warp per 16 rows), Bc keys per K/V tile, the row
-// padding of the K and V tiles (elements), the shared-memory budget and the step's footprint.
+// padding of the K and V tiles (elements), the shared-memory budget and the step's footprint, and
+// how many K/V stages shared memory holds (1: load, then multiply; 2: step 11's pipeline).
 struct Tiles {
-  int64_t Br, Bc, pad, smem_budget, smem_peak;
+  int64_t Br, Bc, pad, smem_budget, smem_peak, stages = 1;
   int64_t warps() const { return Br / 16; }
 };
 

@@ -6,9 +6,11 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
+#include "arch.hpp"
 #include "gpu.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
@@ -60,6 +62,16 @@ LedgerSet all_kernels(const RunRecord& r) {
 }
 
 namespace {
+
+// "stepNN: cannot run: <why>": an Unsupported message names its step first (tools print it alone);
+// the program's own name is already in front of it.
+int refuse(const StepInfo& step, const Unsupported& e) {
+  std::string why = e.what();
+  const std::string own = step.program() + ": ";
+  if (why.rfind(own, 0) == 0) why = why.substr(own.size());
+  std::cerr << step.program() << ": cannot run: " << why << "\n";
+  return 2;
+}
 
 // The backward of a step that has one, after its forward `fwd` (the GPU's or the blueprint's).
 void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const GpuConfig& cfg, const Inputs& in,
@@ -234,6 +246,29 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
   std::string why;
   const bool have_gpu = step.launch != nullptr && gpu_available(why);
   if (step.launch == nullptr && why.empty()) why = "this build has no GPU kernels for step " + step.id;
+  // [arch] What this GPU cannot run is refused now, before anything is computed (the GPU harness
+  // holds the same rule before every launch). With --backend gpu and no GPU, FA_FAKE_CC stands for
+  // one: the refusal is the one such a GPU would get.
+  if (step.launch != nullptr && (have_gpu ? o.backend != Backend::Cpu : o.backend == Backend::Gpu)) {
+    try {
+      std::optional<GpuCaps> caps;
+      if (have_gpu) caps = gpu_caps();
+      else if (const std::optional<int> cc = fake_cc_from_env()) caps = with_fake_cc(GpuCaps{}, *cc);
+      CliOptions g = o;
+      apply_default_shape(g, true);  // the shape it would run on the GPU
+      if (caps) require_supported(step, g.shape, g.step, *caps, step.has_backward());
+    } catch (const Unsupported& e) {
+      return refuse(step, e);
+    } catch (const CliError&) {
+      // a bad shape: reported below, as without a GPU
+    } catch (const std::invalid_argument& e) {  // FA_FAKE_CC is not a compute capability
+      std::cerr << step.program() << ": error: " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << step.program() << ": error: " << e.what() << "\n";
+      return 1;
+    }
+  }
   if (o.backend == Backend::Gpu && !have_gpu) {
     std::cerr << step.program() << ": error: --backend gpu, but " << why << "\n";
     return 2;
@@ -256,6 +291,9 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
                 << d.smem_per_block_optin / 1024 << " KiB per block (opt-in), " << std::fixed << std::setprecision(2)
                 << d.hbm_bytes_per_s / 1e12 << " TB/s, " << std::setprecision(0) << d.tensor_flops / 1e12
                 << " TFLOP/s tensor, " << d.fp32_flops / 1e12 << " TFLOP/s fp32 (queried)\n";
+      if (const GpuCaps c = gpu_caps(); c.fake_cc)
+        std::cout << "          FA_FAKE_CC=" << c.fake_cc << ": what compute capability " << cc_string(c.fake_cc)
+                  << " cannot run is refused (" << c.smem_optin / 1024 << " KiB of shared memory per block)\n";
     }
     std::cout.flush();
   }
@@ -263,6 +301,8 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
   RunRecord r;
   try {
     r = run_once(step, o, on_gpu);
+  } catch (const Unsupported& e) {
+    return refuse(step, e);
   } catch (const std::exception& e) {
     std::cerr << step.program() << ": error: " << e.what() << "\n";
     return 1;

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,17 @@ struct StepFlag {
   std::string name;                  // without the dashes: "gemm"
   std::vector<std::string> choices;  // the first is the default
   std::string help;
+  // false: an experiment rather than a variant (step 12's --ablate). Such a flag is absent from a
+  // step's options at its default (so the run's variant name stays "-"), and all_variants() leaves
+  // it out: the tour, bench and the shape-matrix tests do not multiply by it.
+  bool sweep = true;
+};
+
+// What this build or this GPU cannot run (a feature the architecture lacks, a shared-memory budget
+// above the device's limit, a combination that is not compiled): the step program exits 2 with the
+// message, which names the step, what is missing and what it needs.
+struct Unsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 using StepOptions = std::map<std::string, std::string>;  // flag name -> chosen value
 
@@ -47,6 +59,18 @@ struct StepInfo {
   // Prefix shared by the step's kernel names (Nsight filters on it), e.g. "step01_".
   std::string kernel_prefix;
 
+  // [arch] What the GPU side needs, held against the device before any launch (common/arch.hpp).
+  // Every GPU this project builds for (sm_75 and later: CUDA 13 dropped the older ones) has fp16
+  // tensor cores (WMMA) and ldmatrix; a step whose kernels use more says what, and from which
+  // compute capability (major·10 + minor). bf16 operands of the tensor cores come with sm_80.
+  int min_cc = 75;
+  std::string needs;      // what sets min_cc: "mma.sync.m16n8k16 and cp.async"
+  int bf16_min_cc = 80;   // what --dtype bf16 needs: sm_80 wherever the kernels feed bf16 to tensor cores
+  // Shared memory per block of the step's largest kernel for a shape, from its schedule (bytes);
+  // above the device's opt-in limit the shape is refused. The backward's, for a step that has one.
+  int64_t (*smem_bytes)(const Shape&, const StepOptions&) = nullptr;
+  int64_t (*backward_smem_bytes)(const Shape&, const StepOptions&) = nullptr;
+
   // A step that runs another step's forward (step 08 runs step 07's) names it here; "" = its own.
   // blueprint / closed_form / launch above are then that step's.
   std::string forward_from;
@@ -65,13 +89,16 @@ struct StepInfo {
   // Every option at its default value.
   StepOptions default_options() const {
     StepOptions o;
-    for (const auto& f : flags) o[f.name] = f.choices.front();
+    for (const auto& f : flags)
+      if (f.sweep) o[f.name] = f.choices.front();
     return o;
   }
-  // Every combination of the step's own flags, the defaults first (tour, bench, tests).
+  // Every combination of the step's own flags, the defaults first (tour, bench, tests); flags that
+  // are not swept stay at their defaults.
   std::vector<StepOptions> all_variants() const {
     std::vector<StepOptions> out = {StepOptions{}};
     for (const auto& f : flags) {
+      if (!f.sweep) continue;
       std::vector<StepOptions> next;
       for (const auto& o : out)
         for (const auto& c : f.choices) {
@@ -81,6 +108,19 @@ struct StepInfo {
         }
       out = next;
     }
+    return out;
+  }
+  // The defaults, then each value of each flag that is not swept, one at a time (bench --variants
+  // ablations: step 12's ablation table).
+  std::vector<StepOptions> ablation_variants() const {
+    std::vector<StepOptions> out = {default_options()};
+    for (const auto& f : flags)
+      if (!f.sweep)
+        for (size_t c = 1; c < f.choices.size(); ++c) {
+          StepOptions x = default_options();
+          x[f.name] = f.choices[c];
+          out.push_back(x);
+        }
     return out;
   }
 };

@@ -250,23 +250,13 @@ def ncu_on_chip(steps, ns=("1024", "4096")):
          "shared memory / block (B)"], body)
 
 
-def csv_file(rel):
-    """One CSV named explicitly (plots/data/history/ is read only this way: the globs above read the
-    top folder, so a superseded kernel's rows never mix with the current one's)."""
-    path = os.path.join(DATA, rel)
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def step11_target():
-    """Issue 9's target matrix: step 11's bench rows (every dtype, d, mask, N) against PyTorch's flash
+def target(step):
+    """The FlashAttention-2 target matrix: the step's bench rows (every dtype, d, mask, N) against PyTorch's flash
     backend (FlashAttention-2) from peers_*.csv at the same point; TFLOP/s on FlashAttention's
     convention on both sides (forward 4·B·H·N²·d, halved when causal), so their ratio is the ratio of
     times. Closing line: the geometric mean of ours/flash, the minimum and its point, and how many
     points fall below 0.85 and 1.0 (the target: geometric mean >= 1.0, no point below 0.85)."""
-    ours = [r for r in rows("bench_*_step11.csv") if r["step"] == "11"]
+    ours = [r for r in rows(f"bench_*_step{step}.csv") if r["step"] == step]
     peers = {}
     for r in rows("peers_*.csv"):
         if r["status"] == "ok":
@@ -293,42 +283,49 @@ def step11_target():
     low, (dt, d, c, n) = min(ratios)
     below85 = sum(x < 0.85 for x, _ in ratios)
     below1 = sum(x < 1.0 for x, _ in ratios)
-    summary = (f"Over the {len(ratios)} points: geometric mean of step 11 / flash **{geo:.3f}** (target ≥ 1.0); "
+    summary = (f"Over the {len(ratios)} points: geometric mean of step {step} / flash **{geo:.3f}** (target ≥ 1.0); "
                f"minimum **{low:.3f}** ({dt}, d = {d}, {'causal' if c else 'no mask'}, N = {n}; target: none below 0.85); "
                f"{below85} point{'s' if below85 != 1 else ''} below 0.85, {below1} below 1.0.")
     return provenance(used) + f" _Peers: PyTorch {torch['torch']} SDPA on the same GPU (`scripts/peers.py`, " \
         f"commit `{torch['commit']}`, {torch['date']}); TFLOP/s on FlashAttention's convention (4·B·H·N²·d, " \
         f"halved with the mask) on both sides._\n\n" + table(
-        ["dtype", "d", "causal", "N", "B×H", "step 11 TFLOP/s", "flash (FA2) TFLOP/s", "cuDNN TFLOP/s",
-         "step 11 / flash"], body) + "\n\n" + summary
+        ["dtype", "d", "causal", "N", "B×H", f"step {step} TFLOP/s", "flash (FA2) TFLOP/s", "cuDNN TFLOP/s",
+         f"step {step} / flash"], body) + "\n\n" + summary
 
 
-def step11_vs_10():
-    """Per (d, causal, N), fp16: step 10, the first step 11 (the pipeline alone, commit 04a405c, kept in
-    plots/data/history/) and the tuned step 11; the pipeline's speedup over step 10 and the tuning's
-    over the first step 11."""
-    pick = {}
-    sources = (("10", rows("session_*.csv")), ("11a", csv_file("history/session_h200_step11_04a405c.csv")),
-               ("11", rows("session_*.csv")))
-    for side, rs in sources:
-        step = side[:2]
-        for r in rs:
-            if r["step"] == step and r["dtype"] == "fp16" and r["variant"] == "-":
-                pick[(side, int(r["d"]), int(r["causal"]), int(r["N"]))] = r
-    keys = sorted({k[1:] for k in pick}, key=lambda k: (-k[0], k[1], k[2]))
-    body, used = [], []
+def ablation(step):
+    """The step with each of its changes taken out alone (bench --variants ablations -> ablation_*_stepNN.csv):
+    per (d, causal, N), the full step's time and, per ablation, its time over the full step's (above 1:
+    the change helped). Closing line: per ablation, the geometric mean of that ratio over the points
+    and its range."""
+    rs = [r for r in rows(f"ablation_*_step{step}.csv") if r["step"] == step]
+    if not rs:
+        return provenance(rs)
+    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"]): r for r in rs}
+    names = sorted({r["variant"] for r in rs if r["variant"] != "-"}, key=lambda v: [r["variant"] for r in rs].index(v))
+    keys = sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2]))
+    header = ["d", "causal", "N", "step ms"] + [f"without `{v.split('=')[-1]}`" for v in names]
+    body, ratios = [], {v: [] for v in names}
     for d, c, n in keys:
-        a, b, t = (pick.get((s, d, c, n)) for s in ("10", "11a", "11"))
-        if not (a or b or t):
+        full = by.get((d, c, n, "-"))
+        if not full:
             continue
-        used += [r for r in (a, b, t) if r]
-        ms = lambda r: f"{float(r['ms']):.3f}" if r else "–"
-        ratio = lambda x, y: f"{float(x['ms']) / float(y['ms']):.2f}" if x and y else "–"
-        body.append([d, "yes" if c else "no", n, ms(a), ms(b), ms(t), ratio(a, b), ratio(b, t)])
-    return provenance(used) + " _The first step 11 (commit `04a405c`): " \
-        "`plots/data/history/session_h200_step11_04a405c.csv`; \"–\": no row at that shape._\n\n" + table(
-        ["d", "causal", "N", "step 10 ms", "first step 11 ms (04a405c)", "tuned step 11 ms",
-         "speedup of the pipeline: 10 / first 11", "speedup of the tuning: first 11 / tuned 11"], body)
+        row = [d, "yes" if c else "no", n, f"{float(full['ms']):.3f}"]
+        for v in names:
+            r = by.get((d, c, n, v))
+            if r and r["pass"] == "1":
+                x = float(r["ms"]) / float(full["ms"])
+                ratios[v].append(x)
+                row.append(f"{x:.2f}")
+            else:
+                row.append("FAIL" if r else "–")
+        body.append(row)
+    fails = sum(r["pass"] != "1" for r in rs)
+    summary = "Geometric mean over the points (range): " + "; ".join(
+        f"`{v.split('=')[-1]}` **{math.exp(sum(map(math.log, x)) / len(x)):.2f}** ({min(x):.2f}–{max(x):.2f})"
+        for v, x in ratios.items() if x) + (f". {fails} run(s) FAILED the check." if fails else
+                                            ". Every run passed its check against the reference.")
+    return provenance(rs) + "\n\n" + table(header, body) + "\n\n" + summary
 
 
 def ncu_stalls(steps, n="4096"):
@@ -425,13 +422,18 @@ TABLES = {
     "step09-sweep": lambda: step_sweep("09"),
     "step10-sweep": lambda: step_sweep("10"),
     "step11-sweep": lambda: step_sweep("11"),
+    "step12-sweep": lambda: step_sweep("12"),
     "step09-vs-07": lambda: compare("07", "09", both=True),
     "step10-vs-09": lambda: compare("09", "10", ("-",), ("-",), speedup=False, both=True),
     "step09-10-ncu": lambda: ncu_on_chip(("07", "09", "10")),
-    "step11-vs-10": step11_vs_10,
+    "step11-vs-10": lambda: compare("10", "11", ("-",), ("-",), both=True),
+    "step10-11-ncu": lambda: ncu_stalls(("10", "11")),
     "step09-11-ncu": lambda: ncu_stalls(("09", "10", "11")),
-    "step11-target": step11_target,
-    "all-steps-ncu": lambda: ncu_stalls(tuple(f"{i:02d}" for i in range(1, 12))),
+    "step12-vs-11": lambda: compare("11", "12", ("-",), ("-",), both=True),
+    "step11-12-ncu": lambda: ncu_stalls(("11", "12")),
+    "step12-ablation": lambda: ablation("12"),
+    "step12-target": lambda: target("12"),
+    "all-steps-ncu": lambda: ncu_stalls(tuple(f"{i:02d}" for i in range(1, 13))),
     "step08-ncu": lambda: step_ncu("08"),
     "step08-ncu-extra": lambda: ncu_extra("08"),
     "versus-peers": versus_peers,

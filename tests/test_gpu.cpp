@@ -3,13 +3,22 @@
 // buffers (a read past a ragged edge poisons the output; a write outside O, L, dQ, dK or dV shows
 // up in the padding). Without a CUDA device every case reports 77, which
 // ctest counts as skipped — never as passed.
+//
+// [arch] A combination this GPU cannot run (bf16 or mma.sync before sm_80, shared memory above its
+// limit: common/arch.hpp) must be refused with Unsupported before any launch; it is counted as
+// refused, not passed, and each case prints a REFUSED line per step and dtype (scripts/test.sh
+// lists them). A case whose every combination is refused exits 77: skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 #include <iostream>
 
+#include "arch.hpp"
 #include "gpu.hpp"
 #include "metrics.hpp"
 #include "registry.hpp"
@@ -20,9 +29,34 @@ using namespace fa;
 
 namespace {
 
+// Combinations the GPU refused, by step and dtype (one REFUSED line each, with the first reason).
+struct Refusals {
+  std::map<std::string, std::pair<int, std::string>> by;
+  int total = 0;
+  // True (and counted) when the rule refuses the combination on this GPU; then the harness must
+  // throw Unsupported before it launches anything.
+  bool refused(const StepInfo& st, const Shape& s, const StepOptions& opt, bool backward) {
+    const std::string why = unsupported_reason(st, s, opt, gpu_caps(), backward);
+    if (why.empty()) return false;
+    auto& [n, first] = by["step" + st.id + " " + dtype_name(s.dtype)];
+    if (n++ == 0) first = why;
+    ++total;
+    return true;
+  }
+  ~Refusals() {
+    for (const auto& [what, r] : by)
+      std::cout << "REFUSED: " << what << ": " << r.first << " combination(s) not run on this GPU (" << r.second << ")\n";
+  }
+};
+
+// Combinations run and refused by the matrices of this process (ctest runs one case per process):
+// a case that ran none and refused some is skipped (exit 77), as without a GPU.
+int g_ran = 0, g_refused = 0;
+
 // Run every case of the matrix on every step and variant with one padding layout.
 void run_matrix(const Padding& pad) {
   int ran = 0;
+  Refusals no;
   for (const StepInfo* st : all_steps()) {
     if (!st->launch) continue;
     for (const StepOptions& opt : test::all_options(*st))
@@ -30,6 +64,12 @@ void run_matrix(const Padding& pad) {
         const std::string what = "step" + st->id + " " + variant_name(opt) + " " + c.name();
         CAPTURE(what);
         const Inputs in = make_inputs(c.shape, c.inputs);
+        if (no.refused(*st, c.shape, opt, false)) {
+          GpuConfig cfg;
+          cfg.reps = 0;
+          CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, opt, cfg), Unsupported);
+          continue;
+        }
         const Reference ref = reference_forward(c.shape, in);
         GpuConfig cfg;
         cfg.reps = 0;
@@ -42,7 +82,9 @@ void run_matrix(const Padding& pad) {
         ++ran;
       }
   }
-  CHECK(ran > 0);
+  CHECK(ran + no.total > 0);
+  g_ran += ran;
+  g_refused += no.total;
 }
 
 // The backward's shapes: ragged N, Nk != N both ways, causal (with rows that see no key when
@@ -55,9 +97,10 @@ std::vector<test::Case> backward_cases() {
 }
 
 // Every step with a backward: its forward on the GPU, then its backward on the GPU's O and L,
-// against the reference gradients. Returns the number of runs.
+// against the reference gradients. Returns the number of combinations, run or refused.
 int run_backward_matrix(const Padding& pad) {
   int ran = 0;
+  Refusals no;
   for (const StepInfo* st : all_steps()) {
     if (!st->has_backward()) continue;
     CAPTURE(st->id);
@@ -72,6 +115,14 @@ int run_backward_matrix(const Padding& pad) {
         GpuConfig cfg;
         cfg.reps = 0;
         cfg.pad = pad;
+        if (no.refused(*st, c.shape, opt, true)) {
+          // The forward may run (step 08's backward needs more shared memory than its forward).
+          const bool forward_runs = unsupported_reason(*st, c.shape, opt, gpu_caps(), false).empty();
+          const Forward fwd = forward_runs ? run_on_gpu(*st, c.shape, in, opt, cfg).out : Forward{};
+          if (!forward_runs) CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, opt, cfg), Unsupported);
+          CHECK_THROWS_AS(run_backward_on_gpu(*st, c.shape, in, fwd, dO, opt, cfg), Unsupported);
+          continue;
+        }
         const GpuResult f = run_on_gpu(*st, c.shape, in, opt, cfg);
         const GpuBackwardResult b = run_backward_on_gpu(*st, c.shape, in, f.out, dO, opt, cfg);
         const BackwardCheck chk = check_backward(c.shape, reference_backward(c.shape, in, dO), b.grads);
@@ -81,13 +132,26 @@ int run_backward_matrix(const Padding& pad) {
         ++ran;
       }
   }
-  return ran;
+  g_ran += ran;
+  g_refused += no.total;
+  return ran + no.total;
 }
 
 bool any_backward() {
   for (const StepInfo* st : all_steps()) if (st->has_backward()) return true;
   return false;
 }
+
+// RAII: FA_FAKE_CC set for one scope (the GPU then looks like one of that compute capability).
+struct FakeCc {
+  std::string saved;
+  bool had;
+  explicit FakeCc(const char* cc) : had(std::getenv("FA_FAKE_CC") != nullptr) {
+    if (had) saved = std::getenv("FA_FAKE_CC");
+    setenv("FA_FAKE_CC", cc, 1);
+  }
+  ~FakeCc() { had ? setenv("FA_FAKE_CC", saved.c_str(), 1) : unsetenv("FA_FAKE_CC"); }
+};
 
 }  // namespace
 
@@ -111,7 +175,7 @@ TEST_CASE("the padding check catches a kernel that reads past its rows") {
 
 TEST_CASE("timing returns the requested number of positive samples and their median") {
   const StepInfo& st = *all_steps().front();
-  test::Case c = test::make_case(1, 2, 256, 256, 64, false, DType::bf16);
+  test::Case c = test::make_case(1, 2, 256, 256, 64, false, DType::f16);  // fp16: every GPU runs it
   const Inputs in = make_inputs(c.shape, c.inputs);
   GpuConfig cfg;
   cfg.warmup = 1;
@@ -150,6 +214,84 @@ TEST_CASE("backward timing returns the requested number of positive samples") {
   }
 }
 
+// Experiments that are not variants (step 12's --ablate): each value alone, on the matrix's fp16
+// cases at the head dimensions they are compiled for, in NaN-padded buffers; elsewhere they must
+// refuse (Unsupported, exit 2 in the program), never run something else.
+TEST_CASE("ablated kernels match the reference where compiled, and refuse elsewhere") {
+  int ran = 0, refused = 0;
+  Refusals no;  // [arch] what this GPU cannot run at all (step 12 before sm_80)
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch) continue;
+    const std::vector<StepOptions> vars = st->ablation_variants();
+    for (size_t vi = 1; vi < vars.size(); ++vi)
+      for (const test::Case& c : test::shape_matrix(false)) {
+        const std::string what = "step" + st->id + " " + variant_name(vars[vi]) + " " + c.name();
+        CAPTURE(what);
+        const Inputs in = make_inputs(c.shape, c.inputs);
+        GpuConfig cfg;
+        cfg.reps = 0;
+        cfg.pad = Padding{8, 24, 40};
+        if (no.refused(*st, c.shape, vars[vi], false)) {
+          CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, vars[vi], cfg), Unsupported);
+          continue;
+        }
+        if (c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128)) {
+          CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, vars[vi], cfg), Unsupported);
+          ++refused;
+          continue;
+        }
+        const GpuResult g = run_on_gpu(*st, c.shape, in, vars[vi], cfg);
+        const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), g.out);
+        INFO(chk.summary());
+        CHECK(chk.pass);
+        CHECK(g.stray_writes == 0);
+        ++ran;
+      }
+  }
+  g_ran += ran;
+  g_refused += no.total;
+  if (no.total == 0) {
+    CHECK(ran > 0);
+    CHECK(refused > 0);
+  }
+}
+
+TEST_CASE("at FA_FAKE_CC=75 the harness refuses what sm_75 lacks before any launch, and runs the rest") {
+  // On any GPU: the device made to look like a T4 (7.5, 64 KB of shared memory per block).
+  const FakeCc t4("75");
+  REQUIRE(gpu_caps().usable_cc() == 75);
+  for (const StepInfo* st : all_steps()) {
+    CAPTURE(st->id);
+    GpuConfig cfg;
+    cfg.reps = 0;
+    cfg.pad = Padding{8, 8, 8};
+    for (DType t : {DType::f16, DType::bf16}) {
+      CAPTURE(dtype_name(t));
+      const test::Case c = test::make_case(1, 2, 113, 113, 64, true, t);
+      const Inputs in = make_inputs(c.shape, c.inputs);
+      const bool runs = st->min_cc <= 75 && (t == DType::f16 || st->bf16_min_cc <= 75);
+      if (!runs) {
+        CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, st->default_options(), cfg), Unsupported);
+        continue;
+      }
+      const GpuResult g = run_on_gpu(*st, c.shape, in, st->default_options(), cfg);
+      CHECK(check_forward(c.shape, in, reference_forward(c.shape, in), g.out).pass);
+      CHECK(g.stray_writes == 0);
+    }
+  }
+  // Shared memory: step 08's fused backward at d = 128 needs 66304 bytes; sm_75 allows 65536.
+  const StepInfo* s08 = nullptr;
+  for (const StepInfo* st : all_steps()) if (st->id == "08") s08 = st;
+  REQUIRE(s08 != nullptr);
+  const test::Case c = test::make_case(1, 1, 64, 64, 128, false, DType::f16);
+  const Inputs in = make_inputs(c.shape, c.inputs);
+  GpuConfig cfg;
+  cfg.reps = 0;
+  const GpuResult f = run_on_gpu(*s08, c.shape, in, s08->default_options(), cfg);
+  CHECK_THROWS_AS(run_backward_on_gpu(*s08, c.shape, in, f.out, make_grad_output(c.shape, 1), s08->default_options(), cfg),
+                  Unsupported);
+}
+
 int main(int argc, char** argv) {
   // Listing the tests (ctest's discovery at build time) needs no GPU.
   bool listing = false;
@@ -160,5 +302,10 @@ int main(int argc, char** argv) {
     return 77;
   }
   doctest::Context ctx(argc, argv);
-  return ctx.run();
+  const int rc = ctx.run();
+  if (rc == 0 && g_ran == 0 && g_refused > 0) {
+    std::cout << "SKIPPED: this GPU refuses every combination of this case (REFUSED lines above)\n";
+    return 77;
+  }
+  return rc;
 }

@@ -100,7 +100,7 @@ TEST_CASE("mma layout: ldmatrix.x2 gives B fragments — from K's rows as stored
   CHECK(checked == 256);
 }
 
-TEST_CASE("mma layout: ldmatrix.x4 of a row-major 16 × 16 tile is its A fragment (Q in step 11)") {
+TEST_CASE("mma layout: ldmatrix.x4 of a row-major 16 × 16 tile is its A fragment (Q in step 12)") {
   // Blocks in register order: rows 0..7 / 8..15 (m % 2) × columns 0..7 / 8..15 (m / 2). Lane l's
   // register m holds elements ldm_elem(l, 0 / 1) of block m, which must be A slots 2m and 2m + 1.
   int checked = 0;

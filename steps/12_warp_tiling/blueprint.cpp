@@ -1,8 +1,9 @@
-// Step 11 — the blueprint: the kernel's schedule on the CPU. Q in shared memory, K/V tiles in two
+// Step 12 — the blueprint: the kernel's schedule on the CPU. Q in shared memory, K/V tiles in two
 // stages with tile j + 1 loaded while tile j is multiplied (one barrier per tile), each warp
 // owning Br/W rows as m16 tiles that share every K/V fragment, every fragment read as ldmatrix.x4,
 // O staged through shared memory on its way out. (The kernel's reversed block order changes
-// when blocks run, not what they compute.)
+// when blocks run, not what they compute.) [ablation] The ablations that change the ledger are
+// followed: their tiles (schedule_for(d, a)), kNoOStage (O stored from registers) and kNoOneBarrier.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -13,7 +14,7 @@
 #include "mma_emu.hpp"
 #include "schedule.hpp"
 
-namespace fa::step11 {
+namespace fa::step12 {
 
 namespace {
 
@@ -32,12 +33,12 @@ struct RowTile {
 
 }  // namespace
 
-BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) {
-  if (!valid(sc)) throw std::invalid_argument("step11: Br must be a multiple of 16·W and Bc of 16");
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, int ablation) {
+  if (!valid(sc)) throw std::invalid_argument("step12: Br must be a multiple of 16·W and Bc of 16");
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger["cp_async"];
+  Ledger& L = res.ledger["warp_tiling"];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), W = sc.warps(), MT = sc.mtiles();
   const float sl2 = static_cast<float>(s.softmax_scale()) * kLog2e;
@@ -156,6 +157,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
               }
             }
           }
+          if (ablation == kNoOneBarrier) barrier(L);  // [ablation]
           L.tiles_computed += 1;
           L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
                             TileKind::Diagonal;
@@ -177,8 +179,12 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                   const mf::Coord c = mf::c_elem(lane, e);
                   const int64_t row = r0 + c.row;
                   const float li = lsum[e / 2];
-                  // [o-staging] into the warp's rows of the Q tile (every row, inside N or not)
-                  Qs.write(row - i0, 8 * n + c.col, li > 0.0f ? rt.o[size_t(n)][size_t(lane)][size_t(e)] * (1.0f / li) : 0.0f);
+                  const float x = li > 0.0f ? rt.o[size_t(n)][size_t(lane)][size_t(e)] * (1.0f / li) : 0.0f;
+                  if (ablation == kNoOStage) {  // [ablation] straight from registers, the rows inside N
+                    if (row < s.N) O.store(row, 8 * n + c.col, x);
+                  } else {
+                    Qs.write(row - i0, 8 * n + c.col, x);  // [o-staging] into the warp's rows of the Q tile (every row)
+                  }
                   if (row < s.N) ++L.nonmatmul_ops;
                 }
               if (mf::thread_in_group(lane) == 0)
@@ -192,19 +198,19 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
             }
           }
         // [o-staging] ... then out to HBM in 16-byte chunks, the rows inside N.
-        Qs.store_to(O, i0, 0);
+        if (ablation != kNoOStage) Qs.store_to(O, i0, 0);
       }
     }
   return res;
 }
 
-// The ledger in closed form (docs/11_cp_async.md). One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits
+// The ledger in closed form (docs/12_warp_tiling.md). One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits
 // its first T_i K/V tiles (all Tc without a mask), `pairs` in all; `masked` of them need the
 // per-element mask; `qtiles` blocks visit any tile and so load Q. Every block stages its O tile
 // through shared memory (Br·d written, the N·d rows inside N read back). Per pair and warp: MT·(d/16)
 // A fragments of Q (256 elements each), (Bc/16)·(d/16) ldmatrix.x4 of K and as many of V (256
 // elements each), and MT·((Bc/8)·(d/16) + (d/8)·(Bc/16)) products.
-LedgerSet closed_form(const Shape& s, const Schedule& sc) {
+LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, W = sc.warps(), MT = sc.mtiles();
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
   int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0, qtiles = 0;
@@ -225,7 +231,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   }
   const int64_t mmas_pair = W * MT * ((Bc / 8) * (d / 16) + (d / 8) * (Bc / 16));
   LedgerSet ls;
-  Ledger& l = ls["cp_async"];
+  Ledger& l = ls["warp_tiling"];
   l.hbm_read = BH * (q_rows * d * 2 + kv_rows * 2 * d * 2);
   l.hbm_write = BH * (N * d * 2 + N * 4);
   l.smem_write = BH * (qtiles * Br * d * 2 + pairs * 2 * Bc * d * 2 + Tr * Br * d * 2);
@@ -237,31 +243,61 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   l.tiles_masked = BH * diagonal;
   l.tiles_skipped = BH * (Tr * Tc - pairs);
   l.smem_peak = smem_bytes(sc, int(d));
+  if (ablation == kNoOStage) l.smem_write -= BH * Tr * Br * d * 2, l.smem_read -= BH * N * d * 2;  // [ablation]
+  if (ablation == kNoOneBarrier) l.barriers += BH * pairs;
   return ls;
 }
 
 namespace {
-BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions&) { return blueprint(s, in, schedule_for(s.d)); }
-LedgerSet run_closed_form(const Shape& s, const StepOptions&) { return closed_form(s, schedule_for(s.d)); }
+BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions& o) {
+  const int a = ablation_of(o);
+  return blueprint(s, in, schedule_for(int(s.d), a), a);
+}
+LedgerSet run_closed_form(const Shape& s, const StepOptions& o) {
+  const int a = ablation_of(o);
+  return closed_form(s, schedule_for(int(s.d), a), a);
+}
+// [arch] Shared memory per block (schedule.hpp), held against the GPU's limit before a launch.
+int64_t run_smem_bytes(const Shape& s, const StepOptions& o) {
+  return smem_bytes(schedule_for(int(s.d), ablation_of(o)), int(s.d));
+}
 }  // namespace
+
+int ablation_of(const StepOptions& opts) {
+  const auto it = opts.find("ablate");
+  if (it == opts.end()) return kFull;
+  for (int a = 0; a < kAblations; ++a)
+    if (it->second == kAblationNames[a]) return a;
+  throw std::invalid_argument("step12: unknown --ablate " + it->second);
+}
 
 const StepInfo& info() {
   static const StepInfo step = [] {
     StepInfo i;
-    i.id = "11";
-    i.slug = "cp_async";
-    i.title = "the load pipeline: cp.async copies tile j + 1 while tile j is multiplied; tiles sized per head dimension";
-    i.teaches = "cp.async: the next K/V tile loads during the math";
+    i.id = "12";
+    i.slug = "warp_tiling";
+    i.title = "warp tiling: 32 rows per warp share every K/V fragment; ldmatrix.x4, one barrier per tile, tiles per head dimension";
+    i.teaches = "warp tiling and the tuning that reaches FlashAttention-2";
+    {
+      StepFlag f{"ablate", {}, "take one of this step's changes out, to measure what it buys (fp16, d = 64 and 128): "
+                               "order, exp2, ostage, barrier, tiles, rows, x4 (docs/12_warp_tiling.md)"};
+      for (const char* n : kAblationNames) f.choices.push_back(n);
+      f.sweep = false;  // an experiment, not a variant: the tour, bench and the shape-matrix tests leave it out
+      i.flags = {f};
+    }
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
+    i.smem_bytes = run_smem_bytes;
+    i.min_cc = 80;
+    i.needs = "mma.sync.m16n8k16 and cp.async";
 #ifdef FA_HAVE_CUDA
     i.launch = launch;
     i.workspace_bytes = workspace_bytes;
 #endif
-    i.kernel_prefix = "step11_";
+    i.kernel_prefix = "step12_";
     return i;
   }();
   return step;
 }
 
-}  // namespace fa::step11
+}  // namespace fa::step12

@@ -1,11 +1,14 @@
-// Step 11 — the K/V loads pipelined by cp.async, and tiles sized so that shared memory keeps up.
+// Step 12 — warp tiling: step 11's pipeline, with the work around the products cut down.
 //
-//   step11_cp_async   K and V live in two stages of dynamic shared memory; the copy of tile j + 1
-//                     (cp.async, global -> shared without registers) is in flight while tile j is
-//                     multiplied ([pipeline]). Each warp owns 32 rows (two m16 tiles), so every K/V
-//                     fragment feeds two products; Q waits in shared memory and every fragment is
-//                     read with ldmatrix.x4 ([tiles], [x4]). O leaves through shared memory in
-//                     16-byte chunks ([o-staging]).
+//   step12_warp_tiling  Each warp owns 32 rows (two m16 tiles), so every K/V fragment feeds two
+//                       products ([tiles]); Q waits in shared memory and every fragment is read
+//                       with ldmatrix.x4 from XOR-stepped addresses ([x4], [addresses]); one barrier
+//                       per tile ([pipeline]); p = exp2 on one FMA ([exp2]); O leaves through shared
+//                       memory in 16-byte chunks ([o-staging]); the heaviest causal blocks first
+//                       ([order]); tile sizes per head dimension (schedule.hpp).
+//
+// [ablation] The template argument A takes one of these changes out (schedule.hpp lists them), so
+// that `--ablate NAME` measures what each buys; A = kFull is the step itself.
 //
 // Layout of every fragment: common/mma_layout.hpp.
 #include <cuda_bf16.h>
@@ -14,15 +17,18 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
 #include "cuda_check.cuh"
 #include "schedule.hpp"
 
-namespace fa::step11 {
+namespace fa::step12 {
 
 constexpr int W = kSchedule.warps();
 constexpr int kThreads = W * 32;
-static_assert(schedule_for(16).W == W && schedule_for(64).W == W, "one block size for every head dimension");
+static_assert(schedule_for(16).W == W && schedule_for(64).W == W && schedule_for(64, kNoRows32).W == W,
+              "one block size for every head dimension and ablation");
 
 // Two floats -> one 32-bit register of two 16-bit values (the lower index in the low half).
 template <class T> __device__ inline uint32_t pack2(float lo, float hi);
@@ -38,14 +44,14 @@ template <> __device__ inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) 
 // [mma] D = A·B + D for one 16 × 8 × 16 tile: 4 A registers, 2 B registers, 4 fp32 accumulators.
 template <class T> __device__ inline void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 template <> __device__ inline void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  FA_SM80_ONLY(asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)));
 }
 template <> __device__ inline void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  FA_SM80_ONLY(asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)));
 }
 
 // [exp2] 2^x in one instruction (MUFU.EX2, flushing denormal results to zero; 2^-inf = 0).
@@ -79,14 +85,14 @@ __device__ inline void load_rows_async(uint32_t tile, const T* __restrict__ g, i
   for (int i = 0; i < R / kRowsPerPass; ++i) {
     const bool inside = r0 + r + i * kRowsPerPass < rows;
     const T* from = inside ? src + int64_t(i) * kRowsPerPass * ld : g;  // a valid address even when nothing is read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + i * kRowsPerPass * D * 2), "l"(from),
-                 "r"(inside ? 16 : 0));
+    FA_SM80_ONLY(asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + i * kRowsPerPass * D * 2),
+                              "l"(from), "r"(inside ? 16 : 0)));
   }
 }
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_commit() { FA_SM80_ONLY(asm volatile("cp.async.commit_group;\n" ::)); }
 // Wait until at most N committed groups are still in flight.
 template <int N>
-__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ inline void cp_async_wait() { FA_SM80_ONLY(asm volatile("cp.async.wait_group %0;\n" ::"n"(N))); }
 
 // [x4] Four 8 × 8 blocks of 16-bit values -> four registers per lane. Lane 8m + r gives the (shared) address
 // of row r of block m; without .trans a lane receives row lane/4, columns 2(lane%4) and
@@ -101,10 +107,15 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
 }
+// [ablation] kNoX4: step 11's ldmatrix.x2 (lanes 0-15 give the addresses), twice where .x4 is once.
+__device__ inline void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t a, bool trans) {
+  if (trans) asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
+  else asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
+}
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
-  constexpr Schedule S = schedule_for(D);
+template <class T, int D, int A>
+__global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) {
+  constexpr Schedule S = schedule_for(D, A);
   constexpr int Br = S.Br, Bc = S.Bc, MT = S.mtiles(), kRowsPerWarp = Br / W;
   // [stages] The Q tile, then kStages × (K tile, V tile), dynamic shared memory; element (r, c) of
   // a tile at byte 2·swizzle(r, c, D) from its start.
@@ -118,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // [order] Blocks start in reverse: with the causal mask the last Q tiles have the most K/V tiles,
   // so they go first and the short ones fill the gaps at the end (no effect without the mask).
-  const int i0 = (gridDim.x - 1 - blockIdx.x) * Br, rows = min(Br, p.N - i0), w0 = kRowsPerWarp * warp;  // the warp's first row in the tile
+  const int i0 = (A == kNoOrder ? blockIdx.x : gridDim.x - 1 - blockIdx.x) * Br, rows = min(Br, p.N - i0), w0 = kRowsPerWarp * warp;  // the warp's first row in the tile
   const T* Q = static_cast<const T*>(p.q) + b * p.q_sb + h * p.q_sh;
   const T* K = static_cast<const T*>(p.k) + b * p.k_sb + h * p.k_sh;
   const T* V = static_cast<const T*>(p.v) + b * p.v_sb + h * p.v_sh;
@@ -182,7 +193,12 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
 #pragma unroll
       for (int np = 0; np < Bc / 16; ++np) {
         uint32_t kb[4];
-        ldmatrix_x4(kb, (k_addr + 16 * np * kRow) ^ (32 * kk));
+        if (A == kNoX4) {  // keys 16np .. + 7, then + 8 .. + 15 (rows 8 further, the same chunks)
+          ldmatrix_x2(kb[0], kb[1], (k_addr + 16 * np * kRow) ^ (32 * kk), false);
+          ldmatrix_x2(kb[2], kb[3], ((k_addr + 16 * np * kRow) ^ (32 * kk)) + 8 * kRow, false);
+        } else {
+          ldmatrix_x4(kb, (k_addr + 16 * np * kRow) ^ (32 * kk));
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -219,18 +235,19 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
         for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hr], s[mt][n][2 * hr + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[mt][hr], mx * sl2);
+        const float m_new = fmaxf(m[mt][hr], mx * sl2);  // (kNoExp2: the same max, scaled the same way)
         // [rescale-guard] A row that has seen only masked keys keeps m = −inf; subtracting 0
         // instead gives p = exp2(−inf) = 0 and alpha = 0 without a NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        const float alpha = fast_exp2(m[mt][hr] - m_use);
+        const float alpha = A == kNoExp2 ? exp2f(m[mt][hr] - m_use) : fast_exp2(m[mt][hr] - m_use);
         m[mt][hr] = m_new;
         float rs = 0.0f;
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pv = fast_exp2(fmaf(s[mt][n][2 * hr + e], sl2, -m_use));
+            const float pv = A == kNoExp2 ? exp2f(s[mt][n][2 * hr + e] * sl2 - m_use)  // [ablation] step 11's
+                                          : fast_exp2(fmaf(s[mt][n][2 * hr + e], sl2, -m_use));
             s[mt][n][2 * hr + e] = pv;
             rs += pv;
           }
@@ -256,7 +273,12 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t vb[4];
-        ldmatrix_x4_trans(vb, (v_addr + 16 * kk * kRow) ^ (32 * np));
+        if (A == kNoX4) {  // dims 16np .. + 7, then + 8 .. + 15 (the next chunk: address XOR 16)
+          ldmatrix_x2(vb[0], vb[1], (v_addr + 16 * kk * kRow) ^ (32 * np), true);
+          ldmatrix_x2(vb[2], vb[3], (v_addr + 16 * kk * kRow) ^ (32 * np) ^ 16, true);
+        } else {
+          ldmatrix_x4_trans(vb, (v_addr + 16 * kk * kRow) ^ (32 * np));
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);
@@ -264,6 +286,7 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
         }
       }
     }
+    if (A == kNoOneBarrier) __syncthreads();  // [ablation] step 11's second barrier per tile
   }
   cp_async_wait<0>();  // no copy left in flight when the block ends
 
@@ -290,8 +313,12 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
       for (int e = 0; e < 4; e += 2) {
         const m16n8k16::Coord c = m16n8k16::c_elem(lane, e);
         const int row = w0 + 16 * mt + c.row;  // in the tile
-        const uint32_t a = sbase + row * kRow + 16 * (n ^ (row & kMask<D>)) + 2 * (c.col % 8);
         const uint32_t v = pack2<T>(o[mt][n][e] * inv[e / 2], o[mt][n][e + 1] * inv[e / 2]);
+        if (A == kNoOStage) {  // [ablation] step 11's 4-byte stores straight to HBM
+          if (i0 + row < p.N) *reinterpret_cast<uint32_t*>(O + int64_t(i0 + row) * p.o_sn + 8 * n + c.col) = v;
+          continue;
+        }
+        const uint32_t a = sbase + row * kRow + 16 * (n ^ (row & kMask<D>)) + 2 * (c.col % 8);
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v));
       }
     if (m16n8k16::thread_in_group(lane) == 0)
@@ -301,6 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
         if (row < p.N) Lse[row] = l[mt][hr] > 0.0f ? (m[mt][hr] + log2f(l[mt][hr])) * kLn2 : INFINITY;
       }
   }
+  if (A == kNoOStage) return;
   __syncwarp();  // the warp's O rows are complete in shared memory
   constexpr int kChunks = D / 8;
 #pragma unroll
@@ -316,33 +344,51 @@ __global__ void __launch_bounds__(kThreads, 2) step11_cp_async(AttnParams p) {
 
 namespace {
 
-template <class T, int D>
+template <class T, int D, int A>
 void launch_typed(const AttnParams& p, cudaStream_t st) {
-  const size_t smem = size_t(smem_bytes(schedule_for(D), D));
+  constexpr Schedule S = schedule_for(D, A);
+  const size_t smem = size_t(smem_bytes(S, D));
   static bool configured = false;  // per instantiation: opt in to more than 48 KB once
   if (!configured) {
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (size_t(optin) < smem)
-      throw std::invalid_argument("step11: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
-                                  std::to_string(optin));
-    CUDA_CHECK(cudaFuncSetAttribute(step11_cp_async<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      throw Unsupported("step12: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
+                        std::to_string(optin));
+    CUDA_CHECK(cudaFuncSetAttribute(step12_warp_tiling<T, D, A>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
-  const dim3 grid(unsigned(num_tiles(p.N, schedule_for(D).Br)), unsigned(p.B * p.H));
-  step11_cp_async<T, D><<<grid, kThreads, smem, st>>>(p);
-  CUDA_CHECK_LAUNCH("step11_cp_async");
+  const dim3 grid(unsigned(num_tiles(p.N, S.Br)), unsigned(p.B * p.H));
+  step12_warp_tiling<T, D, A><<<grid, kThreads, smem, st>>>(p);
+  CUDA_CHECK_LAUNCH("step12_warp_tiling");
+}
+
+// [ablation] The ablated kernels are compiled for fp16 at d = 64 and 128 only (the measured shapes).
+template <class T, int D>
+void launch_ablated(const AttnParams& p, int a, cudaStream_t st) {
+  if constexpr (std::is_same_v<T, __half> && (D == 64 || D == 128)) {
+    switch (a) {
+      case kNoOrder: return launch_typed<T, D, kNoOrder>(p, st);
+      case kNoExp2: return launch_typed<T, D, kNoExp2>(p, st);
+      case kNoOStage: return launch_typed<T, D, kNoOStage>(p, st);
+      case kNoOneBarrier: return launch_typed<T, D, kNoOneBarrier>(p, st);
+      case kNoTiles: return launch_typed<T, D, kNoTiles>(p, st);
+      case kNoRows32: return launch_typed<T, D, kNoRows32>(p, st);
+      case kNoX4: return launch_typed<T, D, kNoX4>(p, st);
+    }
+  }
+  throw Unsupported(std::string("step12: --ablate ") + kAblationNames[a] + " is compiled for fp16 at d = 64 and 128 only");
 }
 
 template <class T>
-void launch_d(const AttnParams& p, cudaStream_t st) {
+void launch_d(const AttnParams& p, int a, cudaStream_t st) {
   switch (p.d) {
-    case 16: return launch_typed<T, 16>(p, st);
-    case 32: return launch_typed<T, 32>(p, st);
-    case 64: return launch_typed<T, 64>(p, st);
-    case 128: return launch_typed<T, 128>(p, st);
-    default: throw std::invalid_argument("step11: head dimension " + std::to_string(p.d) + " is not compiled (16, 32, 64, 128)");
+    case 16: return a == kFull ? launch_typed<T, 16, kFull>(p, st) : launch_ablated<T, 16>(p, a, st);
+    case 32: return a == kFull ? launch_typed<T, 32, kFull>(p, st) : launch_ablated<T, 32>(p, a, st);
+    case 64: return a == kFull ? launch_typed<T, 64, kFull>(p, st) : launch_ablated<T, 64>(p, a, st);
+    case 128: return a == kFull ? launch_typed<T, 128, kFull>(p, st) : launch_ablated<T, 128>(p, a, st);
+    default: throw std::invalid_argument("step12: head dimension " + std::to_string(p.d) + " is not compiled (16, 32, 64, 128)");
   }
 }
 
@@ -350,17 +396,18 @@ void launch_d(const AttnParams& p, cudaStream_t st) {
 
 size_t workspace_bytes(const Shape&, const StepOptions&) { return 0; }
 
-void launch(const AttnParams& p, const StepOptions&, void* stream) {
+void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
   auto aligned = [](const void* ptr, int64_t sb, int64_t sh, int64_t sn) {
     return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && sn % 8 == 0;
   };
   if (!aligned(p.q, p.q_sb, p.q_sh, p.q_sn) || !aligned(p.k, p.k_sb, p.k_sh, p.k_sn) ||
       !aligned(p.v, p.v_sb, p.v_sh, p.v_sn) || !aligned(p.o, p.o_sb, p.o_sh, p.o_sn))
-    throw std::invalid_argument("step11: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
-  if (int64_t(p.B) * p.H > 65535) throw std::invalid_argument("step11: B·H must be at most 65535 (grid dimension)");
+    throw std::invalid_argument("step12: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
+  if (int64_t(p.B) * p.H > 65535) throw std::invalid_argument("step12: B·H must be at most 65535 (grid dimension)");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (p.bf16) launch_d<__nv_bfloat16>(p, st);
-  else launch_d<__half>(p, st);
+  const int a = ablation_of(opts);
+  if (p.bf16) launch_d<__nv_bfloat16>(p, a, st);
+  else launch_d<__half>(p, a, st);
 }
 
-}  // namespace fa::step11
+}  // namespace fa::step12

@@ -1,15 +1,14 @@
-// Step 11 — the load pipeline (cp.async) and tiles sized for it.
+// Step 12 — warp tiling: the tuning that takes step 11's pipeline to FlashAttention-2's speed.
 //
-// Steps 09 and 10 load K_j and V_j with ordinary loads and wait for them at a barrier before any
-// warp can multiply: the tensor cores idle while HBM (or L2) answers, once per tile. Here the copy
-// of tile j + 1 is started with cp.async — global to shared memory directly, without passing
-// through registers — while tile j is multiplied, into the other of two buffers (stages).
+// Step 11 hides the K/V loads behind the products; what is left is the work around them. A warp
+// of 16 rows reads every K and V fragment from shared memory for one product each, so here each
+// warp owns 32 rows (two m16 tiles) and uses every K/V fragment twice; Q moves to shared memory
+// (its fragments would no longer fit the registers beside a 32-row O) and every fragment is read
+// with ldmatrix.x4 from addresses stepped by XOR. One barrier per tile instead of two, p = exp2 on
+// one FMA, O staged through shared memory for 16-byte stores, the heaviest causal blocks first,
+// and tile sizes chosen per head dimension (schedule_for).
 //
-// With the loads out of the way, shared memory becomes the limit: a warp of 16 rows reads every
-// K and V fragment for one product each. So each warp now owns 32 rows (two m16 tiles) and uses
-// every K/V fragment twice; Q moves to shared memory (its fragments would no longer fit the
-// registers beside a 32-row O) and every fragment is read with ldmatrix.x4. The tile sizes are
-// chosen per head dimension (schedule_for).
+// Each of those changes can be taken out alone (--ablate NAME, [ablation]) to measure what it buys.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +18,7 @@
 #include "mma_layout.hpp"
 #include "step.hpp"
 
-namespace fa::step11 {
+namespace fa::step12 {
 
 struct Schedule {
   int Br = 128;  // queries per block
@@ -32,6 +31,28 @@ struct Schedule {
 // K/V tile stays at 64 keys (S: 64 more); at d <= 64 O is half as large and a tile of 128 keys
 // halves the number of loop steps (and barriers) per block.
 FA_HD constexpr Schedule schedule_for(int d) { return d <= 64 ? Schedule{128, 128, 4} : Schedule{128, 64, 4}; }
+
+// [ablation] The changes of this step, each of which --ablate takes out alone (docs/12_warp_tiling.md
+// measures them in one run). Two of them are tile choices, so the blueprint and the ledger follow
+// them; the others change instructions, not the ledger — except kNoOStage (O is stored from
+// registers, no staging traffic) and kNoOneBarrier (a second barrier per tile).
+enum Ablation : int {
+  kFull = 0,      // every change in
+  kNoOrder,       // blocks in grid order, not heaviest causal first
+  kNoExp2,        // p = exp2f(s·scale − m) with the scale applied first, as step 11 does
+  kNoOStage,      // O stored from registers (4-byte stores), not staged through shared memory
+  kNoOneBarrier,  // a second barrier at the end of every tile
+  kNoTiles,       // d <= 64 keeps d = 128's tile (128 × 64) instead of 128 × 128
+  kNoRows32,      // 16 rows per warp (Br = 64): every K/V fragment feeds one product
+  kNoX4,          // K and V fragments by two ldmatrix.x2 each instead of one ldmatrix.x4
+  kAblations
+};
+inline constexpr const char* kAblationNames[kAblations] = {"none", "order", "exp2", "ostage", "barrier", "tiles", "rows", "x4"};
+FA_HD constexpr Schedule schedule_for(int d, int ablation) {
+  return ablation == kNoRows32 ? Schedule{64, d <= 64 ? 128 : 64, 4}
+         : ablation == kNoTiles ? Schedule{128, 64, 4}
+                                : schedule_for(d);
+}
 inline constexpr Schedule kSchedule = schedule_for(128);
 inline constexpr int64_t kSmemBudget = 112 * 1024;
 
@@ -52,7 +73,9 @@ FA_HD constexpr int swizzle(int r, int c, int d) {
 FA_HD constexpr bool valid(const Schedule& s) {
   return s.W > 0 && s.Br % (16 * s.W) == 0 && s.Bc % 16 == 0 && s.Bc > 0;
 }
-static_assert(valid(schedule_for(64)) && valid(schedule_for(128)), "whole m16n8k16 tiles, whole ldmatrix.x4 pairs");
+static_assert(valid(schedule_for(64)) && valid(schedule_for(128)) && valid(schedule_for(64, kNoRows32)) &&
+                  valid(schedule_for(64, kNoTiles)),
+              "whole m16n8k16 tiles, whole ldmatrix.x4 pairs");
 static_assert(smem_bytes(schedule_for(128), 128) <= kSmemBudget && smem_bytes(schedule_for(64), 64) <= kSmemBudget,
               "Q and the K/V stages must fit the block's budget");
 
@@ -65,7 +88,8 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream);
 size_t workspace_bytes(const Shape& s, const StepOptions& opts);
 
 // The CPU side (blueprint.cpp).
-BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched);
-LedgerSet closed_form(const Shape& s, const Schedule& sched);
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int ablation = kFull);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, int ablation = kFull);
+int ablation_of(const StepOptions& opts);  // --ablate's value as an Ablation
 
-}  // namespace fa::step11
+}  // namespace fa::step12

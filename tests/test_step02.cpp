@@ -1,0 +1,39 @@
+// Step 02 (online softmax, one fused kernel): the ledger the doc derives — S and P never touch
+// HBM, but K and V are read once per (query, visible key).
+#include <doctest/doctest.h>
+
+#include "metrics.hpp"
+#include "shapes.hpp"
+
+#include "../steps/02_online_softmax/schedule.hpp"
+
+using namespace fa;
+
+TEST_CASE("step 02: K and V are read once per query row, and nothing of size N x Nk is written") {
+  Shape s;
+  s.N = 1000;
+  s.Nk = 700;
+  s.d = 64;
+  const Ledger a = step02::closed_form(s).total();
+  // Q once, K and V once per (query, key): N·Nk·d·2 bytes each; O and L written once.
+  CHECK(a.hbm_read == int64_t(1000) * 64 * 2 + int64_t(1000) * 700 * 64 * 2 * 2);
+  CHECK(a.hbm_write == int64_t(1000) * 64 * 2 + 1000 * 4);
+  // The products run on CUDA cores here (4·N·Nk·d FLOPs), not on tensor cores.
+  CHECK(a.matmul_flops == 0);
+  CHECK(a.cuda_core_flops == int64_t(4) * 1000 * 700 * 64);
+  // Causal with Nk < N (bottom-right): rows that see no key read nothing; fewer pairs in all.
+  s.causal = true;
+  const Ledger c = step02::closed_form(s).total();
+  CHECK(c.hbm_read < a.hbm_read);
+  CHECK(c.hbm_write == a.hbm_write);
+}
+
+TEST_CASE("step 02: the counted blueprint equals the closed form and the reference, with rows that see no key") {
+  const test::Case c = test::make_case(1, 2, 90, 40, 32, true, DType::bf16);
+  const Inputs in = make_inputs(c.shape, c.inputs);
+  const BlueprintResult r = step02::blueprint(c.shape, in);
+  CHECK(r.ledger.total() == step02::closed_form(c.shape).total());
+  const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), r.out);
+  INFO(chk.summary());
+  CHECK(chk.pass);
+}

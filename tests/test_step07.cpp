@@ -1,0 +1,48 @@
+// Step 07 (causal block skipping): a second tile configuration, the tiles it skips, and Q tiles
+// that see no key.
+#include <doctest/doctest.h>
+
+#include "metrics.hpp"
+#include "second_config.hpp"
+#include "shapes.hpp"
+
+#include "../steps/06_deferred_norm/schedule.hpp"
+#include "../steps/07_causal_skip/schedule.hpp"
+
+using namespace fa;
+
+TEST_CASE("step 07: a second tile configuration (Br = 16, Bc = 48)") {
+  const step07::Schedule s7{16, 48};
+  test::check_second_config("step07", [&](const Shape& s, const Inputs& in) { return step07::blueprint(s, in, s7); },
+                            [&](const Shape& s) { return step07::closed_form(s, s7); });
+}
+
+TEST_CASE("step 07 skips about half the tiles when causal, and nothing without the mask") {
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  s.causal = true;
+  const Ledger six_c = step06::closed_form(s, step06::kSchedule).total();
+  const Ledger seven_c = step07::closed_form(s, step07::kSchedule).total();
+  const int64_t Tr = 4096 / 32, Tc = 4096 / 32;
+  CHECK(seven_c.tiles_computed == Tr * (Tr + 1) / 2);  // the lower triangle, diagonal included
+  CHECK(seven_c.tiles_masked == Tr);                   // only the diagonal tiles are masked
+  CHECK(seven_c.tiles_skipped == Tr * Tc - Tr * (Tr + 1) / 2);
+  CHECK(six_c.tiles_computed == Tr * Tc);
+  const double ratio = double(seven_c.matmul_flops) / double(six_c.matmul_flops);
+  CHECK(ratio > 0.5);
+  CHECK(ratio < 0.51);
+  s.causal = false;
+  CHECK(step07::closed_form(s, step07::kSchedule).total().hbm_read == step06::closed_form(s, step06::kSchedule).total().hbm_read);
+}
+
+TEST_CASE("step 07: Q tiles whose rows see no key visit no K/V tile") {
+  // N = 100, Nk = 20: rows 0..79 see nothing; with Br = 32 the first two Q tiles are skipped whole.
+  CHECK(kv_tiles_for(0, 32, 100, 20, 32, true) == 0);
+  CHECK(kv_tiles_for(32, 64, 100, 20, 32, true) == 0);
+  CHECK(kv_tiles_for(64, 96, 100, 20, 32, true) == 1);
+  CHECK(kv_tiles_for(0, 32, 100, 20, 32, false) == 1);
+  CHECK(needs_mask(64, 96, 0, 100, 20, 32, false));   // ragged: keys 20..31 do not exist
+  CHECK_FALSE(needs_mask(0, 32, 0, 64, 64, 32, false));
+}
+
