@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "arch.hpp"
 #include "device.hpp"
 #include "problem.hpp"
 #include "step.hpp"
@@ -33,8 +34,15 @@ struct GpuResult {
 // True when a CUDA device can be used; otherwise `why` says why not (one line).
 bool gpu_available(std::string& why);
 DeviceSpec gpu_device_spec();        // queried with cudaDeviceGetAttribute
+// What the kernels may use on the current device (common/arch.hpp): its compute capability, the
+// architecture of this build's code for it, its opt-in shared memory per block — with FA_FAKE_CC
+// applied when it is set.
+GpuCaps gpu_caps();
 std::string cuda_version_string();   // "runtime 13.0, driver 13.0"
 
+// Both first hold the step's needs against gpu_caps() and throw Unsupported, before anything is
+// allocated or launched, for what this GPU cannot run (require_supported, common/arch.hpp).
+//
 // Upload the inputs (inside NaN-padded buffers when cfg.pad is set), poison O and L with NaN, launch
 // the step once and read back; then, if cfg.reps > 0, warm up and time cfg.reps launches with CUDA
 // events (O and L poisoned again before each) and report the median. Throws on any CUDA error.

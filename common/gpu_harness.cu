@@ -63,6 +63,42 @@ DeviceSpec gpu_device_spec() {
   return d;
 }
 
+// [arch] An empty kernel, compiled for the same architectures as every step: which of its images
+// the runtime picks for this device says which architecture's code the steps' kernels run.
+__global__ void fa_arch_probe() {}
+
+#ifndef FA_CUDA_ARCHITECTURES
+#define FA_CUDA_ARCHITECTURES ""
+#endif
+
+GpuCaps gpu_caps() {
+  static const GpuCaps real = [] {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    auto attr = [&](cudaDeviceAttr a) { int v = 0; CUDA_CHECK(cudaDeviceGetAttribute(&v, a, dev)); return v; };
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    GpuCaps g;
+    g.name = prop.name;
+    g.cc = 10 * attr(cudaDevAttrComputeCapabilityMajor) + attr(cudaDevAttrComputeCapabilityMinor);
+    g.smem_optin = attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    g.built_for = FA_CUDA_ARCHITECTURES;
+    cudaFuncAttributes probe{};
+    const cudaError_t e = cudaFuncGetAttributes(&probe, fa_arch_probe);
+    if (e == cudaSuccess) {
+      g.code_cc = probe.ptxVersion;  // the virtual architecture the code was compiled for (its __CUDA_ARCH__)
+    } else if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+      cudaGetLastError();  // clear it: the refusal says why
+      g.code_cc = -1;
+    } else {
+      CUDA_CHECK(e);
+    }
+    return g;
+  }();
+  const std::optional<int> fake = fake_cc_from_env();
+  return fake ? with_fake_cc(real, *fake) : real;
+}
+
 namespace {
 
 // A [B, H, rows, cols] tensor of `elem`-byte elements (2: the storage type, 4: fp32) inside a
@@ -210,6 +246,7 @@ double median(std::vector<double> v) {
 GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
                      const GpuConfig& cfg) {
   if (!step.launch) throw std::runtime_error("step " + step.id + " has no GPU launcher in this build");
+  require_supported(step, s, opts, gpu_caps());  // [arch] before anything is allocated or launched
   ForwardBuffers f(s, cfg.pad);
   upload(f.q, in.q, s.dtype, "Q");
   upload(f.k, in.k, s.dtype, "K");
@@ -236,6 +273,7 @@ GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, con
 GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const Forward& fwd,
                                       const Tensor4& dO, const StepOptions& opts, const GpuConfig& cfg) {
   if (!step.launch_backward) throw std::runtime_error("step " + step.id + " has no GPU backward launcher in this build");
+  require_supported(step, s, opts, gpu_caps(), true);  // [arch]
   ForwardBuffers f(s, cfg.pad);
   upload(f.q, in.q, s.dtype, "Q");
   upload(f.k, in.k, s.dtype, "K");

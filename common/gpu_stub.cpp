@@ -10,6 +10,7 @@ bool gpu_available(std::string& why) {
   return false;
 }
 DeviceSpec gpu_device_spec() { throw std::runtime_error("built without CUDA"); }
+GpuCaps gpu_caps() { throw std::runtime_error("built without CUDA"); }
 std::string cuda_version_string() { return "none"; }
 GpuResult run_on_gpu(const StepInfo&, const Shape&, const Inputs&, const StepOptions&, const GpuConfig&) {
   throw std::runtime_error("built without CUDA");

@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
       std::cerr << "[tour] step " << st->id << " " << variant_name(v) << " ...\n";
       try {
         records.push_back(run_once(*st, oo, on_gpu && st->launch));
+      } catch (const Unsupported& e) {  // [arch] this GPU cannot run the step: refused, not failed
+        std::cerr << "tour: step " << st->id << " refused: " << e.what() << "\n";
+        continue;
       } catch (const std::exception& e) {
         std::cerr << "tour: step " << st->id << ": " << e.what() << "\n";
         ++failed;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build everything and run the whole test suite:   scripts/test.sh [ctest args]
 # GPU tests run when a CUDA device is present; otherwise ctest reports them as skipped, and this
-# script says how many.
+# script says how many. Without a GPU, CMake compiles the kernels for every architecture a lab may
+# have (75;80;86;89;90: CMakeLists.txt), so CI catches a change that breaks one of them.
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
 
@@ -18,5 +19,11 @@ skipped=$(grep -c '(Skipped)' "$log" || true)
 if [ "$skipped" -gt 0 ]; then
   fa_say "$skipped test(s) skipped — GPU tests need a CUDA device; they were not run, not passed:"
   grep '(Skipped)' "$log" | sed 's/^/    /' >&2
+fi
+# [arch] Combinations this GPU cannot run (common/arch.hpp): refused by the harness, not run.
+refused=$(grep -h '^REFUSED: ' "$FA_BUILD/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u || true)
+if [ -n "$refused" ]; then
+  fa_say "this GPU refused what it cannot run (checked to be refused before any launch; not run, not passed):"
+  printf '%s\n' "$refused" | sed 's/^/    /' >&2
 fi
 exit "$rc"

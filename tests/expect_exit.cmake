@@ -1,5 +1,11 @@
 # Run CMD with ARGS (a ;-list); fail unless it exits with CODE and its output matches REGEX.
+# With SKIP_REGEX: output that matches it (e.g. "no CUDA device") prints "SKIPPED: ..." and succeeds,
+# for a test whose SKIP_REGULAR_EXPRESSION then reports it as skipped, not passed.
 execute_process(COMMAND ${CMD} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(DEFINED SKIP_REGEX AND "${out}${err}" MATCHES "${SKIP_REGEX}")
+  message(STATUS "SKIPPED: ${err}")
+  return()
+endif()
 if(NOT rc STREQUAL CODE)
   message(FATAL_ERROR "expected exit ${CODE}, got ${rc}\nstdout:\n${out}\nstderr:\n${err}")
 endif()

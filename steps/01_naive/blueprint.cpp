@@ -228,6 +228,10 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
 namespace {
 BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions&) { return blueprint(s, in, kSchedule); }
 LedgerSet run_closed_form(const Shape& s, const StepOptions&) { return closed_form(s, kSchedule); }
+// [arch] Shared memory per block of the larger kernel (schedule.hpp), held against the GPU's limit.
+int64_t run_smem_bytes(const Shape& s, const StepOptions&) {
+  return std::max(scores_smem_bytes(kSchedule, int(s.d)), pv_smem_bytes(kSchedule, int(s.d)));
+}
 }  // namespace
 
 const StepInfo& info() {
@@ -240,6 +244,7 @@ const StepInfo& info() {
     i.flags = {{"gemm", {"wmma", "cublas"}, "the two matrix products: our WMMA kernels or cuBLAS"}};
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
+    i.smem_bytes = run_smem_bytes;
 #ifdef FA_HAVE_CUDA
     i.launch = launch;
     i.workspace_bytes = workspace_bytes;

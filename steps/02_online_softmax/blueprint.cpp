@@ -81,6 +81,8 @@ LedgerSet closed_form(const Shape& s) {
 namespace {
 BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions&) { return blueprint(s, in); }
 LedgerSet run_closed_form(const Shape& s, const StepOptions&) { return closed_form(s); }
+// [arch] No shared memory: each warp reads its K and V rows from global memory.
+int64_t run_smem_bytes(const Shape&, const StepOptions&) { return 0; }
 }  // namespace
 
 const StepInfo& info() {
@@ -92,6 +94,8 @@ const StepInfo& info() {
     i.teaches = "fusion: running max and sum; K and V re-read per query";
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
+    i.smem_bytes = run_smem_bytes;
+    i.bf16_min_cc = 75;  // bf16 is only stored here: converted to fp32 and multiplied on CUDA cores
 #ifdef FA_HAVE_CUDA
     i.launch = launch;
     i.workspace_bytes = workspace_bytes;

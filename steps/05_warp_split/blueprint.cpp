@@ -205,6 +205,8 @@ BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOption
   return blueprint(s, in, kSchedule, split_q(o));
 }
 LedgerSet run_closed_form(const Shape& s, const StepOptions& o) { return closed_form(s, kSchedule, split_q(o)); }
+// [arch] Shared memory per block (schedule.hpp), held against the GPU's limit before a launch.
+int64_t run_smem_bytes(const Shape& s, const StepOptions&) { return smem_bytes(kSchedule, int(s.d)); }
 }  // namespace
 
 const StepInfo& info() {
@@ -217,6 +219,7 @@ const StepInfo& info() {
     i.flags = {{"split", {"q", "k"}, "warps split the Q tile's rows (q) or the K/V tile's keys (k, step 04)"}};
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
+    i.smem_bytes = run_smem_bytes;
 #ifdef FA_HAVE_CUDA
     i.launch = launch;
     i.workspace_bytes = workspace_bytes;

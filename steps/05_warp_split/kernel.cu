@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
 #include "cuda_check.cuh"
 #include "schedule.hpp"
 

@@ -423,6 +423,12 @@ BlueprintResult run_forward(const Shape& s, const Inputs& in, const StepOptions&
   return step07::info().blueprint(s, in, {});
 }
 LedgerSet run_forward_closed_form(const Shape& s, const StepOptions&) { return step07::info().closed_form(s, {}); }
+// [arch] Shared memory per block: the forward's (step 07's), and the backward's largest kernel —
+// the fused block (schedule.hpp), or the naive GEMM tile (two 16-bit G × G tiles, an fp32 one, L).
+int64_t run_forward_smem(const Shape& s, const StepOptions&) { return step07::info().smem_bytes(s, {}); }
+int64_t run_backward_smem(const Shape& s, const StepOptions& o) {
+  return naive(o) ? 2 * G * (G + kPad) * 2 + G * (G + kPadF) * 4 + G * 4 : smem_bytes(kSchedule, int(s.d));
+}
 #ifdef FA_HAVE_CUDA
 void run_forward_launch(const AttnParams& p, const StepOptions&, void* stream) { step07::info().launch(p, {}, stream); }
 size_t run_forward_workspace(const Shape& s, const StepOptions&) { return step07::info().workspace_bytes(s, {}); }
@@ -442,6 +448,8 @@ const StepInfo& info() {
     i.forward_from = "07";
     i.backward_blueprint = run_backward;
     i.backward_closed_form = run_backward_closed_form;
+    i.smem_bytes = run_forward_smem;
+    i.backward_smem_bytes = run_backward_smem;
 #ifdef FA_HAVE_CUDA
     i.launch = run_forward_launch;
     i.workspace_bytes = run_forward_workspace;

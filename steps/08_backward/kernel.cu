@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
 #include "cuda_check.cuh"
 #include "schedule.hpp"
 
@@ -417,8 +418,8 @@ void launch_fused(const BwdParams& p, cudaStream_t st) {
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (size_t(optin) < smem)
-      throw std::invalid_argument("step08: the fused backward needs " + std::to_string(smem) +
-                                  " bytes of shared memory per block; this GPU allows " + std::to_string(optin));
+      throw Unsupported("step08: the fused backward needs " + std::to_string(smem) +
+                        " bytes of shared memory per block; this GPU allows " + std::to_string(optin));
     CUDA_CHECK(cudaFuncSetAttribute(step08_bwd_kv<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }

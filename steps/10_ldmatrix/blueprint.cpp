@@ -34,6 +34,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) { return mma_bp::close
 namespace {
 BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions&) { return blueprint(s, in, kSchedule); }
 LedgerSet run_closed_form(const Shape& s, const StepOptions&) { return closed_form(s, kSchedule); }
+// [arch] Shared memory per block (schedule.hpp), held against the GPU's limit before a launch.
+int64_t run_smem_bytes(const Shape& s, const StepOptions&) { return smem_bytes(kSchedule, int(s.d)); }
 }  // namespace
 
 const StepInfo& info() {
@@ -45,6 +47,9 @@ const StepInfo& info() {
     i.teaches = "ldmatrix (.trans for V) from a swizzled layout";
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
+    i.smem_bytes = run_smem_bytes;
+    i.min_cc = 80;
+    i.needs = "mma.sync.m16n8k16";
 #ifdef FA_HAVE_CUDA
     i.launch = launch;
     i.workspace_bytes = workspace_bytes;
