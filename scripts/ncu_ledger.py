@@ -2,6 +2,9 @@
 """Set Nsight Compute's per-kernel byte counts beside a step's ledger, as CSV rows.
 
   ncu_ledger.py NCU_CSV LEDGER_CSV PREFIX [key=value ...]  >> out.csv
+  ncu_ledger.py --metrics     the metrics to ask ncu for, one column a line: "required NAME" for the
+                              byte counts and time, "optional NAME|NAME..." for the rest (the first
+                              name this ncu offers is used) — the one list scripts/gpu_session.sh reads
 
 NCU_CSV is `ncu --csv --print-units base --log-file NCU_CSV ...` output (one row per kernel and
 metric); LEDGER_CSV is the step program's `--ledger-csv` output (the forward's kernels, then the
@@ -95,7 +98,20 @@ def combine(column, values):
     return sum(values)
 
 
+REQUIRED = {"req_read", "req_write", "l2_read_sectors", "l2_write_sectors", "dram_read", "dram_write", "ncu_ns"}
+
+
+def print_metrics():
+    by_column = {}
+    for metric, column in METRICS.items():
+        by_column.setdefault(column, []).append(metric)
+    for column, names in by_column.items():
+        print(("required " if column in REQUIRED else "optional ") + "|".join(names))
+
+
 def main():
+    if sys.argv[1:] == ["--metrics"]:
+        return print_metrics()
     ncu_path, ledger_path, _prefix = sys.argv[1:4]  # PREFIX: accepted, unused (see above)
     extra = [kv.split("=", 1) for kv in sys.argv[4:]]
     with open(ncu_path, newline="") as f:
