@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "arch.hpp"
-#include "device.hpp"
+#include "roofline.hpp"
 #include "problem.hpp"
 #include "step.hpp"
 

@@ -8,9 +8,9 @@
 namespace fa {
 
 Ledger& Ledger::operator+=(const Ledger& o) {
-  hbm_read += o.hbm_read;
-  hbm_write += o.hbm_write;
-  hbm_atomic += o.hbm_atomic;
+  gmem_read += o.gmem_read;
+  gmem_write += o.gmem_write;
+  gmem_atomic += o.gmem_atomic;
   smem_read += o.smem_read;
   smem_write += o.smem_write;
   barriers += o.barriers;
@@ -30,9 +30,9 @@ std::string Ledger::diff(const Ledger& o) const {
   auto f = [&](const char* name, int64_t a, int64_t b) {
     if (a != b) os << name << ": " << a << " vs " << b << "; ";
   };
-  f("hbm_read", hbm_read, o.hbm_read);
-  f("hbm_write", hbm_write, o.hbm_write);
-  f("hbm_atomic", hbm_atomic, o.hbm_atomic);
+  f("gmem_read", gmem_read, o.gmem_read);
+  f("gmem_write", gmem_write, o.gmem_write);
+  f("gmem_atomic", gmem_atomic, o.gmem_atomic);
   f("smem_read", smem_read, o.smem_read);
   f("smem_write", smem_write, o.smem_write);
   f("barriers", barriers, o.barriers);
@@ -89,35 +89,36 @@ std::string human_count(double x) {
 }  // namespace
 
 void print_ledger(std::ostream& os, const LedgerSet& ls) {
-  os << "  " << std::left << std::setw(10) << "kernel" << std::right << std::setw(12) << "HBM read"
-     << std::setw(12) << "HBM write" << std::setw(12) << "smem r+w" << std::setw(10) << "barriers"
+  os << "  " << std::left << std::setw(10) << "kernel" << std::right << std::setw(12) << "gmem read"
+     << std::setw(12) << "gmem write" << std::setw(12) << "smem r+w" << std::setw(10) << "barriers"
      << std::setw(12) << "MMA FLOPs" << std::setw(12) << "FMA FLOPs" << std::setw(11) << "other ops" << std::setw(16) << "S tiles c/m/s"
      << std::setw(11) << "smem/blk" << "\n";
-  auto row = [&](const std::string& name, const Ledger& l) {
+  auto row = [&](const std::string& name, const Ledger& led) {
     std::ostringstream tiles;
-    tiles << l.tiles_computed << "/" << l.tiles_masked << "/" << l.tiles_skipped;
-    os << "  " << std::left << std::setw(10) << name << std::right << std::setw(12) << human_bytes(double(l.hbm_read))
-       << std::setw(12) << human_bytes(double(l.hbm_write)) << std::setw(12)
-       << human_bytes(double(l.smem_read + l.smem_write)) << std::setw(10) << human_count(double(l.barriers))
-       << std::setw(12) << human_count(double(l.matmul_flops)) << std::setw(12) << human_count(double(l.cuda_core_flops))
-       << std::setw(11) << human_count(double(l.nonmatmul_ops))
-       << std::setw(16) << tiles.str() << std::setw(11) << human_bytes(double(l.smem_peak)) << "\n";
+    tiles << led.tiles_computed << "/" << led.tiles_masked << "/" << led.tiles_skipped;
+    os << "  " << std::left << std::setw(10) << name << std::right << std::setw(12) << human_bytes(double(led.gmem_read))
+       << std::setw(12) << human_bytes(double(led.gmem_write)) << std::setw(12)
+       << human_bytes(double(led.smem_read + led.smem_write)) << std::setw(10) << human_count(double(led.barriers))
+       << std::setw(12) << human_count(double(led.matmul_flops)) << std::setw(12) << human_count(double(led.cuda_core_flops))
+       << std::setw(11) << human_count(double(led.nonmatmul_ops))
+       << std::setw(16) << tiles.str() << std::setw(11) << human_bytes(double(led.smem_peak)) << "\n";
   };
-  for (const auto& [name, l] : ls.kernels) row(name, l);
+  for (const auto& [name, led] : ls.kernels) row(name, led);
   if (ls.kernels.size() > 1) row("total", ls.total());
   const Ledger t = ls.total();
-  if (t.hbm_atomic > 0)
-    os << "  fp32 atomic adds to HBM (apart from reads and writes): " << human_bytes(double(t.hbm_atomic)) << "\n";
+  os << "  gmem: bytes requested from global memory, before L2 (Nsight's DRAM bytes are what reaches HBM)\n";
+  if (t.gmem_atomic > 0)
+    os << "  fp32 atomic adds to global memory (apart from reads and writes): " << human_bytes(double(t.gmem_atomic)) << "\n";
   if (t.workspace > 0) os << "  workspace in HBM beyond Q, K, V, O, L: " << human_bytes(double(t.workspace)) << "\n";
 }
 
 void write_ledger_csv(std::ostream& os, const LedgerSet& ls) {
-  os << "kernel,hbm_read,hbm_write,smem_read,smem_write,barriers,matmul_flops,cuda_core_flops,nonmatmul_ops,tiles_computed,"
-        "tiles_masked,tiles_skipped,smem_peak,workspace,hbm_atomic\n";
-  for (const auto& [name, l] : ls.kernels)
-    os << name << "," << l.hbm_read << "," << l.hbm_write << "," << l.smem_read << "," << l.smem_write << ","
-       << l.barriers << "," << l.matmul_flops << "," << l.cuda_core_flops << "," << l.nonmatmul_ops << "," << l.tiles_computed << ","
-       << l.tiles_masked << "," << l.tiles_skipped << "," << l.smem_peak << "," << l.workspace << "," << l.hbm_atomic << "\n";
+  os << "kernel,gmem_read,gmem_write,smem_read,smem_write,barriers,matmul_flops,cuda_core_flops,nonmatmul_ops,tiles_computed,"
+        "tiles_masked,tiles_skipped,smem_peak,workspace,gmem_atomic\n";
+  for (const auto& [name, led] : ls.kernels)
+    os << name << "," << led.gmem_read << "," << led.gmem_write << "," << led.smem_read << "," << led.smem_write << ","
+       << led.barriers << "," << led.matmul_flops << "," << led.cuda_core_flops << "," << led.nonmatmul_ops << "," << led.tiles_computed << ","
+       << led.tiles_masked << "," << led.tiles_skipped << "," << led.smem_peak << "," << led.workspace << "," << led.gmem_atomic << "\n";
 }
 
 void GlobalMat::bounds(int64_t r, int64_t c) const {
@@ -130,21 +131,21 @@ void GlobalMat::bounds(int64_t r, int64_t c) const {
 
 float GlobalMat::load(int64_t r, int64_t c) const {
   bounds(r, c);
-  L_->hbm_read += st_.bytes;
+  L_->gmem_read += st_.bytes;
   return p_[r * ld_ + c];
 }
 
 void GlobalMat::atomic_add(int64_t r, int64_t c, float x) {
   bounds(r, c);
   if (read_only_ || st_.rounds) throw std::logic_error("blueprint bug: atomic add into a read-only or 16-bit matrix");
-  L_->hbm_atomic += st_.bytes;
+  L_->gmem_atomic += st_.bytes;
   p_[r * ld_ + c] += x;
 }
 
 void GlobalMat::store(int64_t r, int64_t c, float x) {
   bounds(r, c);
   if (read_only_) throw std::logic_error("blueprint bug: store into a read-only global matrix");
-  L_->hbm_write += st_.bytes;
+  L_->gmem_write += st_.bytes;
   p_[r * ld_ + c] = st_.apply(x);
 }
 
@@ -196,14 +197,14 @@ Frag16 load_frag_transposed(const SmemTile& t, int64_t r0, int64_t c0) {
   return f;
 }
 
-void mma(Frag16& acc, const Frag16& a, const Frag16& b, Ledger& L) {
+void mma(Frag16& acc, const Frag16& a, const Frag16& b, Ledger& led) {
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) {
       float s = acc.x[r][c];
       for (int k = 0; k < 16; ++k) s += a.x[r][k] * b.x[k][c];
       acc.x[r][c] = s;
     }
-  L.matmul_flops += 2 * 16 * 16 * 16;
+  led.matmul_flops += 2 * 16 * 16 * 16;
 }
 
 }  // namespace fa

@@ -1,10 +1,12 @@
 // The ledger: what a schedule costs, counted by construction.
 //
-// A blueprint (steps/NN/blueprint.cpp) touches "HBM" only through GlobalMat, shared memory only
+// A blueprint (steps/NN/blueprint.cpp) touches global memory only through GlobalMat, shared memory only
 // through Smem/SmemTile, tensor cores only through Frag16 and mma(), and synchronizes through
 // barrier(). Each of these adds to a Ledger, so the numbers below are counted, never typed:
-//   hbm_read / hbm_write   bytes requested from global memory (before any cache)
-//   hbm_atomic             bytes of fp32 atomic adds to global memory (reductions, resolved in L2)
+//   gmem_read / gmem_write bytes requested from global memory by loads and stores, before L2
+//                          and DRAM (HBM): what Nsight's requested-bytes counters see; the bytes
+//                          that reach HBM (Nsight's dram__bytes) are fewer where L2 serves re-reads
+//   gmem_atomic            bytes of fp32 atomic adds to global memory (reductions, resolved in L2)
 //   smem_read / smem_write bytes moved to and from shared memory
 //   barriers               block-wide barriers executed, summed over blocks
 //   matmul_flops           tensor-core FLOPs issued (2·16·16·16 per fragment product, padding included)
@@ -26,8 +28,8 @@
 namespace fa {
 
 struct Ledger {
-  int64_t hbm_read = 0, hbm_write = 0;
-  int64_t hbm_atomic = 0;
+  int64_t gmem_read = 0, gmem_write = 0;
+  int64_t gmem_atomic = 0;
   int64_t smem_read = 0, smem_write = 0;
   int64_t barriers = 0;
   int64_t matmul_flops = 0;
@@ -69,18 +71,18 @@ struct Store {
 // through the view is counted; an access outside the matrix is a bug in the blueprint and throws.
 class GlobalMat {
  public:
-  GlobalMat(float* data, int64_t rows, int64_t cols, int64_t ld, Store st, Ledger& L)
-      : p_(data), rows_(rows), cols_(cols), ld_(ld), st_(st), L_(&L) {}
-  GlobalMat(const float* data, int64_t rows, int64_t cols, int64_t ld, Store st, Ledger& L)
-      : GlobalMat(const_cast<float*>(data), rows, cols, ld, st, L) { read_only_ = true; }
+  GlobalMat(float* data, int64_t rows, int64_t cols, int64_t ld, Store st, Ledger& led)
+      : p_(data), rows_(rows), cols_(cols), ld_(ld), st_(st), L_(&led) {}
+  GlobalMat(const float* data, int64_t rows, int64_t cols, int64_t ld, Store st, Ledger& led)
+      : GlobalMat(const_cast<float*>(data), rows, cols, ld, st, led) { read_only_ = true; }
   float load(int64_t r, int64_t c) const;
   void store(int64_t r, int64_t c, float x);
-  // atomicAdd: element += x, counted as hbm_atomic (fp32 matrices only).
+  // atomicAdd: element += x, counted as gmem_atomic (fp32 matrices only).
   void atomic_add(int64_t r, int64_t c, float x);
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   const Store& storage() const { return st_; }
-  void retarget(Ledger& L) { L_ = &L; }
+  void retarget(Ledger& led) { L_ = &led; }
 
  private:
   void bounds(int64_t r, int64_t c) const;
@@ -114,8 +116,8 @@ class SmemTile {
 
  private:
   friend class Smem;
-  SmemTile(int64_t rows, int64_t cols, Store st, Ledger& L)
-      : rows_(rows), cols_(cols), st_(st), L_(&L), v_(static_cast<size_t>(rows * cols), 0.0f) {}
+  SmemTile(int64_t rows, int64_t cols, Store st, Ledger& led)
+      : rows_(rows), cols_(cols), st_(st), L_(&led), v_(static_cast<size_t>(rows * cols), 0.0f) {}
   int64_t rows_, cols_;
   Store st_;
   Ledger* L_;
@@ -126,7 +128,7 @@ class SmemTile {
 // schedule's budget throws (the GPU would refuse to launch). The peak is recorded in the ledger.
 class Smem {
  public:
-  Smem(int64_t capacity_bytes, Ledger& L) : cap_(capacity_bytes), L_(&L) {}
+  Smem(int64_t capacity_bytes, Ledger& led) : cap_(capacity_bytes), L_(&led) {}
   SmemTile tile(int64_t rows, int64_t cols, int64_t ld, Store st);
   SmemTile tile(int64_t rows, int64_t cols, Store st) { return tile(rows, cols, cols, st); }
   // A tile written over another one's bytes (e.g. P over S): counted traffic, no extra footprint.
@@ -139,7 +141,7 @@ class Smem {
 };
 
 // A block-wide barrier (__syncthreads) in the blueprint: it only counts.
-inline void barrier(Ledger& L) { ++L.barriers; }
+inline void barrier(Ledger& led) { ++led.barriers; }
 
 // A 16×16 fragment held by one warp (WMMA's granularity). A and B fragments hold storage-type
 // values; accumulators hold fp32.
@@ -152,7 +154,7 @@ struct Frag16 {
 Frag16 load_frag(const SmemTile& t, int64_t r0, int64_t c0);
 Frag16 load_frag_transposed(const SmemTile& t, int64_t r0, int64_t c0);
 // acc += a · b in fp32, 2·16³ matmul FLOPs.
-void mma(Frag16& acc, const Frag16& a, const Frag16& b, Ledger& L);
+void mma(Frag16& acc, const Frag16& a, const Frag16& b, Ledger& led);
 // Store an accumulator into a shared-memory tile at (r0, c0), mapping each value through f.
 template <class F>
 void store_frag(SmemTile& t, int64_t r0, int64_t c0, const Frag16& acc, F f) {

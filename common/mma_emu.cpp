@@ -2,7 +2,7 @@
 
 namespace fa::m16n8k16 {
 
-void mma(CFrag& d, const AFrag& a, const BFrag& b, Ledger& L) {
+void mma(CFrag& d, const AFrag& a, const BFrag& b, Ledger& led) {
   float A[16][16], B[16][8];
   for (int lane = 0; lane < 32; ++lane) {
     for (int i = 0; i < 8; ++i) {
@@ -21,7 +21,7 @@ void mma(CFrag& d, const AFrag& a, const BFrag& b, Ledger& L) {
       for (int k = 0; k < 16; ++k) acc += A[c.row][k] * B[k][c.col];
       d[size_t(lane)][size_t(i)] = acc;
     }
-  L.matmul_flops += 2 * 16 * 8 * 16;
+  led.matmul_flops += 2 * 16 * 8 * 16;
 }
 
 BFrag ldmatrix_x2(const SmemTile& t, int64_t r0, int64_t c0, int64_t c1, bool trans) {

@@ -18,7 +18,7 @@ using CFrag = std::vector<std::array<float, 4>>;  // [lane][slot]: 16 × 8 fp32 
 // [mma] mma.sync.m16n8k16: D += A·B for one warp. A and B are gathered from the lanes' slots, the
 // product formed in fp32 and scattered back into the lanes' accumulators; 2·16·8·16 tensor-core
 // FLOPs counted.
-void mma(CFrag& d, const AFrag& a, const BFrag& b, Ledger& L);
+void mma(CFrag& d, const AFrag& a, const BFrag& b, Ledger& led);
 
 // [ldmatrix] ldmatrix.x2 on two 8 × 8 blocks of a shared-memory tile, as B fragments: without
 // .trans, block m is rows r0 .. r0 + 7 at columns cm .. cm + 7 (c0 for m = 0, c1 for m = 1); with

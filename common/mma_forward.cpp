@@ -35,19 +35,19 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger[kernel];
+  Ledger& led = res.ledger[kernel];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), W = sc.warps();
   const float sl2 = static_cast<float>(s.softmax_scale()) * kLog2e;
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
-          V(in.v.head(b, h), s.Nk, d, d, st, L);
-      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
+          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
       for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
         const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
-        Smem smem(sc.smem_budget, L);
+        Smem smem(sc.smem_budget, led);
         std::vector<SmemTile> Kst, Vst;  // [stages]
         for (int64_t stage = 0; stage < sc.stages; ++stage) {
           Kst.push_back(smem.tile(sc.Bc, d, d + sc.pad, st));
@@ -80,14 +80,14 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
           const SmemTile& Ks = Kst[size_t(j % sc.stages)];
           const SmemTile& Vs = Vst[size_t(j % sc.stages)];
           if (sc.stages == 1) {
-            barrier(L);
+            barrier(led);
             Kst[0].load_from(K, j0, 0);
             Vst[0].load_from(V, j0, 0);
           } else if (j + 1 < Tend) {
             Kst[size_t((j + 1) % sc.stages)].load_from(K, j0 + sc.Bc, 0);
             Vst[size_t((j + 1) % sc.stages)].load_from(V, j0 + sc.Bc, 0);
           }
-          barrier(L);  // tile j is in shared memory
+          barrier(led);  // tile j is in shared memory
           const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
           for (int64_t w = 0; w < W; ++w) {
             Warp& wp = warps[size_t(w)];
@@ -96,7 +96,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
             std::vector<CFrag> sf(size_t(sc.Bc / 8), CFrag(32, {0, 0, 0, 0}));
             for (int64_t n = 0; n < sc.Bc / 8; ++n)
               for (int64_t kk = 0; kk < d / 16; ++kk) {
-                mf::mma(sf[size_t(n)], wp.qa[size_t(kk)], k_frag(Ks, n, kk), L);
+                mf::mma(sf[size_t(n)], wp.qa[size_t(kk)], k_frag(Ks, n, kk), led);
               }
             // [softmax-regs] Scale (log2 domain), mask, row max over the four lanes of a group.
             std::vector<std::array<float, 2>> mx(32, {-kInf, -kInf});
@@ -132,7 +132,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
             for (auto& on : wp.o)  // [deferred]
               for (int lane = 0; lane < 32; ++lane)
                 for (int e = 0; e < 4; ++e) on[size_t(lane)][size_t(e)] *= alpha[size_t(lane)][size_t(e / 2)];
-            L.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
+            led.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
             // [c-to-a] P in the storage type as the A fragment, then [pv] Õ += P V_j.
             for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) {
               AFrag pa(32);
@@ -141,16 +141,16 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                   pa[size_t(lane)][size_t(i)] =
                       round_to(s.dtype, sf[size_t(2 * kk + mf::a_from_c_tile(i))][size_t(lane)][size_t(mf::a_from_c_elem(i))]);
               for (int64_t n = 0; n < d / 8; ++n) {
-                mf::mma(wp.o[size_t(n)], pa, v_frag(Vs, kk, n), L);
+                mf::mma(wp.o[size_t(n)], pa, v_frag(Vs, kk, n), led);
               }
             }
           }
-          if (sc.stages > 1) barrier(L);  // every warp is done with this stage: it may be refilled
-          L.tiles_computed += 1;
-          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
+          if (sc.stages > 1) barrier(led);  // every warp is done with this stage: it may be refilled
+          led.tiles_computed += 1;
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
                             TileKind::Diagonal;
         }
-        L.tiles_skipped += Tc - Tend;
+        led.tiles_skipped += Tc - Tend;
         // [final-divide] l summed over the group's four lanes; O = Õ / l; L = (m + log2 l)·ln 2.
         for (int64_t w = 0; w < W; ++w) {
           const Warp& wp = warps[size_t(w)];
@@ -167,7 +167,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                 if (row >= s.N) continue;
                 const float li = lsum[e / 2];
                 O.store(row, 8 * n + c.col, li > 0.0f ? wp.o[size_t(n)][size_t(lane)][size_t(e)] / li : 0.0f);
-                ++L.nonmatmul_ops;
+                ++led.nonmatmul_ops;
               }
             if (mf::thread_in_group(lane) == 0)
               for (int hr = 0; hr < 2; ++hr) {
@@ -175,7 +175,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                 if (row >= s.N) continue;
                 const float m = wp.m[size_t(lane)][size_t(hr)];
                 Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr])) * kLn2 : kInf);
-                L.nonmatmul_ops += 2;
+                led.nonmatmul_ops += 2;
               }
           }
         }
@@ -203,18 +203,18 @@ LedgerSet closed_form(const Shape& s, const Tiles& sc, const std::string& kernel
   }
   const int64_t mmas_pair = W * ((Bc / 8) * (d / 16) + (d / 8) * (Bc / 16));
   LedgerSet ls;
-  Ledger& l = ls[kernel];
-  l.hbm_read = BH * (N * d * 2 + kv_rows * 2 * d * 2);
-  l.hbm_write = BH * (N * d * 2 + N * 4);
-  l.smem_write = BH * pairs * 2 * Bc * d * 2;
-  l.smem_read = BH * pairs * mmas_pair * 128 * 2;
-  l.barriers = BH * pairs * 2;
-  l.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
-  l.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d) + masked * W * 16 * Bc + N * d + 2 * N);
-  l.tiles_computed = BH * pairs;
-  l.tiles_masked = BH * diagonal;
-  l.tiles_skipped = BH * (Tr * Tc - pairs);
-  l.smem_peak = sc.smem_peak;
+  Ledger& led = ls[kernel];
+  led.gmem_read = BH * (N * d * 2 + kv_rows * 2 * d * 2);
+  led.gmem_write = BH * (N * d * 2 + N * 4);
+  led.smem_write = BH * pairs * 2 * Bc * d * 2;
+  led.smem_read = BH * pairs * mmas_pair * 128 * 2;
+  led.barriers = BH * pairs * 2;
+  led.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
+  led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d) + masked * W * 16 * Bc + N * d + 2 * N);
+  led.tiles_computed = BH * pairs;
+  led.tiles_masked = BH * diagonal;
+  led.tiles_skipped = BH * (Tr * Tc - pairs);
+  led.smem_peak = sc.smem_peak;
   return ls;
 }
 

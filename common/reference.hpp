@@ -43,7 +43,7 @@ inline Reference reference_forward(const Shape& s, const Inputs& in) {
 //
 // Only the heads listed are computed (every row and key of each), in blocks of rows so that
 // memory stays O(block·Nk) at any N. Beside each gradient, an error scale of the same shape from
-// which metrics.cpp derives the per-element tolerance:
+// which checks.cpp derives the per-element tolerance:
 //   dv_mag = Pᵀ|dO|,   dq_mag = scale·Ŝ|K|,   dk_mag = scale·Ŝᵀ|Q|,   Ŝ = |dS| + P ∘ D̂,
 //   D̂_i = Σ_c |dO_ic||O_ic|.
 struct Gradients {

@@ -25,9 +25,9 @@ std::string variant_name(const StepOptions& o) {
 
 std::string csv_header() {
   return "step,variant,backend,device,dtype,B,H,N,Nk,d,causal,seed,max_abs_err,rel_l2_err,lse_max_abs_err,pass,"
-         "ms,reps,tflops,hbm_read_bytes,hbm_write_bytes,matmul_flops,workspace_bytes,predicted_ms,"
-         "bwd_max_ratio,bwd_pass,bwd_ms,bwd_tflops,bwd_hbm_read_bytes,bwd_hbm_write_bytes,bwd_matmul_flops,"
-         "bwd_workspace_bytes,bwd_predicted_ms,bwd_hbm_atomic_bytes";
+         "ms,reps,tflops,gmem_read_bytes,gmem_write_bytes,matmul_flops,workspace_bytes,predicted_ms,"
+         "bwd_max_ratio,bwd_pass,bwd_ms,bwd_tflops,bwd_gmem_read_bytes,bwd_gmem_write_bytes,bwd_matmul_flops,"
+         "bwd_workspace_bytes,bwd_predicted_ms,bwd_gmem_atomic_bytes";
 }
 
 std::string csv_row(const RunRecord& r) {
@@ -37,14 +37,14 @@ std::string csv_row(const RunRecord& r) {
      << r.shape.B << "," << r.shape.H << "," << r.shape.N << "," << r.shape.Nk << "," << r.shape.d << ","
      << (r.shape.causal ? 1 : 0) << "," << r.seed << "," << std::setprecision(4) << std::scientific << r.check.max_abs
      << "," << r.check.rel_l2 << "," << r.check.lse_max_abs << "," << (r.forward_passed() ? 1 : 0) << ","
-     << std::defaultfloat << std::setprecision(6) << r.ms << "," << r.reps << "," << r.tflops() << "," << t.hbm_read << ","
-     << t.hbm_write << "," << t.matmul_flops << "," << t.workspace << "," << r.predicted.ms;
+     << std::defaultfloat << std::setprecision(6) << r.ms << "," << r.reps << "," << r.tflops() << "," << t.gmem_read << ","
+     << t.gmem_write << "," << t.matmul_flops << "," << t.workspace << "," << r.predicted.ms;
   if (r.has_backward) {
     const Ledger b = r.bwd_ledger.total();
     const double ratio = std::max({r.bwd_check.dq.max_ratio, r.bwd_check.dk.max_ratio, r.bwd_check.dv.max_ratio});
     os << "," << std::setprecision(4) << std::scientific << ratio << "," << (r.backward_passed() ? 1 : 0) << ","
-       << std::defaultfloat << std::setprecision(6) << r.bwd_ms << "," << r.bwd_tflops() << "," << b.hbm_read << ","
-       << b.hbm_write << "," << b.matmul_flops << "," << b.workspace << "," << r.bwd_predicted.ms << "," << b.hbm_atomic;
+       << std::defaultfloat << std::setprecision(6) << r.bwd_ms << "," << r.bwd_tflops() << "," << b.gmem_read << ","
+       << b.gmem_write << "," << b.matmul_flops << "," << b.workspace << "," << r.bwd_predicted.ms << "," << b.gmem_atomic;
   } else {
     os << ",,,,,,,,,,";  // the ten bwd_* columns, empty
   }

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "device.hpp"
-#include "metrics.hpp"
+#include "roofline.hpp"
+#include "checks.hpp"
 #include "step.hpp"
 
 namespace fa {

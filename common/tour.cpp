@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     return failed ? 1 : 0;
   }
   std::cout << std::left << std::setw(5) << "step" << std::setw(14) << "variant" << std::setw(58) << "what it teaches"
-            << std::setw(6) << "check" << std::right << std::setw(12) << "HBM MB" << std::setw(14) << "predicted ms"
+            << std::setw(6) << "check" << std::right << std::setw(12) << "gmem MB" << std::setw(14) << "predicted ms"
             << std::setw(12) << (on_gpu ? "GPU ms" : "CPU ms") << std::setw(10) << "TFLOP/s" << std::setw(12) << "bwd ms" << "\n";
   for (const auto& r : records) {
     const StepInfo* st = nullptr;
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     const Ledger t = r.ledger.total();
     std::cout << std::left << std::setw(5) << r.step << std::setw(14) << r.variant << std::setw(58) << st->teaches
               << std::setw(6) << (r.passed() ? "PASS" : "FAIL") << std::right << std::setw(12)
-              << mb(t.hbm_read + t.hbm_write) << std::setw(14) << std::defaultfloat << std::setprecision(4)
+              << mb(t.gmem_read + t.gmem_write) << std::setw(14) << std::defaultfloat << std::setprecision(4)
               << r.predicted.ms << std::setw(12) << r.ms << std::setw(10) << std::fixed << std::setprecision(1)
               << (on_gpu ? r.tflops() : 0.0) << std::setw(12) << std::setprecision(3);
     if (r.has_backward) std::cout << r.bwd_ms;

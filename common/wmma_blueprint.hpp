@@ -33,7 +33,7 @@ struct SplitKBlock {
 SplitKBlock make_split_k_block(const Layout& sc, const Shape& s, Smem& smem);
 // One (Q tile i, K/V tile j) pair of the split-K update; Q_i, O_i, m_i, l_i in shared memory on
 // entry and on exit.
-void split_k_update(const Layout& sc, const Shape& s, SplitKBlock& k, int64_t i0, int64_t j0, Ledger& L);
+void split_k_update(const Layout& sc, const Shape& s, SplitKBlock& blk, int64_t i0, int64_t j0, Ledger& led);
 
 // One thread block's shared memory in the split-Q, deferred-normalization steps.
 struct DeferredBlock {
@@ -42,6 +42,6 @@ struct DeferredBlock {
 DeferredBlock make_deferred_block(const Layout& sc, const Shape& s, Smem& smem);
 // One pair of the deferred update; `masked` says whether the tile needs the per-element causal or
 // ragged-edge mask (step 06 always masks; step 07 only on diagonal and ragged tiles).
-void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& k, int64_t i0, int64_t j0, bool masked, Ledger& L);
+void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64_t i0, int64_t j0, bool masked, Ledger& led);
 
 }  // namespace fa::wmma_bp

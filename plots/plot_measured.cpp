@@ -109,13 +109,13 @@ int as_int(double v) { return int(std::llround(v)); }
 
 const std::vector<std::string> kSessionCols = {"date", "commit", "cuda", "step", "variant", "backend", "device",
                                                "dtype", "B", "H", "N", "d", "causal", "pass", "ms", "tflops",
-                                               "hbm_read_bytes", "hbm_write_bytes"};
+                                               "gmem_read_bytes", "gmem_write_bytes"};
 const std::vector<std::string> kNcuCols = {"date", "commit", "gpu", "step", "variant", "B", "H", "N", "d", "causal",
                                            "kernel", "ledger_read", "ledger_write", "req_read", "req_write",
                                            "l2_read", "l2_write", "dram_read", "dram_write"};
 const std::vector<std::string> kPeerCols = {"date", "commit", "gpu", "torch", "cuda", "backend", "dtype", "causal",
                                             "d", "N", "fwd_tflops", "bwd_tflops", "status"};
-const std::vector<std::string> kModelCols = {"step", "pass", "N", "d", "causal", "hbm_read_bytes", "hbm_write_bytes"};
+const std::vector<std::string> kModelCols = {"step", "pass", "N", "d", "causal", "gmem_read_bytes", "gmem_write_bytes"};
 
 Table read_table(const fs::path& p, const std::vector<std::string>& cols) {
   Table t = Table::read(p.string());
@@ -207,18 +207,18 @@ std::map<int, double> model_of(const Table& m, const std::string& step, int d) {
   for (size_t r = 0; r < m.size(); ++r)
     if (m.str(r, "step") == step && m.str(r, "pass") == "forward" && as_int(m.num(r, "d")) == d &&
         as_int(m.num(r, "causal")) == 0)
-      out[as_int(m.num(r, "N"))] = m.num(r, "hbm_read_bytes") + m.num(r, "hbm_write_bytes");
+      out[as_int(m.num(r, "N"))] = m.num(r, "gmem_read_bytes") + m.num(r, "gmem_write_bytes");
   return out;
 }
 
 bool same_bytes(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); }
 
-// The ledger the session row of the same shape reported (its forward: hbm_read + hbm_write per head).
+// The ledger the session row of the same shape reported (its forward: gmem_read + gmem_write per head).
 std::optional<double> session_ledger(const Table& s, const std::string& variant, int n, int d) {
   for (size_t r = 0; r < s.size(); ++r)
     if (s.str(r, "variant") == variant && as_int(s.num(r, "N")) == n && as_int(s.num(r, "d")) == d &&
         as_int(s.num(r, "causal")) == 0 && s.str(r, "dtype") == kDtype)
-      return (s.num(r, "hbm_read_bytes") + s.num(r, "hbm_write_bytes")) / (s.num(r, "B") * s.num(r, "H"));
+      return (s.num(r, "gmem_read_bytes") + s.num(r, "gmem_write_bytes")) / (s.num(r, "B") * s.num(r, "H"));
   return std::nullopt;
 }
 

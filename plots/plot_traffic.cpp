@@ -1,4 +1,5 @@
-// The HBM-traffic plot: from every registered step's closed-form ledger, bytes per head against N
+// The traffic plot: from every registered step's closed-form ledger, bytes requested from global
+// memory (before L2; the ledger's gmem_read + gmem_write) per head against N
 // (log-log, N = Nk = 256 ... 32k), and the memory each step needs beyond Q, K, V and O.
 //   make plot_traffic && ./plot_traffic [--d 128] [--out DIR]
 // Writes DIR/traffic.png (no mask), DIR/traffic_causal.png (causal), DIR/memory.png (default: the
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories(out + "/data");
   std::ofstream csv(out + "/data/traffic_model.csv");
-  csv << "step,variant,pass,N,d,causal,hbm_read_bytes,hbm_write_bytes,hbm_atomic_bytes,extra_memory_bytes\n";
+  csv << "step,variant,pass,N,d,causal,gmem_read_bytes,gmem_write_bytes,gmem_atomic_bytes,extra_memory_bytes\n";
   const std::string dd = std::to_string(d);
   for (bool causal : {false, true}) {
     std::vector<plot::Line> traffic, memory;
@@ -86,14 +87,14 @@ int main(int argc, char** argv) {
         s.N = s.Nk = n;
         s.d = d;
         s.causal = causal;
-        const Ledger l = (backward ? st.backward_closed_form(s, opt) : st.closed_form(s, opt)).total();
+        const Ledger led = (backward ? st.backward_closed_form(s, opt) : st.closed_form(s, opt)).total();
         // Beyond Q, K, V and O: the step's workspace (S and P in step 01; P, dP, dS in a naive
         // backward) and L (4 bytes per row).
-        const int64_t extra = l.workspace + 4 * n;
-        t.emplace_back(double(n), double(l.hbm_read + l.hbm_write + l.hbm_atomic));
+        const int64_t extra = led.workspace + 4 * n;
+        t.emplace_back(double(n), double(led.gmem_read + led.gmem_write + led.gmem_atomic));
         m.emplace_back(double(n), double(extra));
         csv << st.id << "," << variant_name(opt) << "," << (backward ? "backward" : "forward") << "," << n << "," << d << ","
-            << (causal ? 1 : 0) << "," << l.hbm_read << "," << l.hbm_write << "," << l.hbm_atomic << "," << extra << "\n";
+            << (causal ? 1 : 0) << "," << led.gmem_read << "," << led.gmem_write << "," << led.gmem_atomic << "," << extra << "\n";
       }
       const std::string title = "step " + st.id + ": " + name;
       traffic.push_back({title, tag, name, t, at});
@@ -116,8 +117,8 @@ int main(int argc, char** argv) {
     for (int64_t n = 256; n <= 32768; n *= 2) floor.emplace_back(double(n), double(4 * n * d * 2));
     traffic.push_back({"Q, K, V read once + O written once", "floor", "", floor, backward_slot});
     draw(out + (causal ? "/traffic_causal.png" : "/traffic.png"),
-         std::string("HBM traffic per head (closed-form ledgers, d = ") + dd + ", fp16/bf16" + (causal ? ", causal)" : ")"),
-         "bytes requested from HBM per head", traffic);
+         std::string("Global-memory traffic per head (bytes requested, before L2; closed-form ledgers, d = ") + dd + ", fp16/bf16" + (causal ? ", causal)" : ")"),
+         "bytes requested from global memory per head", traffic);
     if (!causal) draw(out + "/memory.png", "Memory beyond Q, K, V, O per head (d = " + dd + ")", "bytes", memory);
   }
   std::cout << "wrote " << out << "/traffic.png, traffic_causal.png, memory.png and data/traffic_model.csv\n";

@@ -71,7 +71,7 @@ def step_sweep(step):
         for v in variants:
             r = by.get((d, c, n, v))
             row += [f"{float(r['ms']):.3f}", f"{float(r['tflops']):.1f}"] if r else ["–", "–"]
-        row += [mb(int(first["hbm_read_bytes"]) + int(first["hbm_write_bytes"])), f"{float(first['predicted_ms']):.3f}"]
+        row += [mb(int(first["gmem_read_bytes"]) + int(first["gmem_write_bytes"])), f"{float(first['predicted_ms']):.3f}"]
         body.append(row)
     return provenance(rs) + "\n\n" + table(header, body)
 
@@ -124,7 +124,7 @@ def step_backward(step):
         for v in variants:
             r = by.get((d, c, n, v))
             if r:
-                led = int(r["bwd_hbm_read_bytes"]) + int(r["bwd_hbm_write_bytes"]) + int(r.get("bwd_hbm_atomic_bytes") or 0)
+                led = int(r["bwd_gmem_read_bytes"]) + int(r["bwd_gmem_write_bytes"]) + int(r.get("bwd_gmem_atomic_bytes") or 0)
                 ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
                 row += [f"{float(r['bwd_ms']):.3f}{ok}", f"{float(r['bwd_tflops']):.1f}", mb(led), mb(r["bwd_workspace_bytes"])]
             else:
@@ -202,8 +202,8 @@ def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, 
         if side != "a" or ("b", d, c, n) not in pick:
             continue
         ra, rb = pick[("a", d, c, n)], pick[("b", d, c, n)]
-        ba = int(ra["hbm_read_bytes"]) + int(ra["hbm_write_bytes"])
-        bb = int(rb["hbm_read_bytes"]) + int(rb["hbm_write_bytes"])
+        ba = int(ra["gmem_read_bytes"]) + int(ra["gmem_write_bytes"])
+        bb = int(rb["gmem_read_bytes"]) + int(rb["gmem_write_bytes"])
         body.append([d, "yes" if c else "no", n, mb(ba), mb(bb), f"{float(ra['ms']):.3f}", f"{float(rb['ms']):.3f}",
                      f"{float(ra['ms']) / float(rb['ms']):.2f}" if speedup else f"{float(rb['ms']) / float(ra['ms']):.2f}"])
     used = [pick[k] for k in pick if k[0] == "b" or (both and ("b",) + k[1:] in pick)]
@@ -371,8 +371,8 @@ def loop_and_grid():
         a, b, c = pick.get(("03", "-", d, n)), pick.get(("04", "grid=bh", d, n)), pick.get(("04", "grid=qtile", d, n))
         if not (a and b and c):
             continue
-        la = int(a["hbm_read_bytes"]) + int(a["hbm_write_bytes"])
-        lb = int(b["hbm_read_bytes"]) + int(b["hbm_write_bytes"])
+        la = int(a["gmem_read_bytes"]) + int(a["gmem_write_bytes"])
+        lb = int(b["gmem_read_bytes"]) + int(b["gmem_write_bytes"])
         ta, tb, tc = float(a["ms"]), float(b["ms"]), float(c["ms"])
         body.append([d, n, f"{a['B']}×{a['H']}", mb(la), mb(lb), f"{ta:.2f}", f"{tb:.2f}", f"{tc:.2f}", f"{ta / tb:.2f}", f"{tb / tc:.1f}"])
     used = [r for k, r in pick.items()]
@@ -388,7 +388,7 @@ def tour():
     for r in rs:
         doc = docs.get(r["step"])
         step = f"[{r['step']}](docs/{doc})" if doc else r["step"]
-        led = int(r["hbm_read_bytes"]) + int(r["hbm_write_bytes"])
+        led = int(r["gmem_read_bytes"]) + int(r["gmem_write_bytes"])
         bwd = f"{float(r['bwd_ms']):.2f}" if r.get("bwd_ms") else "–"
         ok = r["pass"] == "1" and r.get("bwd_pass", "1") in ("1", "")
         body.append([step, r["variant"], "PASS" if ok else "FAIL", mb(led), f"{float(r['predicted_ms']):.2f}",

@@ -152,9 +152,9 @@ def main():
         led = ledger.get(key, {})
         get = lambda c: k.get(c, 0.0)  # the byte counts read 0 when missing, as before
         out.writerow([v for _, v in extra] + [
-            key, len(kernels[key]["launches"]), led.get("hbm_read", ""), led.get("hbm_write", ""),
+            key, len(kernels[key]["launches"]), led.get("gmem_read", ""), led.get("gmem_write", ""),
             int(get("req_read")), int(get("req_write")), int(get("l2_read_sectors") * 32), int(get("l2_write_sectors") * 32),
-            int(get("dram_read")), int(get("dram_write")), f'{get("ncu_ns") / 1e6:.4f}', led.get("hbm_atomic", "")] +
+            int(get("dram_read")), int(get("dram_write")), f'{get("ncu_ns") / 1e6:.4f}', led.get("gmem_atomic", "")] +
             [(f'{k[c]:.{DIGITS[c]}f}' if c in DIGITS else int(k[c])) if c in k else "" for c in OPTIONAL])
 
 

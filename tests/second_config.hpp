@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "shapes.hpp"
 
 namespace fa::test {

@@ -3,7 +3,7 @@
 // own cases are in test_step08.cpp.
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "reference.hpp"
 #include "registry.hpp"
 #include "rng.hpp"

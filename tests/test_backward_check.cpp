@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 
 using namespace fa;
 

@@ -2,7 +2,7 @@
 // counted ledger against its closed form on many small shapes.
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "registry.hpp"
 #include "rng.hpp"
 #include "shapes.hpp"

@@ -20,7 +20,7 @@
 
 #include "arch.hpp"
 #include "gpu.hpp"
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "registry.hpp"
 #include "runner.hpp"
 #include "shapes.hpp"

@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "device.hpp"
+#include "roofline.hpp"
 #include "ledger.hpp"
 
 using namespace fa;
@@ -15,13 +15,13 @@ TEST_CASE("global views count bytes by storage type and reject out-of-range acce
   CHECK(g.load(2, 3) == 1.5f);
   g.store(0, 0, 0.1f);
   CHECK(a[0] == round_to(DType::f16, 0.1f));  // stores round to the storage type
-  CHECK(L.hbm_read == 2);
-  CHECK(L.hbm_write == 2);
+  CHECK(L.gmem_read == 2);
+  CHECK(L.gmem_write == 2);
   CHECK_THROWS_AS(g.load(3, 0), std::logic_error);
   CHECK_THROWS_AS(g.store(0, 4, 1.0f), std::logic_error);
   GlobalMat f(a.data(), 3, 4, 4, Store::f32(), L);
   f.load(1, 1);
-  CHECK(L.hbm_read == 6);
+  CHECK(L.gmem_read == 6);
 }
 
 TEST_CASE("tile loads count only the elements inside the matrix, zero-fill the rest") {
@@ -31,7 +31,7 @@ TEST_CASE("tile loads count only the elements inside the matrix, zero-fill the r
   Smem smem(1024, L);
   SmemTile t = smem.tile(4, 3, Store::of(DType::bf16));
   t.load_from(g, 3, 0);  // rows 3, 4 exist; rows 5, 6 do not
-  CHECK(L.hbm_read == 2 * 3 * 2);
+  CHECK(L.gmem_read == 2 * 3 * 2);
   CHECK(L.smem_write == 4 * 3 * 2);  // the zero-fill is written too
   CHECK(t.read(1, 2) == 2.0f);
   CHECK(t.read(2, 0) == 0.0f);
@@ -61,22 +61,22 @@ TEST_CASE("a fragment product is 2·16³ FLOPs and matches a plain product") {
 
 TEST_CASE("ledger sums, compares and names its differences") {
   Ledger a, b;
-  a.hbm_read = 10; a.smem_peak = 5;
-  b.hbm_read = 10; b.smem_peak = 7;
+  a.gmem_read = 10; a.smem_peak = 5;
+  b.gmem_read = 10; b.smem_peak = 7;
   CHECK_FALSE(a == b);
   CHECK(a.diff(b).find("smem_peak") != std::string::npos);
   a += b;
-  CHECK(a.hbm_read == 20);
+  CHECK(a.gmem_read == 20);
   CHECK(a.smem_peak == 7);  // a peak is a max, not a sum
   LedgerSet s;
-  s["x"].hbm_write = 3;
-  s["y"].hbm_write = 4;
-  CHECK(s.total().hbm_write == 7);
+  s["x"].gmem_write = 3;
+  s["y"].gmem_write = 4;
+  CHECK(s.total().gmem_write == 7);
 }
 
 TEST_CASE("the roofline adds each kernel's bound") {
   LedgerSet s;
-  s["mem"].hbm_read = 4'800'000'000;       // 1 ms at 4.8 TB/s
+  s["mem"].gmem_read = 4'800'000'000;       // 1 ms at 4.8 TB/s
   s["cmp"].matmul_flops = 989'000'000'000;  // 1 ms at 989 TFLOP/s
   const Prediction p = predict(s, h200_datasheet());
   CHECK(p.ms == doctest::Approx(2.0));

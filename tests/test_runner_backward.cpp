@@ -22,10 +22,10 @@ namespace {
 
 LedgerSet fake_ledger(const std::string& kernel, const Shape& s, int64_t extra = 0) {
   LedgerSet ls;
-  Ledger& l = ls[kernel];
-  l.hbm_read = 2 * (s.q_elems() + 2 * s.kv_elems()) + extra;
-  l.hbm_write = 2 * s.q_elems();
-  l.matmul_flops = static_cast<int64_t>(s.flops_fa_convention());
+  Ledger& led = ls[kernel];
+  led.gmem_read = 2 * (s.q_elems() + 2 * s.kv_elems()) + extra;
+  led.gmem_write = 2 * s.q_elems();
+  led.matmul_flops = static_cast<int64_t>(s.flops_fa_convention());
   return ls;
 }
 
@@ -135,7 +135,7 @@ TEST_CASE("runner backward: correct gradients pass, and the record says so") {
   CHECK(column(r, "pass") == "1");
   CHECK(column(r, "bwd_pass") == "1");
   CHECK(column(r, "bwd_matmul_flops") == std::to_string(r.bwd_ledger.total().matmul_flops));
-  CHECK(column(r, "bwd_hbm_read_bytes") == std::to_string(r.bwd_ledger.total().hbm_read));
+  CHECK(column(r, "bwd_gmem_read_bytes") == std::to_string(r.bwd_ledger.total().gmem_read));
   CHECK(std::stod(column(r, "bwd_max_ratio")) > 0.0);
   CHECK(std::stod(column(r, "bwd_max_ratio")) <= 1.0);
 }
@@ -158,7 +158,7 @@ TEST_CASE("runner backward: a counted ledger that differs from its closed form i
   const RunRecord r = run_fake("miscounted");
   CHECK(r.passed());
   CHECK_FALSE(r.bwd_ledger_matches_closed_form);
-  CHECK(r.bwd_ledger_diff.find("hbm_read") != std::string::npos);
+  CHECK(r.bwd_ledger_diff.find("gmem_read") != std::string::npos);
   CHECK_FALSE(r.ok());
 }
 
@@ -169,8 +169,8 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   apply_default_shape(o, false);
   const RunRecord r = run_once(st, o, false);
   CHECK_FALSE(r.has_backward);
-  for (const char* c : {"bwd_max_ratio", "bwd_pass", "bwd_ms", "bwd_tflops", "bwd_hbm_read_bytes", "bwd_hbm_write_bytes",
-                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_hbm_atomic_bytes"})
+  for (const char* c : {"bwd_max_ratio", "bwd_pass", "bwd_ms", "bwd_tflops", "bwd_gmem_read_bytes", "bwd_gmem_write_bytes",
+                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_gmem_atomic_bytes"})
     CHECK(column(r, c).empty());
   CHECK(column(r, "pass") == "1");
   // The backward's columns come after all of the forward's: older readers keep their positions.

@@ -1,7 +1,7 @@
 // Step 01 on its own: a second tile configuration, the tile classification, and the ledger's shape.
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "../steps/01_naive/schedule.hpp"
 #include "second_config.hpp"
 #include "shapes.hpp"
@@ -36,13 +36,13 @@ TEST_CASE("step01: S and P make the traffic quadratic in N") {
   const Ledger a = closed_form(s, kSchedule).total();
   s.N = s.Nk = 8192;
   const Ledger b = closed_form(s, kSchedule).total();
-  const double ratio = double(b.hbm_read + b.hbm_write) / double(a.hbm_read + a.hbm_write);
+  const double ratio = double(b.gmem_read + b.gmem_write) / double(a.gmem_read + a.gmem_write);
   CHECK(ratio > 3.9);
   CHECK(ratio < 4.0);
   // At N = 4096 the S write alone is N²·4 bytes = 64 MiB per head; Q, K, V, O together are 4 MiB.
   s.N = s.Nk = 4096;
   const LedgerSet ls = closed_form(s, kSchedule);
-  CHECK(ls.kernels[0].second.hbm_write == 4096LL * 4096 * 4);
+  CHECK(ls.kernels[0].second.gmem_write == 4096LL * 4096 * 4);
 }
 
 TEST_CASE("step01: the worked example of docs/01_naive.md (N = Nk = 4096, d = 128, one head)") {
@@ -50,10 +50,10 @@ TEST_CASE("step01: the worked example of docs/01_naive.md (N = Nk = 4096, d = 12
   s.N = s.Nk = 4096;
   s.d = 128;
   const LedgerSet ls = closed_form(s, kSchedule);
-  CHECK(ls.kernels[0].second.hbm_read == 134217728);
-  CHECK(ls.kernels[1].second.hbm_read == 201326592);
-  CHECK(ls.kernels[1].second.hbm_write == 33570816);
-  CHECK(ls.kernels[2].second.hbm_read == 100663296);
-  CHECK(ls.total().hbm_read == 436207616);
-  CHECK(ls.total().hbm_write == 101728256);
+  CHECK(ls.kernels[0].second.gmem_read == 134217728);
+  CHECK(ls.kernels[1].second.gmem_read == 201326592);
+  CHECK(ls.kernels[1].second.gmem_write == 33570816);
+  CHECK(ls.kernels[2].second.gmem_read == 100663296);
+  CHECK(ls.total().gmem_read == 436207616);
+  CHECK(ls.total().gmem_write == 101728256);
 }

@@ -2,7 +2,7 @@
 // HBM, but K and V are read once per (query, visible key).
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "shapes.hpp"
 
 #include "../steps/02_online_softmax/schedule.hpp"
@@ -16,16 +16,16 @@ TEST_CASE("step 02: K and V are read once per query row, and nothing of size N x
   s.d = 64;
   const Ledger a = step02::closed_form(s).total();
   // Q once, K and V once per (query, key): N·Nk·d·2 bytes each; O and L written once.
-  CHECK(a.hbm_read == int64_t(1000) * 64 * 2 + int64_t(1000) * 700 * 64 * 2 * 2);
-  CHECK(a.hbm_write == int64_t(1000) * 64 * 2 + 1000 * 4);
+  CHECK(a.gmem_read == int64_t(1000) * 64 * 2 + int64_t(1000) * 700 * 64 * 2 * 2);
+  CHECK(a.gmem_write == int64_t(1000) * 64 * 2 + 1000 * 4);
   // The products run on CUDA cores here (4·N·Nk·d FLOPs), not on tensor cores.
   CHECK(a.matmul_flops == 0);
   CHECK(a.cuda_core_flops == int64_t(4) * 1000 * 700 * 64);
   // Causal with Nk < N (bottom-right): rows that see no key read nothing; fewer pairs in all.
   s.causal = true;
   const Ledger c = step02::closed_form(s).total();
-  CHECK(c.hbm_read < a.hbm_read);
-  CHECK(c.hbm_write == a.hbm_write);
+  CHECK(c.gmem_read < a.gmem_read);
+  CHECK(c.gmem_write == a.gmem_write);
 }
 
 TEST_CASE("step 02: the counted blueprint equals the closed form and the reference, with rows that see no key") {

@@ -2,7 +2,7 @@
 // one 16-row fragment, three split-K warps), against the reference and its closed-form ledger.
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "second_config.hpp"
 #include "shapes.hpp"
 

@@ -1,7 +1,7 @@
 // Step 05 (warp splitting): both warp mappings in a second configuration, and split-Q against split-K.
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "second_config.hpp"
 #include "shapes.hpp"
 
@@ -25,9 +25,9 @@ TEST_CASE("step 05: split-Q moves the same HBM bytes as split-K with fewer barri
   const Ledger q = step05::closed_form(s, step05::kSchedule, true).total();
   const Ledger k = step05::closed_form(s, step05::kSchedule, false).total();
   const Ledger four = step04::closed_form(s, step04::kSchedule).total();
-  CHECK(q.hbm_read == k.hbm_read);
-  CHECK(q.hbm_write == k.hbm_write);
-  CHECK(k.hbm_read == four.hbm_read);  // split-K is step 04's update
+  CHECK(q.gmem_read == k.gmem_read);
+  CHECK(q.gmem_write == k.gmem_write);
+  CHECK(k.gmem_read == four.gmem_read);  // split-K is step 04's update
   CHECK(k.barriers == four.barriers);
   CHECK(q.barriers * 4 < k.barriers);
   CHECK(q.smem_read + q.smem_write < k.smem_read + k.smem_write);

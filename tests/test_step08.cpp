@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "../steps/08_backward/schedule.hpp"
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "reference.hpp"
 #include "registry.hpp"
 #include "runner.hpp"
@@ -51,25 +51,25 @@ TEST_CASE("step 08: worked example of the fused ledger (docs/08_backward.md)") {
   CHECK(c.tiles_computed == 128 * 129 / 2);
   CHECK(c.tiles_skipped == 128 * 127 / 2);
   // dQ's atomics: 4 bytes per element of dQ per visiting K/V tile.
-  CHECK(a.hbm_atomic == int64_t(128) * 4096 * 128 * 4);
+  CHECK(a.gmem_atomic == int64_t(128) * 4096 * 128 * 4);
   // The doc's ledger table.
-  CHECK(a.hbm_read == 278921216);
-  CHECK(a.hbm_write == 5259264);
-  CHECK(a.hbm_atomic == 268435456);
+  CHECK(a.gmem_read == 278921216);
+  CHECK(a.gmem_write == 5259264);
+  CHECK(a.gmem_atomic == 268435456);
   CHECK(a.matmul_flops == 21474836480);
   CHECK(a.workspace == 2113536);
-  CHECK(c.hbm_read == 143671296);
-  CHECK(c.hbm_atomic == 135266304);
+  CHECK(c.gmem_read == 143671296);
+  CHECK(c.gmem_atomic == 135266304);
   CHECK(c.matmul_flops == 10821304320);
   s.causal = false;
   const Ledger n = step08::closed_form_naive(s).total();
-  CHECK(n.hbm_read == 1545601024);
-  CHECK(n.hbm_write == 137363456);
+  CHECK(n.gmem_read == 1545601024);
+  CHECK(n.gmem_write == 137363456);
   CHECK(n.matmul_flops == a.matmul_flops);
   CHECK(n.workspace == 134217728);
   // 44 bytes per (i, j) of quadratic traffic, 8 of them written.
   const int64_t NN = int64_t(4096) * 4096;
-  CHECK(n.hbm_write - 3 * 4096 * 128 * 2 == 8 * NN);
+  CHECK(n.gmem_write - 3 * 4096 * 128 * 2 == 8 * NN);
   CHECK(44 * NN == 738197504);
 }
 

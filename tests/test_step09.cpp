@@ -1,7 +1,7 @@
 // Step 09 (mma.sync by hand): a second tile configuration, and its ledger against step 07's.
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "second_config.hpp"
 #include "shapes.hpp"
 
@@ -26,11 +26,11 @@ TEST_CASE("step 09: shared memory holds K and V only, the products stay those of
   CHECK(nine.matmul_flops == seven.matmul_flops);
   CHECK(nine.matmul_flops == int64_t(4) * 4096 * 4096 * 128);
   // Larger tiles (64 × 64): K and V re-read once per 64 query rows instead of 32.
-  CHECK(nine.hbm_read < seven.hbm_read);
+  CHECK(nine.gmem_read < seven.gmem_read);
   // No S, P or O round trips through shared memory: its traffic is the K, V tiles and their fragments.
   CHECK(nine.smem_read + nine.smem_write < (seven.smem_read + seven.smem_write) / 3);
   // Worked example of docs/09_mma_sync.md (one head).
-  CHECK(nine.hbm_read == 135266304);
+  CHECK(nine.gmem_read == 135266304);
   CHECK(nine.smem_read + nine.smem_write == 671088640);
   CHECK(nine.barriers == 8192);
 }

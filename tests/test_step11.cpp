@@ -2,7 +2,7 @@
 // the pipeline changes when tiles arrive, not what is moved.
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "second_config.hpp"
 #include "shapes.hpp"
 
@@ -27,8 +27,8 @@ TEST_CASE("step 11: the same bytes, products and barriers as step 10, two stages
     s.causal = causal;
     const Ledger ten = step10::closed_form(s, step10::kSchedule).total();
     const Ledger eleven = step11::closed_form(s, step11::kSchedule).total();
-    CHECK(eleven.hbm_read == ten.hbm_read);
-    CHECK(eleven.hbm_write == ten.hbm_write);
+    CHECK(eleven.gmem_read == ten.gmem_read);
+    CHECK(eleven.gmem_write == ten.gmem_write);
     CHECK(eleven.smem_read == ten.smem_read);
     CHECK(eleven.smem_write == ten.smem_write);
     CHECK(eleven.matmul_flops == ten.matmul_flops);

@@ -2,7 +2,7 @@
 // addresses, and the ablations' ledgers (each change taken out alone, --ablate).
 #include <doctest/doctest.h>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 #include "second_config.hpp"
 #include "shapes.hpp"
 
@@ -29,8 +29,8 @@ TEST_CASE("step 12: with step 11's tiles the same HBM bytes and products as step
     s.causal = causal;
     const Ledger eleven = step11::closed_form(s, step11::kSchedule).total();
     const Ledger same = step12::closed_form(s, step12::Schedule{64, 64, 4}).total();
-    CHECK(same.hbm_read == eleven.hbm_read);
-    CHECK(same.hbm_write == eleven.hbm_write);
+    CHECK(same.gmem_read == eleven.gmem_read);
+    CHECK(same.gmem_write == eleven.gmem_write);
     CHECK(same.matmul_flops == eleven.matmul_flops);
     CHECK(2 * same.barriers == eleven.barriers);  // one barrier per tile instead of two
     CHECK(same.smem_peak == (64 + 4 * 64) * 128 * 2);  // Q, then two stages of K and V
@@ -43,7 +43,7 @@ TEST_CASE("step 12: with step 11's tiles the same HBM bytes and products as step
   const Ledger twelve = step12::closed_form(s, step12::kSchedule).total();
   const int64_t q_and_o = int64_t(4096) * 128 * 2;
   CHECK(twelve.matmul_flops == eleven.matmul_flops);
-  CHECK(2 * (twelve.hbm_read - q_and_o) == eleven.hbm_read - q_and_o);  // K and V read once per 128 rows, not 64
+  CHECK(2 * (twelve.gmem_read - q_and_o) == eleven.gmem_read - q_and_o);  // K and V read once per 128 rows, not 64
   // Shared-memory reads per product: each K/V fragment serves two m16 tiles; Q's fragments are
   // read once per K/V tile instead of held in registers: 80 elements per mma instead of 128
   // (plus O read back once on its way out).
@@ -110,7 +110,7 @@ TEST_CASE("step 12: what each ablation changes in the ledger, and what it leaves
   for (int a : {step12::kNoOrder, step12::kNoExp2, step12::kNoX4}) CHECK(ledger(a) == full);
   // O from registers: no staging traffic (Br·d written and N·d read back per block), the same HBM bytes.
   const Ledger ostage = ledger(step12::kNoOStage);
-  CHECK(ostage.hbm_write == full.hbm_write);
+  CHECK(ostage.gmem_write == full.gmem_write);
   CHECK(full.smem_read - ostage.smem_read == 4096 * 64 * 2);
   CHECK(full.smem_write - ostage.smem_write == 4096 * 64 * 2);
   // A second barrier per tile.
@@ -118,11 +118,11 @@ TEST_CASE("step 12: what each ablation changes in the ledger, and what it leaves
   // d = 64 with d = 128's 64-key tile: twice the loop steps and barriers, the same K/V bytes.
   const Ledger tiles = ledger(step12::kNoTiles);
   CHECK(tiles.barriers == 2 * full.barriers);
-  CHECK(tiles.hbm_read == full.hbm_read);
+  CHECK(tiles.gmem_read == full.gmem_read);
   // 16 rows per warp (Br = 64): K and V re-read by twice as many blocks.
   const Ledger rows = ledger(step12::kNoRows32);
   const int64_t q_and_o = int64_t(4096) * 64 * 2;
-  CHECK(rows.hbm_read - q_and_o == 2 * (full.hbm_read - q_and_o));
+  CHECK(rows.gmem_read - q_and_o == 2 * (full.gmem_read - q_and_o));
   CHECK(rows.matmul_flops == full.matmul_flops);
 }
 

@@ -15,16 +15,16 @@ namespace {
 
 // [scores] S = scale · Q Kᵀ: block (bh, ti, tj) computes the Br × Bc tile at rows i0, columns j0.
 void scores_block(const Schedule& sc, const Shape& s, const GlobalMat& Q, const GlobalMat& K, GlobalMat& S,
-                  int64_t i0, int64_t j0, Ledger& L) {
+                  int64_t i0, int64_t j0, Ledger& led) {
   const int64_t d = s.d;
   const Store st = Store::of(s.dtype);
-  Smem smem(kSmemBudget, L);
+  Smem smem(kSmemBudget, led);
   SmemTile Qs = smem.tile(sc.Br, d, d + kPad, st);  // Br × d
   SmemTile Ks = smem.tile(sc.Bc, d, d + kPad, st);  // Bc × d
   SmemTile St = smem.tile(sc.warps() * 16, 16, 16, Store::f32());  // one 16 × 16 fp32 staging tile per warp
   Qs.load_from(Q, i0, 0);  // rows past N are zero-filled (no HBM bytes)
   Ks.load_from(K, j0, 0);
-  barrier(L);
+  barrier(led);
 
   const float scale = static_cast<float>(s.softmax_scale());
   for (int w = 0; w < sc.warps(); ++w) {  // warp w owns rows [16w, 16w + 16) of the tile
@@ -33,12 +33,12 @@ void scores_block(const Schedule& sc, const Shape& s, const GlobalMat& Q, const 
       const Frag16 a = load_frag(Qs, 16 * w, k0);  // Q[16w.., k0..]        16 × 16
       for (int n = 0; n < sc.Bc / 16; ++n) {
         const Frag16 b = load_frag_transposed(Ks, 16 * n, k0);  // Kᵀ[k0.., 16n..]  16 × 16
-        mma(acc[static_cast<size_t>(n)], a, b, L);
+        mma(acc[static_cast<size_t>(n)], a, b, led);
       }
     }
     for (int n = 0; n < sc.Bc / 16; ++n) {
       store_frag(St, 16 * w, 0, acc[static_cast<size_t>(n)], [&](float x) { return x * scale; });
-      L.nonmatmul_ops += 16 * 16;  // the scale, on every fragment element
+      led.nonmatmul_ops += 16 * 16;  // the scale, on every fragment element
       for (int r = 0; r < 16; ++r)
         for (int c = 0; c < 16; ++c) {
           const int64_t i = i0 + 16 * w + r, j = j0 + 16 * n + c;
@@ -50,15 +50,15 @@ void scores_block(const Schedule& sc, const Shape& s, const GlobalMat& Q, const 
 
 // [softmax] One block per row: three passes over S (max, sum, write P), masked keys never read.
 void softmax_row(const Shape& s, const GlobalMat& S, GlobalMat& P, Tensor4& lse, int64_t b, int64_t h, int64_t i,
-                 Ledger& L) {
+                 Ledger& led) {
   const int64_t nv = visible_keys(i, s.N, s.Nk, s.causal);
   if (nv == 0) {  // no visible key: P row = 0, L = +inf (and O will be 0)
     for (int64_t j = 0; j < s.Nk; ++j) P.store(i, j, 0.0f);
     lse.at(b, h, i, 0) = std::numeric_limits<float>::infinity();
-    L.hbm_write += 4;
+    led.gmem_write += 4;
     return;
   }
-  Smem smem(kSmemBudget, L);
+  Smem smem(kSmemBudget, led);
   SmemTile red = smem.tile(1, kSoftmaxWarps, Store::f32());  // one partial per warp
   std::vector<float> part(kSoftmaxThreads);                  // one register per thread
   // Block reduction of part[]: each warp combines its 32 lanes with shuffles, lane 0 writes the
@@ -70,13 +70,13 @@ void softmax_row(const Shape& s, const GlobalMat& S, GlobalMat& P, Tensor4& lse,
       for (int lane = 1; lane < 32; ++lane) v = op(v, part[static_cast<size_t>(32 * w + lane)]);
       red.write(0, w, v);
     }
-    barrier(L);
+    barrier(led);
     float r = 0.0f;
     for (int t = 0; t < kSoftmaxThreads; ++t) {
       r = red.read(0, 0);
       for (int w = 1; w < kSoftmaxWarps; ++w) r = op(r, red.read(0, w));
     }
-    barrier(L);
+    barrier(led);
     return r;
   };
   auto fmax = [](float x, float y) { return std::max(x, y); };
@@ -87,29 +87,29 @@ void softmax_row(const Shape& s, const GlobalMat& S, GlobalMat& P, Tensor4& lse,
     part[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
     for (int64_t j = t; j < nv; j += kSoftmaxThreads) part[static_cast<size_t>(t)] = std::max(part[static_cast<size_t>(t)], S.load(i, j));
   }
-  L.nonmatmul_ops += nv;
+  led.nonmatmul_ops += nv;
   const float m = block_reduce(fmax);
 
   for (int t = 0; t < kSoftmaxThreads; ++t) {  // pass 2: Σ exp(S - m)
     part[static_cast<size_t>(t)] = 0.0f;
     for (int64_t j = t; j < nv; j += kSoftmaxThreads) part[static_cast<size_t>(t)] += std::exp(S.load(i, j) - m);
   }
-  L.nonmatmul_ops += 3 * nv;
+  led.nonmatmul_ops += 3 * nv;
   const float l = block_reduce(fadd);
 
   const float inv = 1.0f / l;  // pass 3: P = exp(S - m) / l, zeros for masked keys
   for (int64_t j = 0; j < s.Nk; ++j) P.store(i, j, j < nv ? std::exp(S.load(i, j) - m) * inv : 0.0f);
-  L.nonmatmul_ops += 3 * nv + 3;  // sub, exp, mul per key; 1/l, log and add per row
+  led.nonmatmul_ops += 3 * nv + 3;  // sub, exp, mul per key; 1/l, log and add per row
   lse.at(b, h, i, 0) = m + std::log(l);
-  L.hbm_write += 4;
+  led.gmem_write += 4;
 }
 
 // [pv] O = P V: block (bh, ti) owns the Br × d tile of O and walks P and V in Bc-wide chunks.
 void pv_block(const Schedule& sc, const Shape& s, const GlobalMat& P, const GlobalMat& V, GlobalMat& O, int64_t i0,
-              Ledger& L) {
+              Ledger& led) {
   const int64_t d = s.d;
   const Store st = Store::of(s.dtype);
-  Smem smem(kSmemBudget, L);
+  Smem smem(kSmemBudget, led);
   SmemTile Ps = smem.tile(sc.Br, sc.Bc, sc.Bc + kPad, st);  // Br × Bc
   SmemTile Vs = smem.tile(sc.Bc, d, d + kPad, st);          // Bc × d
   SmemTile St = smem.tile(sc.warps() * 16, 16, 16, Store::f32());
@@ -117,16 +117,16 @@ void pv_block(const Schedule& sc, const Shape& s, const GlobalMat& P, const Glob
   for (int64_t j0 = 0; j0 < s.Nk; j0 += sc.Bc) {
     Ps.load_from(P, i0, j0);  // columns past Nk and rows past N are zero-filled
     Vs.load_from(V, j0, 0);
-    barrier(L);
+    barrier(led);
     for (int w = 0; w < sc.warps(); ++w)
       for (int64_t kk = 0; kk < sc.Bc; kk += 16) {
         const Frag16 a = load_frag(Ps, 16 * w, kk);  // P[16w.., kk..]  16 × 16
         for (int64_t n = 0; n < d / 16; ++n) {
           const Frag16 b = load_frag(Vs, kk, 16 * n);  // V[kk.., 16n..]  16 × 16
-          mma(acc[static_cast<size_t>(w)][static_cast<size_t>(n)], a, b, L);
+          mma(acc[static_cast<size_t>(w)][static_cast<size_t>(n)], a, b, led);
         }
       }
-    barrier(L);  // the next chunk overwrites Ps and Vs
+    barrier(led);  // the next chunk overwrites Ps and Vs
   }
   for (int w = 0; w < sc.warps(); ++w)
     for (int64_t n = 0; n < d / 16; ++n) {
@@ -191,8 +191,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   LedgerSet ls;
   Ledger& a = ls["scores"];
   const int64_t blocks = BH * Tm * Tn;
-  a.hbm_read = BH * (N * d * 2 * Tn + Nk * d * 2 * Tm);  // Q re-read per column tile, K per row tile
-  a.hbm_write = BH * N * Nk * 4;                         // S in fp32
+  a.gmem_read = BH * (N * d * 2 * Tn + Nk * d * 2 * Tm);  // Q re-read per column tile, K per row tile
+  a.gmem_write = BH * N * Nk * 4;                         // S in fp32
   a.smem_write = blocks * ((sc.Br + sc.Bc) * d * 2 + W * (sc.Bc / 16) * frag * 4);
   a.smem_read = blocks * W * (d / 16) * (1 + sc.Bc / 16) * frag * 2 + BH * N * Nk * 4;
   a.barriers = blocks;
@@ -205,8 +205,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
 
   Ledger& m = ls["softmax"];
   const int64_t vis = visible_pairs(N, Nk, s.causal), rows_vis = rows_with_keys(N, Nk, s.causal);
-  m.hbm_read = BH * 3 * vis * 4;                 // three passes over the visible part of S
-  m.hbm_write = BH * (N * Nk * 2 + N * 4);        // P in the storage type, L in fp32
+  m.gmem_read = BH * 3 * vis * 4;                 // three passes over the visible part of S
+  m.gmem_write = BH * (N * Nk * 2 + N * 4);        // P in the storage type, L in fp32
   m.smem_write = BH * rows_vis * 2 * kSoftmaxWarps * 4;
   m.smem_read = BH * rows_vis * 2 * kSoftmaxThreads * kSoftmaxWarps * 4;
   m.barriers = BH * rows_vis * 4;
@@ -215,8 +215,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   m.workspace = p_bytes(s);
 
   Ledger& p = ls["pv"];
-  p.hbm_read = BH * (N * Nk * 2 + Tm * Nk * d * 2);  // P once, V re-read per row tile
-  p.hbm_write = BH * N * d * 2;
+  p.gmem_read = BH * (N * Nk * 2 + Tm * Nk * d * 2);  // P once, V re-read per row tile
+  p.gmem_write = BH * N * d * 2;
   p.smem_write = BH * Tm * (Tn * (sc.Br * sc.Bc * 2 + sc.Bc * d * 2) + W * (d / 16) * frag * 4);
   p.smem_read = BH * Tm * Tn * W * (sc.Bc / 16) * (1 + d / 16) * frag * 2 + BH * N * d * 4;
   p.barriers = BH * Tm * 2 * Tn;

@@ -15,7 +15,7 @@ namespace {
 
 // [online-update] One warp, one query row i: stream over the visible keys.
 void row(const Shape& s, const GlobalMat& Q, const GlobalMat& K, const GlobalMat& V, GlobalMat& O, float* lse,
-         int64_t i, Ledger& L) {
+         int64_t i, Ledger& led) {
   const int64_t d = s.d;
   const float scale = static_cast<float>(s.softmax_scale());
   std::vector<float> q(static_cast<size_t>(d)), o(static_cast<size_t>(d), 0.0f);
@@ -32,8 +32,8 @@ void row(const Shape& s, const GlobalMat& Q, const GlobalMat& K, const GlobalMat
     l = l * alpha + p;
     for (int64_t c = 0; c < d; ++c) o[static_cast<size_t>(c)] = o[static_cast<size_t>(c)] * alpha + p * V.load(j, c);
     m = m_new;
-    L.cuda_core_flops += 4 * d;  // the dot product and p·v: two FMAs per element
-    L.nonmatmul_ops += 7 + d;    // max, 2×(sub, exp), l's mul and add; o's rescale
+    led.cuda_core_flops += 4 * d;  // the dot product and p·v: two FMAs per element
+    led.nonmatmul_ops += 7 + d;    // max, 2×(sub, exp), l's mul and add; o's rescale
   }
   if (nv == 0) {  // a row that sees no key: O = 0, L = +inf
     for (int64_t c = 0; c < d; ++c) O.store(i, c, 0.0f);
@@ -41,9 +41,9 @@ void row(const Shape& s, const GlobalMat& Q, const GlobalMat& K, const GlobalMat
   } else {
     for (int64_t c = 0; c < d; ++c) O.store(i, c, o[static_cast<size_t>(c)] / l);  // rounded to the storage type
     *lse = m + std::log(l);
-    L.nonmatmul_ops += d + 2;  // the divisions, log and add
+    led.nonmatmul_ops += d + 2;  // the divisions, log and add
   }
-  L.hbm_write += 4;  // L, one fp32 per row
+  led.gmem_write += 4;  // L, one fp32 per row
 }
 
 }  // namespace
@@ -52,15 +52,15 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in) {
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger["online"];
+  Ledger& led = res.ledger["online"];
   const Store st = Store::of(s.dtype);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, s.d, s.d, st, L);
-      const GlobalMat K(in.k.head(b, h), s.Nk, s.d, s.d, st, L);
-      const GlobalMat V(in.v.head(b, h), s.Nk, s.d, s.d, st, L);
-      GlobalMat O(res.out.o.head(b, h), s.N, s.d, s.d, st, L);
-      for (int64_t i = 0; i < s.N; ++i) row(s, Q, K, V, O, &res.out.lse.at(b, h, i, 0), i, L);
+      const GlobalMat Q(in.q.head(b, h), s.N, s.d, s.d, st, led);
+      const GlobalMat K(in.k.head(b, h), s.Nk, s.d, s.d, st, led);
+      const GlobalMat V(in.v.head(b, h), s.Nk, s.d, s.d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, s.d, s.d, st, led);
+      for (int64_t i = 0; i < s.N; ++i) row(s, Q, K, V, O, &res.out.lse.at(b, h, i, 0), i, led);
     }
   return res;
 }
@@ -70,11 +70,11 @@ LedgerSet closed_form(const Shape& s) {
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d;
   const int64_t vis = visible_pairs(N, Nk, s.causal), rows_vis = rows_with_keys(N, Nk, s.causal);
   LedgerSet ls;
-  Ledger& l = ls["online"];
-  l.hbm_read = BH * (N * d * 2 + vis * d * 2 * 2);  // Q once; K and V once per (query, visible key)
-  l.hbm_write = BH * (N * d * 2 + N * 4);           // O and L
-  l.cuda_core_flops = BH * vis * 4 * d;
-  l.nonmatmul_ops = BH * (vis * (7 + d) + rows_vis * (d + 2));
+  Ledger& led = ls["online"];
+  led.gmem_read = BH * (N * d * 2 + vis * d * 2 * 2);  // Q once; K and V once per (query, visible key)
+  led.gmem_write = BH * (N * d * 2 + N * 4);           // O and L
+  led.cuda_core_flops = BH * vis * 4 * d;
+  led.nonmatmul_ops = BH * (vis * (7 + d) + rows_vis * (d + 2));
   return ls;
 }
 

@@ -30,57 +30,57 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger["kv_outer"];
-  L.workspace = o_acc_bytes(s) + 2 * stats_bytes(s);
+  Ledger& led = res.ledger["kv_outer"];
+  led.workspace = o_acc_bytes(s) + 2 * stats_bytes(s);
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br);
   std::vector<float> oacc(static_cast<size_t>(s.N * d)), mws(static_cast<size_t>(s.N)), lws(static_cast<size_t>(s.N));
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {  // [kv-outer] one block per (b, h)
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
-          V(in.v.head(b, h), s.Nk, d, d, st, L);
-      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
-      GlobalMat Oacc(oacc.data(), s.N, d, d, f32, L), M(mws.data(), 1, s.N, s.N, f32, L), Lw(lws.data(), 1, s.N, s.N, f32, L);
-      Smem smem(kSmemBudget, L);
-      wmma_bp::SplitKBlock k = wmma_bp::make_split_k_block(layout(sc), s, smem);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
+          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
+      GlobalMat Oacc(oacc.data(), s.N, d, d, f32, led), M(mws.data(), 1, s.N, s.N, f32, led), Lw(lws.data(), 1, s.N, s.N, f32, led);
+      Smem smem(kSmemBudget, led);
+      wmma_bp::SplitKBlock blk = wmma_bp::make_split_k_block(layout(sc), s, smem);
       for (int64_t j = 0; j < Tc; ++j) {
         const int64_t j0 = j * sc.Bc;
-        k.Ks.load_from(K, j0, 0);  // K_j, V_j: loaded once per outer iteration
-        k.Vs.load_from(V, j0, 0);
-        barrier(L);
+        blk.Ks.load_from(K, j0, 0);  // K_j, V_j: loaded once per outer iteration
+        blk.Vs.load_from(V, j0, 0);
+        barrier(led);
         for (int64_t i = 0; i < Tr; ++i) {
           const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
-          k.Qs.load_from(Q, i0, 0);  // Q_i: re-read for every K/V tile
+          blk.Qs.load_from(Q, i0, 0);  // Q_i: re-read for every K/V tile
           if (j == 0) {              // first visit: O_i = 0, m_i = -inf, l_i = 0 (nothing read)
             for (int64_t r = 0; r < sc.Br; ++r) {
-              for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, 0.0f);
-              k.mi.write(0, r, -kInf);
-              k.li.write(0, r, 0.0f);
+              for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, 0.0f);
+              blk.mi.write(0, r, -kInf);
+              blk.li.write(0, r, 0.0f);
             }
           } else {                   // [hbm-state] O_i, m_i, l_i come back from HBM
-            k.Os.load_from(Oacc, i0, 0);
-            k.mi.load_from(M, 0, i0);
-            k.li.load_from(Lw, 0, i0);
+            blk.Os.load_from(Oacc, i0, 0);
+            blk.mi.load_from(M, 0, i0);
+            blk.li.load_from(Lw, 0, i0);
           }
-          barrier(L);
-          wmma_bp::split_k_update(layout(sc), s, k, i0, j0, L);
-          L.tiles_computed += 1;
-          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
+          barrier(led);
+          wmma_bp::split_k_update(layout(sc), s, blk, i0, j0, led);
+          led.tiles_computed += 1;
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
           if (j + 1 < Tc) {          // ... and go back to HBM
-            k.Os.store_to(Oacc, i0, 0);
-            k.mi.store_to(M, 0, i0);
-            k.li.store_to(Lw, 0, i0);
+            blk.Os.store_to(Oacc, i0, 0);
+            blk.mi.store_to(M, 0, i0);
+            blk.li.store_to(Lw, 0, i0);
           } else {                   // the last K/V tile: O in the storage type, L = m + log(l)
-            k.Os.store_to(O, i0, 0);
+            blk.Os.store_to(O, i0, 0);
             for (int64_t r = 0; r < rows; ++r) {
-              const float m = k.mi.read(0, r), l = k.li.read(0, r);
+              const float m = blk.mi.read(0, r), l = blk.li.read(0, r);
               Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);
             }
-            L.nonmatmul_ops += 2 * rows;
+            led.nonmatmul_ops += 2 * rows;
           }
-          barrier(L);
+          barrier(led);
         }
       }
     }
@@ -94,10 +94,10 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br), pairs = Tc * Tr, R = Br / 16;
   const int64_t frag2 = 16 * 16 * 2, frag4 = 16 * 16 * 4, flops = 2 * 16 * 16 * 16;
   LedgerSet ls;
-  Ledger& l = ls["kv_outer"];
+  Ledger& led = ls["kv_outer"];
   // HBM: K, V once; Q once per K/V tile; O_i, m_i, l_i read on visits 2..Tc, written on 1..Tc-1.
-  l.hbm_read = BH * (2 * Nk * d * 2 + Tc * N * d * 2 + (Tc - 1) * N * (d * 4 + 8));
-  l.hbm_write = BH * ((Tc - 1) * N * (d * 4 + 8) + N * d * 2 + N * 4);
+  led.gmem_read = BH * (2 * Nk * d * 2 + Tc * N * d * 2 + (Tc - 1) * N * (d * 4 + 8));
+  led.gmem_write = BH * ((Tc - 1) * N * (d * 4 + 8) + N * d * 2 + N * 4);
   // Shared memory, per pair (i, j): the loads, S, the two passes, statistics, rescale, merge, normalize.
   const int64_t w_pair = Br * d * 2 + Br * d * 4 + 2 * Br * 4          // Q_i, O_i, m_i, l_i (or their init)
                          + Br * Bc * 4                                    // S fragments stored
@@ -116,16 +116,16 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
                          + 2 * Br * d * 4                                 // rescale O (O and alpha·l_i)
                          + W * R * (frag2 + (d / 16) * (frag4 + frag2))   // merge: P, O and V fragments
                          + 2 * Br * d * 4 + 2 * Br * 4;                   // normalize (O and l_new), advance
-  l.smem_write = BH * (Tc * 2 * Bc * d * 2 + pairs * w_pair);
+  led.smem_write = BH * (Tc * 2 * Bc * d * 2 + pairs * w_pair);
   // Reads behind the write-backs: O_i, m_i, l_i (rows < N) on visits 1..Tc-1; O and m, l on the last.
-  l.smem_read = BH * (pairs * r_pair + (Tc - 1) * N * (d * 4 + 8) + N * (d * 4 + 8));
-  l.barriers = BH * (Tc + pairs * (2 + 7 + W));  // after the loads and at the end; 7 + W inside split_k_update
-  l.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
-  l.nonmatmul_ops = BH * (pairs * (Br * Bc + 2 * Br * Bc + Br * (W + 3) + 3 * Br * Bc + Br * (W + 2) + 2 * Br * d) + 2 * N);
-  l.tiles_computed = BH * pairs;
-  l.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
-  l.smem_peak = smem_bytes(sc, int(d));
-  l.workspace = o_acc_bytes(s) + 2 * stats_bytes(s);
+  led.smem_read = BH * (pairs * r_pair + (Tc - 1) * N * (d * 4 + 8) + N * (d * 4 + 8));
+  led.barriers = BH * (Tc + pairs * (2 + 7 + W));  // after the loads and at the end; 7 + W inside split_k_update
+  led.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
+  led.nonmatmul_ops = BH * (pairs * (Br * Bc + 2 * Br * Bc + Br * (W + 3) + 3 * Br * Bc + Br * (W + 2) + 2 * Br * d) + 2 * N);
+  led.tiles_computed = BH * pairs;
+  led.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
+  led.smem_peak = smem_bytes(sc, int(d));
+  led.workspace = o_acc_bytes(s) + 2 * stats_bytes(s);
   return ls;
 }
 

@@ -30,42 +30,42 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger["q_outer"];
+  Ledger& led = res.ledger["q_outer"];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br);
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
-          V(in.v.head(b, h), s.Nk, d, d, st, L);
-      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
+          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
       for (int64_t i = 0; i < Tr; ++i) {  // [q-outer] a block per Q tile (or one per (b, h) walking them)
-        Smem smem(kSmemBudget, L);
-        wmma_bp::SplitKBlock k = wmma_bp::make_split_k_block(layout(sc), s, smem);
+        Smem smem(kSmemBudget, led);
+        wmma_bp::SplitKBlock blk = wmma_bp::make_split_k_block(layout(sc), s, smem);
         const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
-        k.Qs.load_from(Q, i0, 0);  // Q_i: read once
+        blk.Qs.load_from(Q, i0, 0);  // Q_i: read once
         for (int64_t r = 0; r < sc.Br; ++r) {  // O_i = 0, m_i = -inf, l_i = 0, kept on chip
-          for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, 0.0f);
-          k.mi.write(0, r, -kInf);
-          k.li.write(0, r, 0.0f);
+          for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, 0.0f);
+          blk.mi.write(0, r, -kInf);
+          blk.li.write(0, r, 0.0f);
         }
         for (int64_t j = 0; j < Tc; ++j) {
           const int64_t j0 = j * sc.Bc;
-          k.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
-          k.Vs.load_from(V, j0, 0);
-          barrier(L);
-          wmma_bp::split_k_update(layout(sc), s, k, i0, j0, L);
-          L.tiles_computed += 1;
-          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
+          blk.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
+          blk.Vs.load_from(V, j0, 0);
+          barrier(led);
+          wmma_bp::split_k_update(layout(sc), s, blk, i0, j0, led);
+          led.tiles_computed += 1;
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
         }
-        k.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
+        blk.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
         for (int64_t r = 0; r < rows; ++r) {
-          const float m = k.mi.read(0, r), l = k.li.read(0, r);
+          const float m = blk.mi.read(0, r), l = blk.li.read(0, r);
           Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);
         }
-        L.nonmatmul_ops += 2 * rows;
-        barrier(L);
+        led.nonmatmul_ops += 2 * rows;
+        barrier(led);
       }
     }
   return res;
@@ -78,10 +78,10 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br), pairs = Tc * Tr, R = Br / 16;
   const int64_t frag2 = 16 * 16 * 2, frag4 = 16 * 16 * 4, flops = 2 * 16 * 16 * 16;
   LedgerSet ls;
-  Ledger& l = ls["q_outer"];
+  Ledger& led = ls["q_outer"];
   // HBM: Q once; K and V once per Q tile; O and L written once.
-  l.hbm_read = BH * (N * d * 2 + Tr * 2 * Nk * d * 2);
-  l.hbm_write = BH * (N * d * 2 + N * 4);
+  led.gmem_read = BH * (N * d * 2 + Tr * 2 * Nk * d * 2);
+  led.gmem_write = BH * (N * d * 2 + N * 4);
   // Shared memory, per pair (i, j): K_j, V_j, then step 03's update (S, the two passes, statistics,
   // rescale, merge, normalize); per Q tile: Q_i and the initial O_i, m_i, l_i.
   const int64_t w_pair = 2 * Bc * d * 2 + Br * Bc * 4 + Br * Bc * 4 + W * Br * 4 + 2 * Br * 4 + Br * Bc * 2 +
@@ -89,14 +89,14 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   const int64_t r_pair = W * R * (d / 16) * 2 * frag2 + Br * Bc * 4 + Br * (W + 1) * 4 + Br * Bc * 4 + W * Br * 4 +
                          Br * (W + 2) * 4 + 2 * Br * d * 4 + W * R * (frag2 + (d / 16) * (frag4 + frag2)) +
                          2 * Br * d * 4 + 2 * Br * 4;
-  l.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
-  l.smem_read = BH * (pairs * r_pair + N * (d * 4 + 8));  // + the write-back of O, m, l (rows < N)
-  l.barriers = BH * (pairs * (1 + 7 + W) + Tr);
-  l.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
-  l.nonmatmul_ops = BH * (pairs * (Br * Bc + 2 * Br * Bc + Br * (W + 3) + 3 * Br * Bc + Br * (W + 2) + 2 * Br * d) + 2 * N);
-  l.tiles_computed = BH * pairs;
-  l.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
-  l.smem_peak = smem_bytes(sc, int(d));
+  led.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
+  led.smem_read = BH * (pairs * r_pair + N * (d * 4 + 8));  // + the write-back of O, m, l (rows < N)
+  led.barriers = BH * (pairs * (1 + 7 + W) + Tr);
+  led.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
+  led.nonmatmul_ops = BH * (pairs * (Br * Bc + 2 * Br * Bc + Br * (W + 3) + 3 * Br * Bc + Br * (W + 2) + 2 * Br * d) + 2 * N);
+  led.tiles_computed = BH * pairs;
+  led.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
+  led.smem_peak = smem_bytes(sc, int(d));
   return ls;
 }
 

@@ -28,16 +28,16 @@ wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), k
 // lanes share a row (Bc/2 keys each) and combine their maximum and sum with one shuffle each; the
 // warp rescales, accumulates and normalizes its own rows of O. No barrier inside; one at the end,
 // before the next K/V tile overwrites K_j and V_j.
-void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBlock& k, int64_t i0, int64_t j0, Ledger& L) {
+void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBlock& blk, int64_t i0, int64_t j0, Ledger& led) {
   const int64_t d = s.d, W = sc.warps_q(), half = sc.Bc / 2;
   const float scale = static_cast<float>(s.softmax_scale());
   for (int64_t w = 0; w < W; ++w) {
     // S for the warp's 16 rows: Bc/16 fragments.
     for (int64_t n = 0; n < sc.Bc / 16; ++n) {
       Frag16 acc;
-      for (int64_t kk = 0; kk < d; kk += 16) mma(acc, load_frag(k.Qs, 16 * w, kk), load_frag_transposed(k.Ks, 16 * n, kk), L);
-      store_frag(k.Ss, 16 * w, 16 * n, acc, [&](float x) { return x * scale; });
-      L.nonmatmul_ops += 16 * 16;
+      for (int64_t kk = 0; kk < d; kk += 16) mma(acc, load_frag(blk.Qs, 16 * w, kk), load_frag_transposed(blk.Ks, 16 * n, kk), led);
+      store_frag(blk.Ss, 16 * w, 16 * n, acc, [&](float x) { return x * scale; });
+      led.nonmatmul_ops += 16 * 16;
     }
     // The row pass, lane by lane: lane t holds row 16w + t/2, keys [(t%2)·Bc/2, (t%2 + 1)·Bc/2).
     std::vector<float> sv(static_cast<size_t>(32 * half)), mpart(32), lpart(32), mold(32), lold(32);
@@ -46,61 +46,61 @@ void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBloc
       const int64_t nv = visible_keys(i0 + r, s.N, s.Nk, s.causal);  // [causal-mask]
       float m = -kInf;
       for (int64_t c = 0; c < half; ++c) {
-        float v = k.Ss.read(r, c0 + c);
+        float v = blk.Ss.read(r, c0 + c);
         if (j0 + c0 + c >= nv) v = -kInf;
         sv[static_cast<size_t>(t * half + c)] = v;
         m = std::max(m, v);
       }
       mpart[static_cast<size_t>(t)] = m;
-      mold[static_cast<size_t>(t)] = k.mi.read(0, r);
-      lold[static_cast<size_t>(t)] = k.li.read(0, r);
+      mold[static_cast<size_t>(t)] = blk.mi.read(0, r);
+      lold[static_cast<size_t>(t)] = blk.li.read(0, r);
     }
-    L.nonmatmul_ops += 2 * 16 * sc.Bc;
+    led.nonmatmul_ops += 2 * 16 * sc.Bc;
     for (int t = 0; t < 32; ++t) {  // (after a __syncwarp) P over S's rows, partial sums
       const int64_t r = 16 * w + t / 2, c0 = (t % 2) * half;
       const float m_new = std::max(mold[static_cast<size_t>(t)], std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t ^ 1)]));
       float l = 0.0f;
       for (int64_t c = 0; c < half; ++c) {
         const float p = m_new == -kInf ? 0.0f : std::exp(sv[static_cast<size_t>(t * half + c)] - m_new);
-        k.Ps.write(r, c0 + c, p);
+        blk.Ps.write(r, c0 + c, p);
         l += p;
       }
       lpart[static_cast<size_t>(t)] = l;
     }
-    L.nonmatmul_ops += 3 * 16 * sc.Bc;
+    led.nonmatmul_ops += 3 * 16 * sc.Bc;
     for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
       const int64_t r = 16 * w + t / 2;
       const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
       const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));
       const float alpha = wmma_bp::rescale_factor(m_old, m_new);
       const float l_new = alpha * l_old + (lpart[static_cast<size_t>(t)] + lpart[static_cast<size_t>(t + 1)]);
-      k.cold.write(0, r, alpha * l_old);
-      k.lnew.write(0, r, l_new);
-      k.mi.write(0, r, m_new);
-      k.li.write(0, r, l_new);
-      L.nonmatmul_ops += 6;
+      blk.cold.write(0, r, alpha * l_old);
+      blk.lnew.write(0, r, l_new);
+      blk.mi.write(0, r, m_new);
+      blk.li.write(0, r, l_new);
+      led.nonmatmul_ops += 6;
     }
     // [rescale-o] the warp's rows of O *= alpha·l_i.
     for (int64_t r = 16 * w; r < 16 * w + 16; ++r)
-      for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, k.Os.read(r, c) * k.cold.read(0, r));
-    L.nonmatmul_ops += 16 * d;
+      for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, blk.Os.read(r, c) * blk.cold.read(0, r));
+    led.nonmatmul_ops += 16 * d;
     // O[rows] += P[rows, :] · V_j: the P fragments once, then each output fragment in turn.
     std::vector<Frag16> a;
-    for (int64_t kk = 0; kk < sc.Bc; kk += 16) a.push_back(load_frag(k.Ps, 16 * w, kk));
+    for (int64_t kk = 0; kk < sc.Bc; kk += 16) a.push_back(load_frag(blk.Ps, 16 * w, kk));
     for (int64_t n = 0; n < d / 16; ++n) {
-      Frag16 acc = load_frag(k.Os, 16 * w, 16 * n);
-      for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) mma(acc, a[static_cast<size_t>(kk)], load_frag(k.Vs, 16 * kk, 16 * n), L);
-      store_frag(k.Os, 16 * w, 16 * n, acc, [](float x) { return x; });
+      Frag16 acc = load_frag(blk.Os, 16 * w, 16 * n);
+      for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) mma(acc, a[static_cast<size_t>(kk)], load_frag(blk.Vs, 16 * kk, 16 * n), led);
+      store_frag(blk.Os, 16 * w, 16 * n, acc, [](float x) { return x; });
     }
     // [normalize] O[rows] /= l_new.
     for (int64_t r = 16 * w; r < 16 * w + 16; ++r)
       for (int64_t c = 0; c < d; ++c) {
-        const float l = k.lnew.read(0, r), o = k.Os.read(r, c);
-        k.Os.write(r, c, l > 0.0f ? o / l : 0.0f);
+        const float l = blk.lnew.read(0, r), o = blk.Os.read(r, c);
+        blk.Os.write(r, c, l > 0.0f ? o / l : 0.0f);
       }
-    L.nonmatmul_ops += 16 * d;
+    led.nonmatmul_ops += 16 * d;
   }
-  barrier(L);
+  barrier(led);
 }
 
 }  // namespace
@@ -109,43 +109,43 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger["warp_split"];  // named after the kernel, step05_warp_split
+  Ledger& led = res.ledger["warp_split"];  // named after the kernel, step05_warp_split
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br);
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
-          V(in.v.head(b, h), s.Nk, d, d, st, L);
-      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
+          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
       for (int64_t i = 0; i < Tr; ++i) {  // [q-outer] a block per Q tile
-        Smem smem(kSmemBudget, L);
-        wmma_bp::SplitKBlock k = wmma_bp::make_split_k_block(layout(sc), s, smem);
+        Smem smem(kSmemBudget, led);
+        wmma_bp::SplitKBlock blk = wmma_bp::make_split_k_block(layout(sc), s, smem);
         const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
-        k.Qs.load_from(Q, i0, 0);  // Q_i: read once
+        blk.Qs.load_from(Q, i0, 0);  // Q_i: read once
         for (int64_t r = 0; r < sc.Br; ++r) {  // O_i = 0, m_i = -inf, l_i = 0, kept on chip
-          for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, 0.0f);
-          k.mi.write(0, r, -kInf);
-          k.li.write(0, r, 0.0f);
+          for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, 0.0f);
+          blk.mi.write(0, r, -kInf);
+          blk.li.write(0, r, 0.0f);
         }
         for (int64_t j = 0; j < Tc; ++j) {
           const int64_t j0 = j * sc.Bc;
-          k.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
-          k.Vs.load_from(V, j0, 0);
-          barrier(L);
-          if (split_q) tile_update_split_q(sc, s, k, i0, j0, L);
-          else wmma_bp::split_k_update(layout(sc), s, k, i0, j0, L);
-          L.tiles_computed += 1;
-          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
+          blk.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
+          blk.Vs.load_from(V, j0, 0);
+          barrier(led);
+          if (split_q) tile_update_split_q(sc, s, blk, i0, j0, led);
+          else wmma_bp::split_k_update(layout(sc), s, blk, i0, j0, led);
+          led.tiles_computed += 1;
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
         }
-        k.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
+        blk.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
         for (int64_t r = 0; r < rows; ++r) {
-          const float m = k.mi.read(0, r), l = k.li.read(0, r);
+          const float m = blk.mi.read(0, r), l = blk.li.read(0, r);
           Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);
         }
-        L.nonmatmul_ops += 2 * rows;
-        barrier(L);
+        led.nonmatmul_ops += 2 * rows;
+        barrier(led);
       }
     }
   return res;
@@ -158,9 +158,9 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool split_q) {
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br), pairs = Tc * Tr, R = Br / 16;
   const int64_t frag2 = 16 * 16 * 2, frag4 = 16 * 16 * 4, flops = 2 * 16 * 16 * 16;
   LedgerSet ls;
-  Ledger& l = ls["warp_split"];
-  l.hbm_read = BH * (N * d * 2 + Tr * 2 * Nk * d * 2);
-  l.hbm_write = BH * (N * d * 2 + N * 4);
+  Ledger& led = ls["warp_split"];
+  led.gmem_read = BH * (N * d * 2 + Tr * 2 * Nk * d * 2);
+  led.gmem_write = BH * (N * d * 2 + N * 4);
   int64_t w_pair, r_pair, barriers_pair, ops_pair;
   if (split_q) {  // warps own rows: W = Br/16, two lanes per row
     const int64_t W = sc.warps_q(), C = Bc / 16;
@@ -175,7 +175,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool split_q) {
              + 2 * Br * d * 4;                // normalize
     barriers_pair = 2;
     ops_pair = Br * Bc + 5 * Br * Bc + 6 * Br + 2 * Br * d;
-    l.matmul_flops = BH * pairs * W * C * (d / 16) * 2 * flops;
+    led.matmul_flops = BH * pairs * W * C * (d / 16) * 2 * flops;
   } else {        // step 04's split-K update: W = Bc/16
     const int64_t W = sc.warps();
     w_pair = 2 * Bc * d * 2 + Br * Bc * 4 + Br * Bc * 4 + W * Br * 4 + 2 * Br * 4 + Br * Bc * 2 + W * Br * 4 +
@@ -184,15 +184,15 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool split_q) {
              Br * (W + 2) * 4 + 2 * Br * d * 4 + W * R * (frag2 + (d / 16) * (frag4 + frag2)) + 2 * Br * d * 4 + 2 * Br * 4;
     barriers_pair = 1 + 7 + W;
     ops_pair = Br * Bc + 2 * Br * Bc + Br * (W + 3) + 3 * Br * Bc + Br * (W + 2) + 2 * Br * d;
-    l.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
+    led.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
   }
-  l.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
-  l.smem_read = BH * (pairs * r_pair + N * (d * 4 + 8));
-  l.barriers = BH * (pairs * barriers_pair + Tr);
-  l.nonmatmul_ops = BH * (pairs * ops_pair + 2 * N);
-  l.tiles_computed = BH * pairs;
-  l.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
-  l.smem_peak = smem_bytes(sc, int(d));
+  led.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
+  led.smem_read = BH * (pairs * r_pair + N * (d * 4 + 8));
+  led.barriers = BH * (pairs * barriers_pair + Tr);
+  led.nonmatmul_ops = BH * (pairs * ops_pair + 2 * N);
+  led.tiles_computed = BH * pairs;
+  led.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
+  led.smem_peak = smem_bytes(sc, int(d));
   return ls;
 }
 

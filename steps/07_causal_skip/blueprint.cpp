@@ -30,51 +30,51 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger["causal_skip"];
+  Ledger& led = res.ledger["causal_skip"];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br);
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
-          V(in.v.head(b, h), s.Nk, d, d, st, L);
-      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
+          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
       for (int64_t i = 0; i < Tr; ++i) {  // [q-outer] a block per Q tile
-        Smem smem(kSmemBudget, L);
-        wmma_bp::DeferredBlock k = wmma_bp::make_deferred_block(layout(sc), s, smem);
+        Smem smem(kSmemBudget, led);
+        wmma_bp::DeferredBlock blk = wmma_bp::make_deferred_block(layout(sc), s, smem);
         const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
-        k.Qs.load_from(Q, i0, 0);  // Q_i: read once
+        blk.Qs.load_from(Q, i0, 0);  // Q_i: read once
         for (int64_t r = 0; r < sc.Br; ++r) {  // O_i = 0, m_i = -inf, l_i = 0, kept on chip
-          for (int64_t c = 0; c < d; ++c) k.Os.write(r, c, 0.0f);
-          k.mi.write(0, r, -kInf);
-          k.li.write(0, r, 0.0f);
+          for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, 0.0f);
+          blk.mi.write(0, r, -kInf);
+          blk.li.write(0, r, 0.0f);
         }
         // [skip] Stop at the diagonal: tiles right of it are fully masked and never loaded.
         const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);
         for (int64_t j = 0; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;
-          k.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
-          k.Vs.load_from(V, j0, 0);
-          barrier(L);
+          blk.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
+          blk.Vs.load_from(V, j0, 0);
+          barrier(led);
           const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
-          wmma_bp::deferred_update(layout(sc), s, k, i0, j0, masked, L);
-          L.tiles_computed += 1;
-          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
+          wmma_bp::deferred_update(layout(sc), s, blk, i0, j0, masked, led);
+          led.tiles_computed += 1;
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
                             TileKind::Diagonal;
         }
-        L.tiles_skipped += Tc - Tend;
+        led.tiles_skipped += Tc - Tend;
         // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < d; ++c) {
-            const float l = k.li.read(0, r), o = k.Os.read(r, c);
+            const float l = blk.li.read(0, r), o = blk.Os.read(r, c);
             O.store(i0 + r, c, l > 0.0f ? o / l : 0.0f);
           }
         for (int64_t r = 0; r < rows; ++r) {
-          const float m = k.mi.read(0, r), l = k.li.read(0, r);
+          const float m = blk.mi.read(0, r), l = blk.li.read(0, r);
           Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);
         }
-        L.nonmatmul_ops += rows * d + 2 * rows;
-        barrier(L);
+        led.nonmatmul_ops += rows * d + 2 * rows;
+        barrier(led);
       }
     }
   return res;
@@ -98,21 +98,21 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
     }
   }
   LedgerSet ls;
-  Ledger& l = ls["causal_skip"];
-  l.hbm_read = BH * (N * d * 2 + kv_rows * 2 * d * 2);
-  l.hbm_write = BH * (N * d * 2 + N * 4);
+  Ledger& led = ls["causal_skip"];
+  led.gmem_read = BH * (N * d * 2 + kv_rows * 2 * d * 2);
+  led.gmem_write = BH * (N * d * 2 + N * 4);
   const int64_t w_pair = 2 * Bc * d * 2 + Br * Bc * 4 + Br * Bc * 2 + 12 * Br + Br * d * 4 + W * (d / 16) * frag4;
   const int64_t r_pair = W * C * (d / 16) * 2 * frag2 + Br * Bc * 4 + 16 * Br + 2 * Br * d * 4 +
                          W * (C * frag2 + (d / 16) * (frag4 + C * frag2));
-  l.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
-  l.smem_read = BH * (pairs * r_pair + N * (2 * d * 4 + 8));
-  l.barriers = BH * (pairs * 2 + Tr);
-  l.matmul_flops = BH * pairs * W * C * (d / 16) * 2 * flops;
-  l.nonmatmul_ops = BH * (pairs * (Br * Bc + 4 * Br * Bc + 5 * Br + Br * d) + masked * Br * Bc + N * d + 2 * N);
-  l.tiles_computed = BH * pairs;
-  l.tiles_masked = BH * diagonal;
-  l.tiles_skipped = BH * (Tr * Tc - pairs);
-  l.smem_peak = smem_bytes(sc, int(d));
+  led.smem_write = BH * (pairs * w_pair + Tr * (Br * d * 2 + Br * d * 4 + 2 * Br * 4));
+  led.smem_read = BH * (pairs * r_pair + N * (2 * d * 4 + 8));
+  led.barriers = BH * (pairs * 2 + Tr);
+  led.matmul_flops = BH * pairs * W * C * (d / 16) * 2 * flops;
+  led.nonmatmul_ops = BH * (pairs * (Br * Bc + 4 * Br * Bc + 5 * Br + Br * d) + masked * Br * Bc + N * d + 2 * N);
+  led.tiles_computed = BH * pairs;
+  led.tiles_masked = BH * diagonal;
+  led.tiles_skipped = BH * (Tr * Tc - pairs);
+  led.smem_peak = smem_bytes(sc, int(d));
   return ls;
 }
 

@@ -47,7 +47,7 @@ struct Shared {
   alignas(32) T Vs[Bc][D + kPad];        // Bc × d
   alignas(32) float Ss[Br][Bc + kPadS];  // Br × Bc, fp32; P (storage type) is written over its rows
   alignas(32) float Os[Br][D + kPadO];   // Br × d, fp32: the unnormalized Õ
-  float mi[Br], li[Br], cold[Br];        // running max, running sum, this tile's rescale factor
+  float mi[Br], li[Br], alpha[Br];       // running max, running sum, this tile's rescale factor exp(m_old − m_new)
 };
 
 // [load-tile] Rows [r0, r0 + R) of a (rows × D) matrix -> shared memory (16-byte loads, zero-fill).
@@ -111,13 +111,13 @@ __device__ inline void tile_update(Shared<T, D>& sm, const AttnParams& p, int i0
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   if (lane % 2 == 0) {
     const float alpha = rescale_factor(m_old, m_new);
-    sm.cold[r] = alpha;  // [deferred] Õ moves to the new maximum; no l in it
+    sm.alpha[r] = alpha;  // [deferred] Õ moves to the new maximum; no l in it
     sm.mi[r] = m_new;
     sm.li[r] = alpha * l_old + l;
   }
   __syncwarp();
   // [rescale-o] the warp's rows of Õ *= alpha.
-  for (int e = lane; e < 16 * D; e += 32) sm.Os[r0 + e / D][e % D] *= sm.cold[r0 + e / D];
+  for (int e = lane; e < 16 * D; e += 32) sm.Os[r0 + e / D][e % D] *= sm.alpha[r0 + e / D];
   __syncwarp();
   // Õ[rows] += P[rows, :] · V_j: the P fragments once, then each output fragment in turn.
   wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[Bc / 16];

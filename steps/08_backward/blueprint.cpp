@@ -185,15 +185,15 @@ LedgerSet closed_form_fused(const Shape& s, const Schedule& sc) {
   }
   LedgerSet ls;
   Ledger& pre = ls["bwd_pre"];
-  pre.hbm_read = BH * N * d * 2 * 2;         // dO and O
-  pre.hbm_write = BH * (N * d * 4 + N * 4);  // the zeroed accumulator, D
+  pre.gmem_read = BH * N * d * 2 * 2;         // dO and O
+  pre.gmem_write = BH * (N * d * 4 + N * 4);  // the zeroed accumulator, D
   pre.nonmatmul_ops = BH * N * 2 * d;
   pre.workspace = fused_workspace(BH, N, d);
 
   Ledger& kv = ls["bwd_kv"];
-  kv.hbm_read = BH * (Nk * d * 2 * 2 + q_rows * (2 * d * 2 + 2 * 4));  // K_j, V_j once; Q_i, dO_i, L_i, D_i per visit
-  kv.hbm_write = BH * Nk * d * 2 * 2;                                   // dK, dV once
-  kv.hbm_atomic = BH * q_rows * d * 4;                                  // dQ partial sums per visit
+  kv.gmem_read = BH * (Nk * d * 2 * 2 + q_rows * (2 * d * 2 + 2 * 4));  // K_j, V_j once; Q_i, dO_i, L_i, D_i per visit
+  kv.gmem_write = BH * Nk * d * 2 * 2;                                   // dK, dV once
+  kv.gmem_atomic = BH * q_rows * d * 4;                                  // dQ partial sums per visit
   const int64_t w_pair = 2 * Br * d * 2 + 2 * Br * 4     // Q_i, dO_i, L_i, D_i
                          + 2 * Br * Bc * 4 + 2 * Br * Bc * 2  // S, dP; P, dS
                          + RF * DF * kFrag4;                  // the staged dQ share
@@ -212,8 +212,8 @@ LedgerSet closed_form_fused(const Shape& s, const Schedule& sc) {
   kv.smem_peak = smem_bytes(sc, int(d));
 
   Ledger& cv = ls["dq_convert"];
-  cv.hbm_read = BH * N * d * 4;
-  cv.hbm_write = BH * N * d * 2;
+  cv.gmem_read = BH * N * d * 4;
+  cv.gmem_write = BH * N * d * 2;
   cv.nonmatmul_ops = BH * N * d;
   return ls;
 }
@@ -229,7 +229,7 @@ constexpr int64_t G = kGemmTile;
 // B from HBM (through a counting GlobalMat); elements outside the matrices are zero and free.
 template <class FA, class FB>
 void gemm_block(SmemTile& As, SmemTile& Bs, SmemTile& Cs, int64_t M, int64_t Nn, int64_t K, int64_t m0, int64_t n0,
-                FA a, FB b, Ledger& L) {
+                FA a, FB b, Ledger& led) {
   constexpr int64_t WG = G / 16;
   std::vector<Frag16> acc(static_cast<size_t>(WG * WG));
   for (int64_t k0 = 0; k0 < K; k0 += G) {
@@ -238,16 +238,16 @@ void gemm_block(SmemTile& As, SmemTile& Bs, SmemTile& Cs, int64_t M, int64_t Nn,
         As.write(r, c, m0 + r < M && k0 + c < K ? a(m0 + r, k0 + c) : 0.0f);
         Bs.write(r, c, k0 + r < K && n0 + c < Nn ? b(k0 + r, n0 + c) : 0.0f);
       }
-    barrier(L);
+    barrier(led);
     for (int64_t wm = 0; wm < WG; ++wm)
       for (int64_t wn = 0; wn < WG; ++wn)
         for (int64_t kk = 0; kk < G; kk += 16)
-          mma(acc[static_cast<size_t>(wm * WG + wn)], load_frag(As, 16 * wm, kk), load_frag(Bs, kk, 16 * wn), L);
-    barrier(L);
+          mma(acc[static_cast<size_t>(wm * WG + wn)], load_frag(As, 16 * wm, kk), load_frag(Bs, kk, 16 * wn), led);
+    barrier(led);
   }
   for (int64_t wm = 0; wm < WG; ++wm)
     for (int64_t wn = 0; wn < WG; ++wn) store_frag(Cs, 16 * wm, 16 * wn, acc[static_cast<size_t>(wm * WG + wn)], [](float x) { return x; });
-  barrier(L);
+  barrier(led);
 }
 
 // The shared memory of a naive GEMM block (kernel.cu's GemmShared): A and B chunks, the C tile.
@@ -262,12 +262,12 @@ GemmTiles gemm_tiles(Smem& smem, const Store& st) {
 // One naive GEMM kernel over a head (dP, dV, dQ, dK): every G × G block of C (M × Nn, inner K)
 // through gemm_block(), then out(i, j, value) for each element of the block inside C.
 template <class FA, class FB, class FOut>
-void gemm_kernel(Ledger& L, const Store& st, int64_t M, int64_t Nn, int64_t K, FA a, FB b, FOut out) {
+void gemm_kernel(Ledger& led, const Store& st, int64_t M, int64_t Nn, int64_t K, FA a, FB b, FOut out) {
   for (int64_t m0 = 0; m0 < M; m0 += G)
     for (int64_t n0 = 0; n0 < Nn; n0 += G) {
-      Smem smem(kNaiveSmem, L);
+      Smem smem(kNaiveSmem, led);
       GemmTiles t = gemm_tiles(smem, st);
-      gemm_block(t.As, t.Bs, t.Cs, M, Nn, K, m0, n0, a, b, L);
+      gemm_block(t.As, t.Bs, t.Cs, M, Nn, K, m0, n0, a, b, led);
       for (int64_t r = 0; r < G && m0 + r < M; ++r)
         for (int64_t c = 0; c < G && n0 + c < Nn; ++c) out(m0 + r, n0 + c, t.Cs.read(r, c));
     }
@@ -367,14 +367,14 @@ namespace {
 Ledger gemm_ledger(int64_t BH, int64_t M, int64_t Nn, int64_t K, int64_t ea, int64_t eb) {
   const int64_t tm = num_tiles(M, G), tn = num_tiles(Nn, G), chunks = num_tiles(K, G), blocks = tm * tn;
   const int64_t WG = G / 16;
-  Ledger l;
-  l.hbm_read = BH * (tn * M * K * ea + tm * K * Nn * eb);
-  l.smem_write = BH * blocks * (chunks * 2 * G * G * 2 + G * G * 4);
-  l.smem_read = BH * (blocks * chunks * WG * WG * (G / 16) * 2 * kFrag2 + M * Nn * 4);  // fragments; Cs in the epilogue
-  l.barriers = BH * blocks * (2 * chunks + 1);
-  l.matmul_flops = BH * blocks * chunks * WG * WG * (G / 16) * kFragFlops;
-  l.smem_peak = 2 * G * (G + kPad) * 2 + G * (G + kPadF) * 4;
-  return l;
+  Ledger led;
+  led.gmem_read = BH * (tn * M * K * ea + tm * K * Nn * eb);
+  led.smem_write = BH * blocks * (chunks * 2 * G * G * 2 + G * G * 4);
+  led.smem_read = BH * (blocks * chunks * WG * WG * (G / 16) * 2 * kFrag2 + M * Nn * 4);  // fragments; Cs in the epilogue
+  led.barriers = BH * blocks * (2 * chunks + 1);
+  led.matmul_flops = BH * blocks * chunks * WG * WG * (G / 16) * kFragFlops;
+  led.smem_peak = 2 * G * (G + kPad) * 2 + G * (G + kPadF) * 4;
+  return led;
 }
 
 }  // namespace
@@ -384,26 +384,26 @@ LedgerSet closed_form_naive(const Shape& s) {
   const int64_t vis = visible_pairs(N, Nk, s.causal);
   LedgerSet ls;
   Ledger& p = ls["naive_p"] = gemm_ledger(BH, N, Nk, d, e, e);
-  p.hbm_read += BH * num_tiles(Nk, G) * N * 4;  // L, once per block row
+  p.gmem_read += BH * num_tiles(Nk, G) * N * 4;  // L, once per block row
   p.smem_write += BH * num_tiles(Nk, G) * N * 4;
   p.smem_read += BH * (2 * vis * 4 - N * Nk * 4);  // S and L are read only where P is visible
-  p.hbm_write = BH * N * Nk * e;
+  p.gmem_write = BH * N * Nk * e;
   p.nonmatmul_ops = BH * (N * Nk + 3 * vis);
   p.smem_peak += G * 4;
   p.workspace = naive_workspace(BH, N, Nk);
   Ledger& dp = ls["naive_dp"] = gemm_ledger(BH, N, Nk, d, e, e);
-  dp.hbm_write = BH * N * Nk * 4;
+  dp.gmem_write = BH * N * Nk * 4;
   Ledger& ds = ls["naive_ds"];
-  ds.hbm_read = BH * N * Nk * (e + 4) * 2;
-  ds.hbm_write = BH * N * Nk * e;
+  ds.gmem_read = BH * N * Nk * (e + 4) * 2;
+  ds.gmem_write = BH * N * Nk * e;
   ds.nonmatmul_ops = BH * N * Nk * 4;
   Ledger& dv = ls["naive_dv"] = gemm_ledger(BH, Nk, d, N, e, e);
-  dv.hbm_write = BH * Nk * d * e;
+  dv.gmem_write = BH * Nk * d * e;
   Ledger& dq = ls["naive_dq"] = gemm_ledger(BH, N, d, Nk, e, e);
-  dq.hbm_write = BH * N * d * e;
+  dq.gmem_write = BH * N * d * e;
   dq.nonmatmul_ops = BH * N * d;
   Ledger& dk = ls["naive_dk"] = gemm_ledger(BH, Nk, d, N, e, e);
-  dk.hbm_write = BH * Nk * d * e;
+  dk.gmem_write = BH * Nk * d * e;
   dk.nonmatmul_ops = BH * Nk * d;
   return ls;
 }

@@ -38,19 +38,19 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& L = res.ledger["warp_tiling"];
+  Ledger& led = res.ledger["warp_tiling"];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), W = sc.warps(), MT = sc.mtiles();
   const float sl2 = static_cast<float>(s.softmax_scale()) * kLog2e;
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, L), K(in.k.head(b, h), s.Nk, d, d, st, L),
-          V(in.v.head(b, h), s.Nk, d, d, st, L);
-      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, L), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, L);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
+          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
       for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
         const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
-        Smem smem(kSmemBudget, L);
+        Smem smem(kSmemBudget, led);
         SmemTile Qs = smem.tile(sc.Br, d, st);
         std::vector<SmemTile> Ks, Vs;  // [stages]
         for (int stage = 0; stage < kStages; ++stage) {
@@ -74,7 +74,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
         for (int64_t j = 0; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;
           const size_t stage = size_t(j % kStages);
-          barrier(L);  // after the wait for tile j
+          barrier(led);  // after the wait for tile j
           if (j + 1 < Tend) {
             Ks[size_t((j + 1) % kStages)].load_from(K, j0 + sc.Bc, 0);
             Vs[size_t((j + 1) % kStages)].load_from(V, j0 + sc.Bc, 0);
@@ -91,8 +91,8 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
               for (int64_t np = 0; np < sc.Bc / 16; ++np) {
                 const std::array<BFrag, 2> kb = mf::ldmatrix_x4_b(Ks[stage], 16 * np, 16 * kk, false);
                 for (int64_t mt = 0; mt < MT; ++mt) {
-                  mf::mma(sf[size_t(mt)][size_t(2 * np)], qa[size_t(mt)], kb[0], L);
-                  mf::mma(sf[size_t(mt)][size_t(2 * np + 1)], qa[size_t(mt)], kb[1], L);
+                  mf::mma(sf[size_t(mt)][size_t(2 * np)], qa[size_t(mt)], kb[0], led);
+                  mf::mma(sf[size_t(mt)][size_t(2 * np + 1)], qa[size_t(mt)], kb[1], led);
                 }
               }
             }
@@ -136,7 +136,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   l = l * alpha + rs;
                   for (auto& on : rt.o) on[size_t(lane)][size_t(2 * hr)] *= alpha, on[size_t(lane)][size_t(2 * hr + 1)] *= alpha;  // [deferred]
                 }
-              L.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
+              led.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
             }
             // [c-to-a] P in the storage type as the A fragment, then [pv] Õ += P V_j: per 16 dims
             // one ldmatrix.x4.trans of V, used by every m16 tile.
@@ -151,18 +151,18 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                 const std::array<BFrag, 2> vb = mf::ldmatrix_x4_b(Vs[stage], 16 * kk, 16 * np, true);
                 for (int64_t mt = 0; mt < MT; ++mt) {
                   RowTile& rt = tiles[size_t(w * MT + mt)];
-                  mf::mma(rt.o[size_t(2 * np)], pa[size_t(mt)], vb[0], L);
-                  mf::mma(rt.o[size_t(2 * np + 1)], pa[size_t(mt)], vb[1], L);
+                  mf::mma(rt.o[size_t(2 * np)], pa[size_t(mt)], vb[0], led);
+                  mf::mma(rt.o[size_t(2 * np + 1)], pa[size_t(mt)], vb[1], led);
                 }
               }
             }
           }
-          if (ablation == kNoOneBarrier) barrier(L);  // [ablation]
-          L.tiles_computed += 1;
-          L.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
+          if (ablation == kNoOneBarrier) barrier(led);  // [ablation]
+          led.tiles_computed += 1;
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
                             TileKind::Diagonal;
         }
-        L.tiles_skipped += Tc - Tend;
+        led.tiles_skipped += Tc - Tend;
         // [final-divide] l summed over the group's four lanes; O = Õ / l; L = (m + log2 l)·ln 2.
         for (int64_t w = 0; w < W; ++w)
           for (int64_t mt = 0; mt < MT; ++mt) {
@@ -185,7 +185,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   } else {
                     Qs.write(row - i0, 8 * n + c.col, x);  // [o-staging] into the warp's rows of the Q tile (every row)
                   }
-                  if (row < s.N) ++L.nonmatmul_ops;
+                  if (row < s.N) ++led.nonmatmul_ops;
                 }
               if (mf::thread_in_group(lane) == 0)
                 for (int hr = 0; hr < 2; ++hr) {
@@ -193,7 +193,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   if (row >= s.N) continue;
                   const float m = rt.m[size_t(lane)][size_t(hr)];
                   Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr])) * kLn2 : kInf);
-                  L.nonmatmul_ops += 2;
+                  led.nonmatmul_ops += 2;
                 }
             }
           }
@@ -231,20 +231,20 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
   }
   const int64_t mmas_pair = W * MT * ((Bc / 8) * (d / 16) + (d / 8) * (Bc / 16));
   LedgerSet ls;
-  Ledger& l = ls["warp_tiling"];
-  l.hbm_read = BH * (q_rows * d * 2 + kv_rows * 2 * d * 2);
-  l.hbm_write = BH * (N * d * 2 + N * 4);
-  l.smem_write = BH * (qtiles * Br * d * 2 + pairs * 2 * Bc * d * 2 + Tr * Br * d * 2);
-  l.smem_read = BH * (pairs * W * (MT * (d / 16) + 2 * (Bc / 16) * (d / 16)) * 256 * 2 + N * d * 2);
-  l.barriers = BH * pairs;
-  l.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
-  l.nonmatmul_ops = BH * (pairs * W * MT * (16 * Bc * 5 + 48 + 16 * d) + masked * W * MT * 16 * Bc + N * d + 2 * N);
-  l.tiles_computed = BH * pairs;
-  l.tiles_masked = BH * diagonal;
-  l.tiles_skipped = BH * (Tr * Tc - pairs);
-  l.smem_peak = smem_bytes(sc, int(d));
-  if (ablation == kNoOStage) l.smem_write -= BH * Tr * Br * d * 2, l.smem_read -= BH * N * d * 2;  // [ablation]
-  if (ablation == kNoOneBarrier) l.barriers += BH * pairs;
+  Ledger& led = ls["warp_tiling"];
+  led.gmem_read = BH * (q_rows * d * 2 + kv_rows * 2 * d * 2);
+  led.gmem_write = BH * (N * d * 2 + N * 4);
+  led.smem_write = BH * (qtiles * Br * d * 2 + pairs * 2 * Bc * d * 2 + Tr * Br * d * 2);
+  led.smem_read = BH * (pairs * W * (MT * (d / 16) + 2 * (Bc / 16) * (d / 16)) * 256 * 2 + N * d * 2);
+  led.barriers = BH * pairs;
+  led.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
+  led.nonmatmul_ops = BH * (pairs * W * MT * (16 * Bc * 5 + 48 + 16 * d) + masked * W * MT * 16 * Bc + N * d + 2 * N);
+  led.tiles_computed = BH * pairs;
+  led.tiles_masked = BH * diagonal;
+  led.tiles_skipped = BH * (Tr * Tc - pairs);
+  led.smem_peak = smem_bytes(sc, int(d));
+  if (ablation == kNoOStage) led.smem_write -= BH * Tr * Br * d * 2, led.smem_read -= BH * N * d * 2;  // [ablation]
+  if (ablation == kNoOneBarrier) led.barriers += BH * pairs;
   return ls;
 }
 

@@ -1,4 +1,4 @@
-#include "device.hpp"
+#include "roofline.hpp"
 
 #include <algorithm>
 
@@ -38,10 +38,10 @@ int fp32_flops_per_clock_per_sm(int cc_major, int cc_minor) {
 Prediction predict(const LedgerSet& ls, const DeviceSpec& dev) {
   Prediction p;
   for (const auto& kl : ls.kernels) {
-    const Ledger& l = kl.second;
-    const double mem = dev.hbm_bytes_per_s > 0 ? double(l.hbm_read + l.hbm_write + l.hbm_atomic) / dev.hbm_bytes_per_s * 1e3 : 0.0;
-    const double cmp = (dev.tensor_flops > 0 ? double(l.matmul_flops) / dev.tensor_flops * 1e3 : 0.0) +
-                       (dev.fp32_flops > 0 ? double(l.cuda_core_flops) / dev.fp32_flops * 1e3 : 0.0);
+    const Ledger& led = kl.second;
+    const double mem = dev.hbm_bytes_per_s > 0 ? double(led.gmem_read + led.gmem_write + led.gmem_atomic) / dev.hbm_bytes_per_s * 1e3 : 0.0;
+    const double cmp = (dev.tensor_flops > 0 ? double(led.matmul_flops) / dev.tensor_flops * 1e3 : 0.0) +
+                       (dev.fp32_flops > 0 ? double(led.cuda_core_flops) / dev.fp32_flops * 1e3 : 0.0);
     p.ms_memory += mem;
     p.ms_compute += cmp;
     p.ms += std::max(mem, cmp);

@@ -1,4 +1,4 @@
-#include "metrics.hpp"
+#include "checks.hpp"
 
 #include <algorithm>
 #include <cmath>

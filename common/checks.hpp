@@ -1,4 +1,5 @@
-// Error metrics written so that NaN fails, and tolerances derived from the storage precision.
+// The correctness checks: O, L and the gradients against the reference, written so that NaN
+// fails, with tolerances derived from the storage precision.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,7 +26,7 @@ struct Check {
   std::string summary() const;   // one line: PASS/FAIL with the numbers and the worst place
 };
 
-// Tolerances (derivation in metrics.cpp), from the storage type's unit roundoff u and the inputs'
+// Tolerances (derivation in checks.cpp), from the storage type's unit roundoff u and the inputs'
 // largest magnitudes.
 struct InputMagnitudes {
   double q = 0, k = 0, v = 0;  // max |Q|, max |K|, max |V|
@@ -37,7 +38,7 @@ double lse_tolerance(const Shape& s, const InputMagnitudes& mag, double lse_magn
 Check check_forward(const Shape& s, const Inputs& in, const Reference& ref, const Forward& out);
 
 // One gradient (dQ, dK or dV) against the reference, element by element on the reference's heads,
-// each element against its own tolerance grad_tolerance(mag) (derivation in metrics.cpp).
+// each element against its own tolerance grad_tolerance(mag) (derivation in checks.cpp).
 struct GradCheck {
   std::string name;           // "dQ", "dK", "dV"
   double max_abs = 0.0;       // largest |got − want| on the checked heads

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "metrics.hpp"
+#include "checks.hpp"
 
 using namespace fa;
 
