@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Labs: every step is also an exercise, generated from the step itself (docs/labs/README.md).
+#
+#   scripts/lab.sh start NN [--cpu|--gpu]   write lab/NN_name/: the step's files with the regions that
+#                                           carry its idea blanked (--cpu: blueprint.cpp, the default
+#                                           without nvcc; --gpu: kernel.cu); then `cd build && make labNN`
+#   scripts/lab.sh reset NN                 the same again, over your work (asks first)
+#   scripts/lab.sh diff NN                  your files against the step's own
+#   scripts/lab.sh list                     every step's lab regions (name: hint)
+#   scripts/lab.sh blank FILE               FILE with its regions blanked, on stdout (what start writes)
+#
+# A region is marked in the step's own files:
+#     // lab:begin NAME: one-line hint
+#     ... the code that carries the idea ...
+#     // lab:end
+# and blanked into "// TODO(lab) NAME: one-line hint" at the same indentation. The blanked file still
+# compiles (declarations stay outside the regions) and fails the step's checks: `./labNN --grade`.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+say() { printf '[lab] %s\n' "$*" >&2; }
+die() { say "$*"; exit 2; }
+
+blank() {
+  awk -v file="$1" '
+    /^[ \t]*\/\/ lab:begin / {
+      if (open) { printf "%s:%d: lab:begin inside another region\n", file, NR > "/dev/stderr"; exit 3 }
+      ind = $0; sub(/\/\/.*/, "", ind); text = $0; sub(/^[ \t]*\/\/ lab:begin /, "", text)
+      print ind "// TODO(lab) " text; open = 1; start = NR; next
+    }
+    /^[ \t]*\/\/ lab:end/ {
+      if (!open) { printf "%s:%d: lab:end without lab:begin\n", file, NR > "/dev/stderr"; exit 3 }
+      open = 0; next
+    }
+    !open { print }
+    END { if (open) { printf "%s:%d: lab:begin without lab:end\n", file, start > "/dev/stderr"; exit 3 } }
+  ' "$1"
+}
+
+step_dir() {  # NN -> steps/NN_name
+  local d
+  d=$(ls -d "$root"/steps/"$1"_* 2>/dev/null | head -n1)
+  [ -n "$d" ] || die "no step $1 (ids look like 06; see steps/)"
+  echo "$d"
+}
+
+cmd=${1:-}
+case "$cmd" in
+  blank)
+    [ $# -eq 2 ] || die "usage: scripts/lab.sh blank FILE"
+    blank "$2"
+    ;;
+  list)
+    for d in "$root"/steps/[0-9][0-9]_*; do
+      for f in "$d"/kernel.cu "$d"/blueprint.cpp; do
+        [ -f "$f" ] || continue
+        grep -n '// lab:begin ' "$f" | sed "s|^\([0-9]*\):[ \t]*// lab:begin |${f#$root/}:\1  |" || true
+      done
+    done
+    ;;
+  start|reset)
+    [ $# -ge 2 ] || die "usage: scripts/lab.sh $cmd NN [--cpu|--gpu]"
+    nn=$2; src=$(step_dir "$nn"); name=$(basename "$src")
+    track=${3:-}
+    if [ -z "$track" ]; then
+      if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then track=--gpu; else track=--cpu; fi
+    fi
+    case "$track" in --cpu|--gpu) ;; *) die "the track is --cpu or --gpu, not '$track'" ;; esac
+    dst="$root/lab/$name"
+    if [ -d "$dst" ] && [ "$cmd" = start ]; then
+      die "lab/$name exists already: keep working there, or 'scripts/lab.sh reset $nn' to start over"
+    fi
+    if [ -d "$dst" ] && [ "$cmd" = reset ] && [ -t 0 ]; then
+      read -r -p "[lab] overwrite your files in lab/$name? [y/N] " ok
+      [ "$ok" = y ] || [ "$ok" = Y ] || die "left as it was"
+    fi
+    mkdir -p "$dst"
+    cp "$src/schedule.hpp" "$dst/"
+    for f in blueprint.cpp kernel.cu; do
+      [ -f "$src/$f" ] || continue
+      if { [ "$f" = blueprint.cpp ] && [ "$track" = --cpu ]; } || { [ "$f" = kernel.cu ] && [ "$track" = --gpu ]; }; then
+        blank "$src/$f" >"$dst/$f"
+        n=$(grep -c '// TODO(lab)' "$dst/$f" || true)
+        say "lab/$name/$f: $n region(s) to write"
+        grep -n '// TODO(lab)' "$dst/$f" | sed 's/^/    /' >&2 || true
+      else
+        cp "$src/$f" "$dst/"
+      fi
+    done
+    echo "${track#--}" >"$dst/TRACK"
+    # The build picks lab/ up at configure time: reconfigure an existing build folder.
+    if [ -f "$root/build/CMakeCache.txt" ]; then
+      cmake -S "$root" -B "$root/build" >/dev/null || die "CMake could not reconfigure build/"
+    fi
+    say "now: read docs/labs/$name.md, edit lab/$name/, then: cd build && make lab$nn && ./lab$nn --grade"
+    ;;
+  diff)
+    [ $# -eq 2 ] || die "usage: scripts/lab.sh diff NN"
+    nn=$2; src=$(step_dir "$nn"); name=$(basename "$src"); dst="$root/lab/$name"
+    [ -d "$dst" ] || die "no lab/$name yet: scripts/lab.sh start $nn"
+    rc=0
+    for f in schedule.hpp blueprint.cpp kernel.cu; do
+      [ -f "$src/$f" ] || continue
+      diff -u --label "steps/$name/$f (the step's)" --label "lab/$name/$f (yours)" "$src/$f" "$dst/$f" || rc=1
+    done
+    exit $rc
+    ;;
+  *)
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = --help ] || exit 2
+    ;;
+esac
