@@ -39,11 +39,13 @@ void scores_block(const Schedule& sc, const Shape& s, const GlobalMat& Q, const 
     for (int n = 0; n < sc.Bc / 16; ++n) {
       store_frag(St, 16 * w, 0, acc[static_cast<size_t>(n)], [&](float x) { return x * scale; });
       led.nonmatmul_ops += 16 * 16;  // the scale, on every fragment element
+      // lab:begin s-to-hbm: write the warp's staged 16 × 16 fp32 tile of S (St) to S in HBM, only the entries inside N × Nk ([scores], docs/01_naive.md)
       for (int r = 0; r < 16; ++r)
         for (int c = 0; c < 16; ++c) {
           const int64_t i = i0 + 16 * w + r, j = j0 + 16 * n + c;
           if (i < s.N && j < s.Nk) S.store(i, j, St.read(16 * w + r, c));
         }
+      // lab:end
     }
   }
 }
@@ -97,8 +99,10 @@ void softmax_row(const Shape& s, const GlobalMat& S, GlobalMat& P, Tensor4& lse,
   led.nonmatmul_ops += 3 * nv;
   const float l = block_reduce(fadd);
 
+  // lab:begin p-to-hbm: pass 3 of [softmax]: P = exp(S - m) / l for the nv visible keys, 0 for masked ones, the whole row written to P in HBM (docs/01_naive.md)
   const float inv = 1.0f / l;  // pass 3: P = exp(S - m) / l, zeros for masked keys
   for (int64_t j = 0; j < s.Nk; ++j) P.store(i, j, j < nv ? std::exp(S.load(i, j) - m) * inv : 0.0f);
+  // lab:end
   led.nonmatmul_ops += 3 * nv + 3;  // sub, exp, mul per key; 1/l, log and add per row
   lse.at(b, h, i, 0) = m + std::log(l);
   led.gmem_write += 4;

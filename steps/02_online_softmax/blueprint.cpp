@@ -26,12 +26,14 @@ void row(const Shape& s, const GlobalMat& Q, const GlobalMat& K, const GlobalMat
     float dot = 0.0f;                                     // s_ij = scale · q_i · k_j (a warp reduction)
     for (int64_t c = 0; c < d; ++c) dot += q[static_cast<size_t>(c)] * K.load(j, c);
     const float sij = dot * scale;
+    // lab:begin online-update: [online-update]: m_new = max(m, s_ij), alpha = rescale_factor(m, m_new), p = exp(s_ij - m_new); l = alpha l + p, o = alpha o + p v_j (V row j), m = m_new (docs/02_online_softmax.md, 'Fused into attention')
     const float m_new = std::max(m, sij);
     const float alpha = rescale_factor(m, m_new);         // moves l and o to the new maximum
     const float p = std::exp(sij - m_new);
     l = l * alpha + p;
     for (int64_t c = 0; c < d; ++c) o[static_cast<size_t>(c)] = o[static_cast<size_t>(c)] * alpha + p * V.load(j, c);
     m = m_new;
+    // lab:end
     led.cuda_core_flops += 4 * d;  // the dot product and p·v: two FMAs per element
     led.nonmatmul_ops += 7 + d;    // max, 2×(sub, exp), l's mul and add; o's rescale
   }

@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kThreads) step02_online(AttnParams p) {
       for (int e = 0; e < EPL; ++e) dot += q[e] * kv[e];
     }
     const float s = warp_sum(dot) * p.scale;    // s_ij, the same in every lane
+    // lab:begin online-update: [online-update]: m_new = max(m, s), alpha = rescale_factor(m, m_new) ([rescale-guard]), p = exp(s - m_new); l = alpha l + p; active lanes load their slice of v_j and do o = alpha o + p v_j; m = m_new (docs/02_online_softmax.md)
     const float m_new = fmaxf(m, s);
     const float alpha = rescale_factor(m, m_new);  // [rescale-guard]
     const float pj = expf(s - m_new);
@@ -106,6 +107,7 @@ __global__ void __launch_bounds__(kThreads) step02_online(AttnParams p) {
       for (int e = 0; e < EPL; ++e) o[e] = o[e] * alpha + pj * kv[e];
     }
     m = m_new;
+    // lab:end
   }
   T* O = static_cast<T*>(p.o) + b * p.o_sb + h * p.o_sh + int64_t(i) * p.o_sn;
   if (active) {

@@ -52,6 +52,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
         for (int64_t i = 0; i < Tr; ++i) {
           const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
           blk.Qs.load_from(Q, i0, 0);  // Q_i: re-read for every K/V tile
+          // lab:begin hbm-state-in: [hbm-state]: the Q tile's running state into shared memory: O_i = 0, m_i = −inf, l_i = 0 on the first visit (nothing read), read back from the HBM workspace (Oacc, M, Lw) on every later one (docs/03_fa1_kv_outer.md)
           if (j == 0) {              // first visit: O_i = 0, m_i = -inf, l_i = 0 (nothing read)
             for (int64_t r = 0; r < sc.Br; ++r) {
               for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, 0.0f);
@@ -63,11 +64,13 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
             blk.mi.load_from(M, 0, i0);
             blk.li.load_from(Lw, 0, i0);
           }
+          // lab:end
           barrier(led);
           wmma_bp::split_k_update(layout(sc), s, blk, i0, j0, led);
           led.tiles_computed += 1;
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
+          // lab:begin hbm-state-out: [hbm-state]: after every visit but the last, O_i, m_i, l_i go back to the HBM workspace; after the last, O in the storage type and L = m + log l (+inf where l = 0; 2 ops per row)
           if (j + 1 < Tc) {          // ... and go back to HBM
             blk.Os.store_to(Oacc, i0, 0);
             blk.mi.store_to(M, 0, i0);
@@ -80,6 +83,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
             }
             led.nonmatmul_ops += 2 * rows;
           }
+          // lab:end
           barrier(led);
         }
       }

@@ -200,6 +200,7 @@ __global__ void __launch_bounds__(kThreads) step03_kv_outer(AttnParams p, float*
     for (int i = 0; i < Tr; ++i) {
       const int i0 = i * Br, rows = min(Br, p.N - i0);
       load_rows<T, Br, D>(&sm.Qs[0][0], Q, p.q_sn, i0, p.N);
+      // lab:begin hbm-state-in: [hbm-state]: first visit: sm.Os = 0, sm.mi = −inf, sm.li = 0; later visits: O_i from oacc (float4 loads, rows past `rows` zero), m_i and l_i from mws, lws (docs/03_fa1_kv_outer.md)
       if (j == 0) {  // first visit: O_i = 0, m_i = -inf, l_i = 0
         for (int e = tid; e < Br * D; e += kThreads) sm.Os[e / D][e % D] = 0.0f;
         if (tid < Br) { sm.mi[tid] = -INFINITY; sm.li[tid] = 0.0f; }
@@ -215,8 +216,10 @@ __global__ void __launch_bounds__(kThreads) step03_kv_outer(AttnParams p, float*
           sm.li[tid] = tid < rows ? lws[i0 + tid] : 0.0f;
         }
       }
+      // lab:end
       __syncthreads();
       tile_update<T, D>(sm, p, i0, j0);
+      // lab:begin hbm-state-out: [hbm-state]: before the last K/V tile, sm.Os (rows < `rows`, float4 stores), sm.mi, sm.li out to oacc, mws, lws; after it, O in the storage type and L = m + log l (+inf where l = 0)
       if (j + 1 < Tc) {  // ... and back to HBM
         for (int e = tid; e < rows * D / 4; e += kThreads) {
           const int r = e / (D / 4), c = (e % (D / 4)) * 4;
@@ -231,6 +234,7 @@ __global__ void __launch_bounds__(kThreads) step03_kv_outer(AttnParams p, float*
           Lse[i0 + tid] = l > 0.0f ? m + logf(l) : INFINITY;
         }
       }
+      // lab:end
       __syncthreads();
     }
   }

@@ -51,19 +51,23 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
         }
         for (int64_t j = 0; j < Tc; ++j) {
           const int64_t j0 = j * sc.Bc;
+          // lab:begin kv-per-q-tile: [q-outer]: K_j and V_j into shared memory, once per (Q tile, K/V tile) pair, while Q_i, O_i, m_i, l_i stay on chip (docs/04_fa2_q_outer.md, 'The change against step 03')
           blk.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
           blk.Vs.load_from(V, j0, 0);
+          // lab:end
           barrier(led);
           wmma_bp::split_k_update(layout(sc), s, blk, i0, j0, led);
           led.tiles_computed += 1;
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
         }
+        // lab:begin write-once: [q-outer]: after the last K/V tile, O_i to HBM in the storage type and L = m + log l per row (+inf where l = 0), once
         blk.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
         for (int64_t r = 0; r < rows; ++r) {
           const float m = blk.mi.read(0, r), l = blk.li.read(0, r);
           Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);
         }
+        // lab:end
         led.nonmatmul_ops += 2 * rows;
         barrier(led);
       }

@@ -69,6 +69,7 @@ void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBloc
     }
     led.nonmatmul_ops += 3 * 16 * sc.Bc;
     for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
+      // lab:begin pair-stats: [split-q]: lane 2q combines its row's two partial maxima and sums (lanes t, t + 1) with m_i, l_i: alpha = rescale_factor(m_i, m_new), l_new = alpha l_i + both sums; write cold = alpha l_i, lnew, mi, li (docs/05_warp_split.md)
       const int64_t r = 16 * w + t / 2;
       const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
       const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));
@@ -78,6 +79,7 @@ void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBloc
       blk.lnew.write(0, r, l_new);
       blk.mi.write(0, r, m_new);
       blk.li.write(0, r, l_new);
+      // lab:end
       led.nonmatmul_ops += 6;
     }
     // [rescale-o] the warp's rows of O *= alpha·l_i.

@@ -224,6 +224,7 @@ __device__ inline void tile_update_split_q(Shared<T, D>& sm, const AttnParams& p
     Ps[r * kLdP + c0 + c] = from_f32<T>(pv);
     l += pv;
   }
+  // lab:begin pair-stats: [split-q]: one shuffle adds the partner lane's partial sum; the even lane of the pair writes cold = alpha l_i, lnew = li = alpha l_i + l, mi = m_new (docs/05_warp_split.md)
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   if (lane % 2 == 0) {
     const float alpha = rescale_factor(m_old, m_new);
@@ -232,6 +233,7 @@ __device__ inline void tile_update_split_q(Shared<T, D>& sm, const AttnParams& p
     sm.mi[r] = m_new;
     sm.li[r] = alpha * l_old + l;
   }
+  // lab:end
   __syncwarp();
   // [rescale-o] the warp's rows of O *= alpha·l_i.
   for (int e = lane; e < 16 * D; e += 32) sm.Os[r0 + e / D][e % D] *= sm.cold[r0 + e / D];

@@ -60,11 +60,13 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                             TileKind::Visible;
         }
         // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
+        // lab:begin final-divide: [final-divide]: O = Õ / l_i for the tile's rows inside N (0 where l = 0), written once in the storage type (docs/06_deferred_norm.md)
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < d; ++c) {
             const float l = blk.li.read(0, r), o = blk.Os.read(r, c);
             O.store(i0 + r, c, l > 0.0f ? o / l : 0.0f);
           }
+        // lab:end
         for (int64_t r = 0; r < rows; ++r) {
           const float m = blk.mi.read(0, r), l = blk.li.read(0, r);
           Lse.store(0, i0 + r, l > 0.0f ? m + std::log(l) : kInf);

@@ -50,6 +50,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           blk.li.write(0, r, 0.0f);
         }
         // [skip] Stop at the diagonal: tiles right of it are fully masked and never loaded.
+        // lab:begin causal-skip: [skip]: visit only the first kv_tiles_for(...) K/V tiles (load K_j, V_j, barrier), mask only where needs_mask(...), deferred_update; count tiles_computed, diagonal tiles_masked, tiles_skipped ([tile-class], docs/07_causal_skip.md)
         const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);
         for (int64_t j = 0; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;
@@ -63,6 +64,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                             TileKind::Diagonal;
         }
         led.tiles_skipped += Tc - Tend;
+        // lab:end
         // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < d; ++c) {

@@ -156,6 +156,7 @@ __global__ void __launch_bounds__(kThreads) step07_causal_skip(AttnParams p) {
     for (int e = tid; e < Br * D; e += kThreads) sm.Os[e / D][e % D] = 0.0f;
     if (tid < Br) { sm.mi[tid] = -INFINITY; sm.li[tid] = 0.0f; }
     // [skip] Stop at the diagonal: the K/V tiles right of it are fully masked and never loaded.
+    // lab:begin causal-skip: [skip]: loop over the first kv_tiles_for(...) K/V tiles only (load K_j, V_j, barrier); tile_update<T, D, true> where needs_mask(...), <T, D, false> elsewhere ([tile-class], docs/07_causal_skip.md)
     const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
     for (int j = 0; j < Tend; ++j) {
       const int j0 = j * Bc;
@@ -165,6 +166,7 @@ __global__ void __launch_bounds__(kThreads) step07_causal_skip(AttnParams p) {
       if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal)) tile_update<T, D, true>(sm, p, i0, j0);
       else tile_update<T, D, false>(sm, p, i0, j0);  // both end with a barrier
     }
+    // lab:end
     // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
     for (int e = tid; e < rows * D; e += kThreads) {
       const float l = sm.li[e / D], o = sm.Os[e / D][e % D];

@@ -108,6 +108,7 @@ BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const 
           barrier(Lkv);
           // [softmax-grad] P = exp(scale·S − L) (0 where masked), dS = P ∘ (dP − D).
           const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
+          // lab:begin softmax-grad: [softmax-grad]: P = exp(scale·S − L_i), 0 where masked (only on tiles that need the mask), into Ps; dS = P ∘ (dP − D_i) into dSs (docs/08_backward.md, 'The gradient of attention')
           for (int64_t r = 0; r < sc.Br; ++r)
             for (int64_t c = 0; c < sc.Bc; ++c) {
               float pv = std::exp(scale * Ss.read(r, c) - Li.read(0, r));
@@ -115,15 +116,18 @@ BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const 
               Ps.write(r, c, pv);
               dSs.write(r, c, pv * (dPs.read(r, c) - Di.read(0, r)));
             }
+          // lab:end
           Lkv.nonmatmul_ops += (masked ? 6 : 5) * sc.Br * sc.Bc;
           barrier(Lkv);
           // [dkdv] dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i.
+          // lab:begin dkdv: [dkdv]: into the register accumulators of output fragment (fm, fn): dv += Pᵀ dO_i and dk += dSᵀ Q_i over the tile's rows, 16 at a time (transposed fragments of Ps, dSs)
           for (int64_t fm = 0; fm < KF; ++fm)
             for (int64_t fn = 0; fn < DF; ++fn)
               for (int64_t kk = 0; kk < sc.Br; kk += 16) {
                 mma(dv[static_cast<size_t>(fm * DF + fn)], load_frag_transposed(Ps, kk, 16 * fm), load_frag(dOs, kk, 16 * fn), Lkv);
                 mma(dk[static_cast<size_t>(fm * DF + fn)], load_frag_transposed(dSs, kk, 16 * fm), load_frag(Qs, kk, 16 * fn), Lkv);
               }
+          // lab:end
           // [dq] dS K_j, staged, then added into the accumulator.
           for (int64_t fm = 0; fm < sc.Br / 16; ++fm)
             for (int64_t fn = 0; fn < DF; ++fn) {
@@ -132,8 +136,10 @@ BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const 
               store_frag(Stage, 16 * fm, 16 * fn, a, [](float x) { return x; });
             }
           barrier(Lkv);
+          // lab:begin dq-atomic: [dq-atomic]: add the staged dS K_j (Stage) into the fp32 dQ accumulator A, rows inside N, with atomics
           for (int64_t r = 0; r < rows; ++r)  // [dq-atomic]
             for (int64_t c = 0; c < d; ++c) A.atomic_add(i0 + r, c, Stage.read(r, c));
+          // lab:end
           Lkv.tiles_computed += 1;
           Lkv.tiles_masked += classify_tile(i0, i0 + rows, j0, j0 + keys, s.N, s.Nk, s.causal) == TileKind::Diagonal;
         }

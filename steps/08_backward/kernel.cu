@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(kThreads) step08_bwd_kv(BwdParams p) {
     // [softmax-grad] P = exp(scale·S − L), 0 where masked; dS = P ∘ (dP − D). Both rounded to the
     // storage type: they are the A operands of the products below.
     const bool masked = needs_mask(i0, i0 + rows, j0, f.N, f.Nk, Bc, f.causal);
+    // lab:begin softmax-grad: [softmax-grad]: per element, P = exp(scale·S − L_i), 0 where `masked` and the key is not visible; sm.Ps = P, sm.dSs = P ∘ (dP − D_i), both in the storage type (docs/08_backward.md)
     for (int e = tid; e < Br * Bc; e += kThreads) {
       const int r = e / Bc, c = e % Bc;
       float pv = expf(f.scale * sm.Ss[r][c] - sm.Li[r]);
@@ -177,9 +178,11 @@ __global__ void __launch_bounds__(kThreads) step08_bwd_kv(BwdParams p) {
       sm.Ps[r][c] = from_f32<T>(pv);
       sm.dSs[r][c] = from_f32<T>(pv * (sm.dPs[r][c] - sm.Di[r]));
     }
+    // lab:end
     __syncthreads();
 
     // [dkdv] dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i, into the warp's own accumulators.
+    // lab:begin dkdv: [dkdv]: for each of the warp's output fragments fr = warp + W·t (< kOut): dv[t] += Pᵀ dO_i, dk[t] += dSᵀ Q_i over the Br rows, 16 at a time (Pᵀ, dSᵀ as col_major A fragments) ([dkdv-registers])
 #pragma unroll
     for (int t = 0; t < kPerWarp; ++t) {
       const int fr = warp + W * t, fm = fr / (D / 16), fn = fr % (D / 16);  // key fragment, dimension fragment
@@ -196,6 +199,7 @@ __global__ void __launch_bounds__(kThreads) step08_bwd_kv(BwdParams p) {
         wmma::mma_sync(dk[t], at, bm, dk[t]);
       }
     }
+    // lab:end
     // [dq] This K/V tile's share of dQ_i = dS K_j, staged in shared memory ...
     for (int fr = warp; fr < (Br / 16) * (D / 16); fr += W) {
       const int fm = fr / (D / 16), fn = fr % (D / 16);
@@ -214,7 +218,9 @@ __global__ void __launch_bounds__(kThreads) step08_bwd_kv(BwdParams p) {
     __syncthreads();
     // [dq-atomic] ... and added into the fp32 accumulator: every K/V tile's block adds to the same
     // dQ_i rows, in an order nobody controls (the last bits of dQ may differ from run to run).
+    // lab:begin dq-atomic: [dq-atomic]: atomicAdd the staged share sm.Stage (rows < `rows`) into the fp32 dQ accumulator dQacc rows i0.. (docs/08_backward.md)
     for (int e = tid; e < rows * D; e += kThreads) atomicAdd(&dQacc[int64_t(i0 + e / D) * D + e % D], sm.Stage[e / D][e % D]);
+    // lab:end
   }
 
   // [dkdv-write] dV_j, then dK_j (times the softmax scale), through the staging tile.

@@ -112,11 +112,13 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kb[2];
+        // lab:begin k-frag: [s-regs]: kb[r] = B elements 2r, 2r + 1 (b_elem) of K_jᵀ: neighbours along a row of Ks, one 32-bit load of Ks[8n + c.col][16kk + c.row] (docs/09_mma_sync.md, 'The fragment layouts')
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const m16n8k16::Coord c = m16n8k16::b_elem(lane, 2 * r);  // (k, n) -> K_j[8n + c.col][16kk + c.row]
           kb[r] = *reinterpret_cast<const uint32_t*>(&Ks[8 * n + c.col][16 * kk + c.row]);
         }
+        // lab:end
         mma16816<T>(s[n], qa[kk], kb);
       }
     }
@@ -166,18 +168,22 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t pa[4];
+      // lab:begin c-to-a: [c-to-a]: the A fragment of P for keys 16kk.. from the S accumulators: register r = C tile 2kk + r/2, elements 2(r%2) and 2(r%2) + 1, packed to the storage type (pack2) (docs/09_mma_sync.md)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[r] = pack2<T>(s[2 * kk + r / 2][2 * (r % 2)], s[2 * kk + r / 2][2 * (r % 2) + 1]);
+      // lab:end
       // [pv] Õ += P V_j: B = V_j, element (k, n) = V_j[k][n]; a register's two halves are two
       // keys of one column — two 16-bit loads (step 10's ldmatrix.trans does this in one).
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t vb[2];
+        // lab:begin v-frag: [pv]: vb[r] = B elements 2r, 2r + 1 (b_elem) of V_j: two keys of one column, Vs[16kk + c.row][8n + c.col] and the row below, packed (pack2_raw) (docs/09_mma_sync.md)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const m16n8k16::Coord c = m16n8k16::b_elem(lane, 2 * r);
           vb[r] = pack2_raw(Vs[16 * kk + c.row][8 * n + c.col], Vs[16 * kk + c.row + 1][8 * n + c.col]);
         }
+        // lab:end
         mma16816<T>(o[n], pa, vb);
       }
     }

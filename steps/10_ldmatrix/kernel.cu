@@ -55,7 +55,9 @@ __device__ inline void load_rows(T* __restrict__ sm, const T* __restrict__ g, in
     const int r = c / kVecPerRow, col = (c % kVecPerRow) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r0 + r < rows) v = *reinterpret_cast<const uint4*>(g + int64_t(r0 + r) * ld + col);
+    // lab:begin swizzle: [swizzle]: store the 16-byte chunk v of (row r, column col) at its swizzled place in the unpadded tile: swizzle(r, col, D), chunk c -> c XOR (r mod 8) (docs/10_ldmatrix.md)
     *reinterpret_cast<uint4*>(sm + swizzle(r, col, D)) = v;
+    // lab:end
   }
 }
 
@@ -123,7 +125,9 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kb[2];
+        // lab:begin ldmatrix-k: [s-regs]: kb = the B fragment of keys 8n.., dims 16kk.. in one ldmatrix.x2 (no .trans): lane 8·lm + lr addresses row 8n + lr, column 16kk + 8·lm of the swizzled Ks (docs/10_ldmatrix.md)
         ldmatrix_x2(kb, &Ks[swizzle(8 * n + lr, 16 * kk + 8 * lm, D)]);
+        // lab:end
         mma16816<T>(s[n], qa[kk], kb);
       }
     }
@@ -180,7 +184,9 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t vb[2];
+        // lab:begin ldmatrix-v: [pv]: vb = the B fragment of keys 16kk.., dims 8n.. in one ldmatrix.x2.trans: lane 8·lm + lr addresses row 16kk + 8·lm + lr, column 8n of the swizzled Vs (docs/10_ldmatrix.md)
         ldmatrix_x2_trans(vb, &Vs[swizzle(16 * kk + 8 * lm + lr, 8 * n, D)]);
+        // lab:end
         mma16816<T>(o[n], pa, vb);
       }
     }

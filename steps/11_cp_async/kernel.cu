@@ -58,7 +58,9 @@ __device__ inline void load_rows_async(T* __restrict__ sm, const T* __restrict__
     const bool inside = r0 + r < rows;
     const T* src = inside ? g + int64_t(r0 + r) * ld + col : g;  // a valid address even when nothing is read
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(sm + swizzle(r, col, D)));
+    // lab:begin cp-async: [cp-async]: one cp.async.cg.shared.global [dst], [src], 16, src-size per chunk — src-size 16 inside, 0 past the end (zero-fill) — inside FA_SM80_ONLY (docs/11_cp_async.md)
     FA_SM80_ONLY(asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(inside ? 16 : 0)));
+    // lab:end
   }
 }
 __device__ inline void cp_async_commit() { FA_SM80_ONLY(asm volatile("cp.async.commit_group;\n" ::)); }
@@ -118,13 +120,16 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
   const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
   // [pipeline] Tile 0 is started before the loop; at step j, tile j + 1 is started into the other
   // stage, then the warps wait only for tile j (at most one group left in flight).
+  // lab:begin pipeline-prologue: [pipeline]: before the loop, start the copies of K/V tile 0 into stage 0 (if there is a tile) and commit them as one group (docs/11_cp_async.md, 'The pipeline over time')
   if (Tend > 0) {
     load_rows_async<T, D>(Ks(0), K, p.k_sn, 0, p.Nk);
     load_rows_async<T, D>(Vs(0), V, p.v_sn, 0, p.Nk);
   }
   cp_async_commit();
+  // lab:end
   for (int j = 0; j < Tend; ++j) {
     const int j0 = j * Bc, st = j % kStages;
+    // lab:begin pipeline-step: [pipeline]: start tile j + 1 into the other stage, commit (an empty group on the last tile), wait until at most one group is in flight (tile j has landed), then a barrier (docs/11_cp_async.md)
     if (j + 1 < Tend) {
       load_rows_async<T, D>(Ks((j + 1) % kStages), K, p.k_sn, j0 + Bc, p.Nk);
       load_rows_async<T, D>(Vs((j + 1) % kStages), V, p.v_sn, j0 + Bc, p.Nk);
@@ -132,6 +137,7 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
     cp_async_commit();  // an empty group on the last tile keeps the count uniform
     cp_async_wait<1>();  // tile j has landed (this thread's copies) ...
     __syncthreads();     // ... and everyone's
+    // lab:end
 
     // [s-regs] S = Q K_jᵀ for the warp's rows: Bc/8 accumulator tiles. B = K_jᵀ: its two 8 × 8
     // halves (dims 16kk .. 16kk + 7 and + 8 .. + 15 of keys 8n .. 8n + 7) are K_j as stored: one

@@ -85,6 +85,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
             // [s-regs] S = Q K_jᵀ: per 16 dims, each m16 tile's A fragment (ldmatrix.x4 of Q), then
             // per pair of key blocks one ldmatrix.x4 of K, used by every m16 tile of the warp.
             std::vector<std::vector<CFrag>> sf(size_t(MT), std::vector<CFrag>(size_t(sc.Bc / 8), CFrag(32, {0, 0, 0, 0})));
+            // lab:begin warp-tiles-s: [tiles] + [x4]: per 16 dims, the A fragment of each of the warp's MT m16 tiles (ldmatrix_x4_a of Qs), then per pair of key blocks one ldmatrix_x4_b of K_j: two B fragments feeding every m16 tile (docs/12_warp_tiling.md)
             for (int64_t kk = 0; kk < d / 16; ++kk) {
               std::vector<AFrag> qa;
               for (int64_t mt = 0; mt < MT; ++mt) qa.push_back(mf::ldmatrix_x4_a(Qs, w0 + 16 * mt, 16 * kk));
@@ -96,6 +97,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                 }
               }
             }
+            // lab:end
             for (int64_t mt = 0; mt < MT; ++mt) {
               RowTile& rt = tiles[size_t(w * MT + mt)];
               std::vector<CFrag>& S = sf[size_t(mt)];
@@ -147,6 +149,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   for (int i = 0; i < 8; ++i)
                     pa[size_t(mt)][size_t(lane)][size_t(i)] =
                         round_to(s.dtype, sf[size_t(mt)][size_t(2 * kk + mf::a_from_c_tile(i))][size_t(lane)][size_t(mf::a_from_c_elem(i))]);
+              // lab:begin warp-tiles-pv: [pv] + [x4]: per 16 dims one ldmatrix_x4_b (.trans) of V_j: two B fragments, each multiplied into every m16 tile's Õ (o[2np], o[2np + 1]) (docs/12_warp_tiling.md)
               for (int64_t np = 0; np < d / 16; ++np) {
                 const std::array<BFrag, 2> vb = mf::ldmatrix_x4_b(Vs[stage], 16 * kk, 16 * np, true);
                 for (int64_t mt = 0; mt < MT; ++mt) {
@@ -155,6 +158,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   mf::mma(rt.o[size_t(2 * np + 1)], pa[size_t(mt)], vb[1], led);
                 }
               }
+              // lab:end
             }
           }
           if (ablation == kNoOneBarrier) barrier(led);  // [ablation]

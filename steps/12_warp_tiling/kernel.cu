@@ -188,8 +188,10 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qa[MT][4];
+      // lab:begin q-x4: [x4]: the A fragment of each of the warp's MT m16 tiles, one ldmatrix.x4 of the Q tile in shared memory each: address q_lane + 16·mt rows, XOR 32·kk ([addresses], docs/12_warp_tiling.md)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(qa[mt], (q_lane + 16 * mt * kRow) ^ (32 * kk));
+      // lab:end
 #pragma unroll
       for (int np = 0; np < Bc / 16; ++np) {
         uint32_t kb[4];
@@ -199,11 +201,13 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
         } else {
           ldmatrix_x4(kb, (k_addr + 16 * np * kRow) ^ (32 * kk));
         }
+        // lab:begin s-mtiles: [tiles]: the two B fragments of kb (kb[0..1]: keys 16np.., kb[2..3]: keys 16np + 8..) each feed both m16 tiles: s[mt][2np], s[mt][2np + 1] (docs/12_warp_tiling.md, 'Which warp holds what')
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
           mma16816<T>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
         }
+        // lab:end
       }
     }
 
@@ -279,11 +283,13 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
         } else {
           ldmatrix_x4_trans(vb, (v_addr + 16 * kk * kRow) ^ (32 * np));
         }
+        // lab:begin pv-mtiles: [tiles]: the two B fragments of vb (dims 16np.. and 16np + 8..) each feed both m16 tiles: o[mt][2np], o[mt][2np + 1] += P·V_j (docs/12_warp_tiling.md)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);
           mma16816<T>(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
         }
+        // lab:end
       }
     }
     if (A == kNoOneBarrier) __syncthreads();  // [ablation] step 11's second barrier per tile
