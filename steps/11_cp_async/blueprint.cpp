@@ -20,7 +20,13 @@ mf::BFrag k_frag(const SmemTile& Ks, int64_t n, int64_t kk) { return mf::ldmatri
 // V_j: blocks (keys 16kk.., dims 8n..) and (keys 16kk + 8.., dims 8n..), .trans.
 mf::BFrag v_frag(const SmemTile& Vs, int64_t kk, int64_t n) { return mf::ldmatrix_x2(Vs, 16 * kk, 8 * n, 8 * n, true); }
 
-mma_bp::Tiles tiles(const Schedule& sc, int64_t d) { return {sc.Br, sc.Bc, 0, kSmemBudget, smem_bytes(sc, int(d)), kStages}; }
+mma_bp::Tiles tiles(const Schedule& sc, int64_t d) {
+  mma_bp::Tiles t{sc.Br, sc.Bc, 0, kSmemBudget, smem_bytes(sc, int(d))};  // one stage: load, then multiply
+  // lab:begin stages: give the schedule kStages buffers of K and V, so that tile j + 1 is copied while tile j is multiplied (docs/11 [stages], [pipeline])
+  t.stages = kStages;
+  // lab:end
+  return t;
+}
 
 }  // namespace
 
