@@ -60,7 +60,18 @@ std::string usage(const StepInfo& step) {
      << "  --save DIR       write q.npy k.npy v.npy o.npy lse.npy ([B,H,N,d]; lse float32 [B,H,N];\n"
      << "                   fp16 tensors as float16, bf16 tensors as float32 since NumPy has no bf16)\n"
      << "  --ledger-csv F   write the ledger kernel by kernel to F (CSV), e.g. to set beside Nsight Compute\n"
-     << "  --help           this text\n";
+     << "  --help           this text\n"
+     << "grade (a lab's checks, docs/labs/):\n"
+     << "  --grade          run every check, one line each (PASS/FAIL, the numbers, what to look at):\n"
+     << "                   cpu: the blueprint over the shape matrix against Eigen, and its counted\n"
+     << "                   ledger against closed_form(); gpu: the kernels over the same matrix inside\n"
+     << "                   NaN-padded buffers. Each case runs in a child process with a time limit.\n"
+     << "                   Exit status: 0 every check passed, 1 one failed, 2 bad flags.\n"
+     << "  --track T        cpu, gpu or both (default: both with a GPU, else cpu)\n"
+     << "  --json           the report as one JSON object (for an autograder)\n"
+     << "  --min-speedup X  also time the step against the previous step at one shape (the shape flags,\n"
+     << "                   default the GPU one) and require X times its speed (GPU; default off)\n"
+     << "  --timeout S      seconds per case before it counts as hung (default 60 on the CPU, 30 on the GPU)\n";
   if (!step.flags.empty()) {
     os << "step " << step.id << " flags:\n";
     for (const auto& f : step.flags) {
@@ -112,7 +123,21 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     else if (a == "--csv") o.csv = true;
     else if (a == "--save") { o.save_dir = next(); if (o.save_dir.empty()) throw CliError("--save needs a directory"); }
     else if (a == "--ledger-csv") { o.ledger_csv = next(); if (o.ledger_csv.empty()) throw CliError("--ledger-csv needs a file name"); }
+    else if (a == "--grade") o.grade = true;
+    else if (a == "--json") o.grade_json = true;
+    else if (a == "--track") {
+      const std::string v = next();
+      if (v != "cpu" && v != "gpu" && v != "both") throw CliError("--track must be cpu, gpu or both (got '" + v + "')");
+      o.grade_track = v;
+    }
+    else if (a == "--min-speedup") {
+      o.min_speedup = parse_double(a, next());
+      if (!(o.min_speedup > 0.0) || o.min_speedup > 1e6) throw CliError("--min-speedup must be a positive number");
+    }
+    else if (a == "--timeout") o.grade_timeout = double(parse_int(a, next(), 1, 86400));
+    else if (a == "--grade-case") o.grade_case = parse_int(a, next(), 0, kBig);
     else if (a == "--backend") {
+      o.backend_given = true;
       const std::string v = next();
       if (v == "auto") o.backend = Backend::Auto;
       else if (v == "gpu") o.backend = Backend::Gpu;
@@ -132,6 +157,7 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
           throw CliError(a + " must be one of " + choices + " (got '" + v + "')");
         }
         o.step[f.name] = v;
+        o.step_flags_given.push_back(f.name);
         if (!f.sweep && v == f.choices.front()) o.step.erase(f.name);  // the default of an experiment: no variant
         found = true;
       }
@@ -140,6 +166,17 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
   }
   o.shape_given = o.b_given || o.h_given || o.n_given || o.nk_given || o.d_given;
   if (!o.nk_given) o.shape.Nk = o.shape.N;
+  // --grade's own flags need it, and it picks backends and prints its own report.
+  if (!o.grade && o.grade_case < 0) {
+    for (const auto& [given, flag] : {std::pair{o.grade_json, "--json"}, {!o.grade_track.empty(), "--track"},
+                                      {o.min_speedup > 0, "--min-speedup"}, {o.grade_timeout > 0, "--timeout"}})
+      if (given) throw CliError(std::string(flag) + " goes with --grade");
+  } else if (!o.help) {
+    for (const auto& [given, flag] : {std::pair{o.backend_given, "--backend (use --track cpu|gpu)"},
+                                      {o.csv, "--csv (use --json)"}, {!o.save_dir.empty(), "--save"},
+                                      {!o.ledger_csv.empty(), "--ledger-csv"}})
+      if (given) throw CliError(std::string("--grade cannot go with ") + flag);
+  }
   return o;
 }
 

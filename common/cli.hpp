@@ -1,6 +1,7 @@
 // The command line every step program shares (docs/anatomy.md, "Conventions every step follows"):
 //   --b --h --n --nk --d --causal --dtype --seed --reps --csv --save DIR --help
-// plus --backend, --scale, --warmup, --ledger-csv FILE and the step's own flags (e.g. step 01's --gemm).
+// plus --backend, --scale, --warmup, --ledger-csv FILE and the step's own flags (e.g. step 01's --gemm),
+// and --grade [--json --track --min-speedup --timeout] (every check, one line each: common/grade.hpp).
 // Bad values throw CliError, whose message names the flag; the runner exits 2 on it.
 #pragma once
 #include <cstdint>
@@ -29,7 +30,17 @@ struct CliOptions {
   std::string save_dir;
   std::string ledger_csv;  // --ledger-csv FILE: the ledger kernel by kernel (for comparing with Nsight)
   Backend backend = Backend::Auto;
+  bool backend_given = false;
   StepOptions step;
+  std::vector<std::string> step_flags_given;  // the step's own flags named on the command line
+
+  // --grade (common/grade.hpp): every check of the step, one line each, exit 0 only when all pass.
+  bool grade = false;
+  bool grade_json = false;    // --json: the report as one JSON object (for an autograder)
+  std::string grade_track;    // --track cpu|gpu|both; "": cpu without a GPU, else both
+  double min_speedup = 0;     // --min-speedup X: the GPU time against the previous step's; 0 = off
+  double grade_timeout = 0;   // --timeout S: per case; 0 = the default (60 s CPU, 30 s GPU)
+  int64_t grade_case = -1;    // --grade-case K (internal): the child process that runs case K on
 };
 
 // argv[0] is skipped. Throws CliError on any bad flag or value.

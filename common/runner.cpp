@@ -12,6 +12,7 @@
 
 #include "arch.hpp"
 #include "gpu.hpp"
+#include "grade.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
 
@@ -228,7 +229,7 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
 
 }  // namespace
 
-int run_step_main(const StepInfo& step, int argc, char** argv) {
+int run_step_main(const StepInfo& step, int argc, char** argv, const StepInfo* previous) {
   std::vector<std::string> args(argv + 1, argv + argc);
   CliOptions o;
   try {
@@ -241,6 +242,9 @@ int run_step_main(const StepInfo& step, int argc, char** argv) {
     std::cout << usage(step);
     return 0;
   }
+  // --grade: every check, each case in a child process (common/grade.hpp).
+  if (o.grade_case >= 0) return run_grade_child(step, previous, o);
+  if (o.grade) return run_grade(step, previous, o, args, argc > 0 ? argv[0] : step.program());
 
   bool on_gpu = false;
   std::string why;

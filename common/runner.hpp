@@ -65,6 +65,8 @@ LedgerSet all_kernels(const RunRecord& r);
 // Runs one step on one shape on the chosen backend and checks it (used by the program and tests).
 RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu);
 
-int run_step_main(const StepInfo& step, int argc, char** argv);
+// The step program. `previous`: the step before this one when the program links it (labNN does),
+// for --grade --min-speedup; null otherwise.
+int run_step_main(const StepInfo& step, int argc, char** argv, const StepInfo* previous = nullptr);
 
 }  // namespace fa
