@@ -2,6 +2,17 @@
 #   fa_stepNN   a library: blueprint.cpp (+ kernel.cu when CUDA is on)
 #   stepNN      the step program at the build root (main generated from cmake/step_main.cpp.in)
 # and one generated registry (fa_registry) that lists every step for the tests and tools.
+# For every lab/NN_name/ (scripts/lab.sh start NN) present when CMake configures:
+#   fa_labNN    the lab's blueprint.cpp (+ kernel.cu when CUDA is on), lab/NN_name/ first on its
+#               include path (the lab's schedule.hpp), linked as fa_stepNN is
+#   labNN       the step program on it, at the build root (./labNN --grade); it links the previous
+#               step's library too, for --grade --min-speedup
+# Without lab/ nothing of this exists.
+set(FA_LAB_DIR ${PROJECT_SOURCE_DIR}/lab CACHE PATH "Where scripts/lab.sh writes the labs (NN_name/ folders)")
+if(IS_DIRECTORY ${FA_LAB_DIR})  # a new lab folder there configures the build again
+  set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${FA_LAB_DIR})
+endif()
+set(_fa_prev "")
 set(FA_STEP_LIBS "")
 set(FA_REGISTRY_DECLS "")
 set(FA_REGISTRY_ITEMS "")
@@ -31,6 +42,44 @@ foreach(step_dir IN LISTS FA_STEPS)
   add_executable(step${nn} ${PROJECT_BINARY_DIR}/gen/step${nn}_main.cpp)
   target_link_libraries(step${nn} PRIVATE ${lib})
   set_target_properties(step${nn} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+
+  set(lab ${FA_LAB_DIR}/${step_dir})
+  if(EXISTS ${lab}/blueprint.cpp AND EXISTS ${lab}/schedule.hpp)
+    set(lab_srcs ${lab}/blueprint.cpp)
+    if(FA_HAVE_CUDA AND EXISTS ${lab}/kernel.cu)
+      list(APPEND lab_srcs ${lab}/kernel.cu)
+    endif()
+    add_library(fa_lab${nn} STATIC ${lab_srcs})
+    target_include_directories(fa_lab${nn} BEFORE PRIVATE ${lab})
+    target_link_libraries(fa_lab${nn} PUBLIC fa_common)
+    if(DEFINED FA_STEP${nn}_USES)
+      target_link_libraries(fa_lab${nn} PUBLIC ${FA_STEP${nn}_USES})
+    endif()
+    target_compile_options(fa_lab${nn} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
+                                               $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS}>)
+    if(FA_HAVE_CUDA)
+      target_link_libraries(fa_lab${nn} PUBLIC CUDA::cublas)
+    endif()
+    set(FA_PROGRAM lab${nn})
+    if(_fa_prev)
+      set(FA_PREV_DECL "namespace fa::step${_fa_prev} { const StepInfo& info(); }")
+      set(FA_PREV_PTR "&fa::step${_fa_prev}::info()")
+    else()
+      set(FA_PREV_DECL "")
+      set(FA_PREV_PTR "nullptr")
+    endif()
+    configure_file(${PROJECT_SOURCE_DIR}/cmake/lab_main.cpp.in ${PROJECT_BINARY_DIR}/gen/lab${nn}_main.cpp @ONLY)
+    add_executable(lab${nn} ${PROJECT_BINARY_DIR}/gen/lab${nn}_main.cpp)
+    target_link_libraries(lab${nn} PRIVATE fa_lab${nn})
+    if(_fa_prev)
+      target_link_libraries(lab${nn} PRIVATE fa_step${_fa_prev})
+    endif()
+    set_target_properties(lab${nn} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+    message(STATUS "lab: lab${nn} from ${lab}")
+  elseif(IS_DIRECTORY ${lab})
+    message(WARNING "${lab} has no blueprint.cpp or schedule.hpp: no lab${nn} (scripts/lab.sh reset ${nn})")
+  endif()
+  set(_fa_prev ${nn})
 
   list(APPEND FA_STEP_LIBS ${lib})
   string(APPEND FA_REGISTRY_DECLS "namespace fa::step${nn} { const StepInfo& info(); }\n")
