@@ -1,0 +1,35 @@
+# A step is a lab (docs/labs/): its blueprint.cpp and kernel.cu each carry at least one region
+#     // lab:begin NAME: one-line hint
+#     ...
+#     // lab:end
+# that `scripts/lab.sh blank` (SCRIPT) accepts (balanced, not nested), and its handout DOC exists.
+set(missing "")
+foreach(f blueprint.cpp kernel.cu)
+  if(NOT EXISTS ${STEP}/${f})
+    continue()
+  endif()
+  file(READ ${STEP}/${f} text)
+  # Whole lines, read as one string: a C++ line may hold ';' or '[', which CMake lists would split on.
+  string(REGEX MATCHALL "(^|\n)[ \t]*// lab:begin [^\n]*" begins "${text}")
+  list(LENGTH begins n)
+  if(n EQUAL 0)
+    string(APPEND missing "\n  ${f}: no lab regions ('// lab:begin NAME: hint' ... '// lab:end')")
+    continue()
+  endif()
+  string(REGEX MATCHALL "(^|\n)[ \t]*// lab:begin [A-Za-z0-9_.-]+: [^\n]*[^ \t\n]" named "${text}")
+  list(LENGTH named m)
+  if(NOT m EQUAL n)
+    string(APPEND missing "\n  ${f}: a region begins '// lab:begin NAME: hint' (a name, a colon, a hint)")
+  endif()
+  execute_process(COMMAND bash ${SCRIPT} blank ${STEP}/${f} RESULT_VARIABLE rc OUTPUT_VARIABLE blanked ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    string(APPEND missing "\n  ${f}: scripts/lab.sh blank refuses it: ${err}")
+  endif()
+endforeach()
+if(NOT EXISTS ${DOC})
+  string(APPEND missing "\n  no handout ${DOC}")
+endif()
+if(missing)
+  message(FATAL_ERROR "${STEP} is not a lab yet:${missing}")
+endif()
+message(STATUS "${STEP}: lab regions in place, handout ${DOC}")
