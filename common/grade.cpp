@@ -27,7 +27,7 @@
 #include "gpu.hpp"
 #include "reference.hpp"
 #include "runner.hpp"
-#include "shapes.hpp"  // tests/shapes.hpp: the shape matrix of the tests
+#include "shapes.hpp"  // the shape matrix of the tests
 
 extern char** environ;
 
@@ -777,7 +777,7 @@ int run_grade(const StepInfo& step, const StepInfo* previous, const CliOptions& 
   }
   std::ostringstream cpu_what, gpu_what;
   cpu_what << "the blueprint" << (step.has_backward() ? "s (forward and backward)" : "") << " over " << (c1 - c0) / n_vars
-           << " shapes (tests/shapes.hpp) x " << n_vars << " variant(s), against the Eigen reference; the counted ledger "
+           << " shapes (common/shapes.hpp) x " << n_vars << " variant(s), against the Eigen reference; the counted ledger "
            << "against the closed form on each";
   gpu_what << "the kernels over the same " << (c1 - c0) / n_vars << " shapes x " << n_vars
            << " variant(s) inside NaN-padded buffers (no stray writes allowed)";

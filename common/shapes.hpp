@@ -1,4 +1,5 @@
-// The shape matrix shared by the blueprint tests and the GPU tests (docs/anatomy.md, "Checks that can fail"):
+// The shape matrix shared by the blueprint tests, the GPU tests and the labs' grader (--grade;
+// docs/anatomy.md, "Checks that can fail"):
 // N not a multiple of the tile, N smaller than a tile, Nk != N both ways, d in {16, 32, 64, 128},
 // causal on and off, B and H > 1, both storage types, and inputs scaled for large logits.
 #pragma once
