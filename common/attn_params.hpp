@@ -31,6 +31,9 @@ struct AttnParams {
   bool bf16 = false;                     // storage type: false = fp16, true = bf16
   float scale = 0.0f;                    // softmax scale (already resolved, never 0)
   void* workspace = nullptr;             // step-specific scratch in global memory
+  // Dropout on the attention weights (common/dropout.hpp); p = 0: none. Steps 12 and 13 only.
+  float dropout = 0.0f;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 // What a backward launcher receives. Gradients are laid out like what they differentiate: dO has

@@ -20,6 +20,10 @@ struct Shape {
   bool causal = false;
   DType dtype = DType::f16;
   double scale = 0.0;  // 0 means 1/sqrt(d)
+  // Dropout on the attention weights (common/dropout.hpp): probability P of dropping a weight
+  // (0 = none), and the Philox key and counter offset the mask is drawn from.
+  double dropout = 0.0;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 
   double softmax_scale() const;
   int64_t q_elems() const { return B * H * N * d; }

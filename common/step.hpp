@@ -75,6 +75,10 @@ struct StepInfo {
   // blueprint / closed_form / launch above are then that step's.
   std::string forward_from;
 
+  // --dropout P (common/dropout.hpp): the steps whose forward (and backward) apply it; any other
+  // step refuses a nonzero P with a message.
+  bool supports_dropout = false;
+
   // The backward pass, for steps that have one (null otherwise). Inputs: Q, K, V, the forward's O
   // and L, and dO. The launcher gets BwdParams; its scratch is backward_workspace_bytes().
   BackwardBlueprintResult (*backward_blueprint)(const Shape&, const Inputs&, const Forward&, const Tensor4& dO,

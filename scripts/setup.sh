@@ -7,7 +7,7 @@
 
 FA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FA_BUILD="${FA_BUILD:-$FA_ROOT/build}"
-FA_PACKAGES=(cmake make g++ libeigen3-dev doctest-dev libgnuplot-iostream-dev gnuplot-nox)
+FA_PACKAGES=(cmake make g++ libeigen3-dev doctest-dev libgnuplot-iostream-dev gnuplot-nox librandom123-dev)
 
 fa_say() { printf '[fa] %s\n' "$*" >&2; }
 
