@@ -32,6 +32,16 @@ double parse_double(const std::string& flag, const std::string& v) {
   }
 }
 
+// A step flag whose choices are off and on (in either order) is a switch: given bare, it means on.
+bool is_switch(const StepFlag& f) {
+  const auto& c = f.choices;
+  return c.size() == 2 && ((c[0] == "off" && c[1] == "on") || (c[0] == "on" && c[1] == "off"));
+}
+
+// The steps whose StepInfo sets supports_dropout, for the refusal's message (fa_common cannot
+// consult the registry, which links every step and so fa_common itself).
+constexpr const char* kDropoutSteps = "steps 12 and 13";
+
 }  // namespace
 
 std::string usage(const StepInfo& step) {
@@ -50,9 +60,12 @@ std::string usage(const StepInfo& step) {
      << "  --causal         causal mask, bottom-right aligned when NK != N (query i sees keys j <= i + NK - N)\n"
      << "  --dtype T        storage type of Q, K, V, P, O: fp16 (default) or bf16\n"
      << "  --scale X        softmax scale (default 1/sqrt(d))\n"
+     << "  --dropout P      drop each attention weight with probability P, scale the kept ones by\n"
+     << "                   1/(1-P) (default 0: none; " << kDropoutSteps << " only)\n"
      << "run:\n"
      << "  --backend B      auto (default: GPU if present), gpu, or cpu (the blueprint)\n"
      << "  --seed S         input seed (default 42); inputs are 0.5 + randn, rounded to the storage type\n"
+     << "  --dropout-seed S seed of the dropout mask (Philox; default: the --seed value)\n"
      << "  --reps R         timed repetitions on the GPU, median reported (default 20; 0 = check only)\n"
      << "  --warmup W       untimed launches before timing (default 3)\n"
      << "output:\n"
@@ -77,6 +90,7 @@ std::string usage(const StepInfo& step) {
     for (const auto& f : step.flags) {
       std::string choices;
       for (const auto& c : f.choices) choices += (choices.empty() ? "" : "|") + c;
+      if (is_switch(f)) choices = "[" + choices + "]";  // bare means on
       os << "  --" << f.name << " " << choices << "  " << f.help << " (default " << f.choices.front() << ")\n";
     }
   }
@@ -117,6 +131,17 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
       o.shape.scale = parse_double(a, next());
       if (!(o.shape.scale > 0.0)) throw CliError("--scale must be a positive number");
     }
+    else if (a == "--dropout") {
+      const std::string v = next();
+      o.shape.dropout = parse_double(a, v);
+      if (!(o.shape.dropout >= 0.0 && float(o.shape.dropout) < 1.0f))  // float: what the kernels get
+        throw CliError("--dropout must be a probability in [0, 1) (got " + v + ")");
+      o.dropout_given = true;
+    }
+    else if (a == "--dropout-seed") {
+      o.shape.dropout_seed = static_cast<uint64_t>(parse_int(a, next(), 0, INT64_MAX));
+      o.dropout_seed_given = true;
+    }
     else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_int(a, next(), 0, INT64_MAX));
     else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, next(), 0, 100000));
     else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(a, next(), 0, 1000));
@@ -148,7 +173,9 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
       bool found = false;
       for (const auto& f : step.flags) {
         if (a != "--" + f.name) continue;
-        const std::string v = next();
+        // A switch given bare (nothing follows, or the next flag does) means on.
+        const bool bare = is_switch(f) && !has_inline && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0);
+        const std::string v = bare ? "on" : next();
         bool ok = false;
         for (const auto& c : f.choices) ok = ok || c == v;
         if (!ok) {
@@ -166,6 +193,13 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
   }
   o.shape_given = o.b_given || o.h_given || o.n_given || o.nk_given || o.d_given;
   if (!o.nk_given) o.shape.Nk = o.shape.N;
+  if (!o.dropout_seed_given) o.shape.dropout_seed = o.seed;
+  o.shape.dropout_offset = 0;
+  if (!o.help) {
+    if (o.dropout_seed_given && !o.dropout_given) throw CliError("--dropout-seed goes with --dropout");
+    if (o.shape.dropout > 0.0 && !step.supports_dropout)
+      throw CliError("--dropout: " + step.program() + " does not apply dropout (" + kDropoutSteps + " do)");
+  }
   // --grade's own flags need it, and it picks backends and prints its own report.
   if (!o.grade && o.grade_case < 0) {
     for (const auto& [given, flag] : {std::pair{o.grade_json, "--json"}, {!o.grade_track.empty(), "--track"},
@@ -174,7 +208,8 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
   } else if (!o.help) {
     for (const auto& [given, flag] : {std::pair{o.backend_given, "--backend (use --track cpu|gpu)"},
                                       {o.csv, "--csv (use --json)"}, {!o.save_dir.empty(), "--save"},
-                                      {!o.ledger_csv.empty(), "--ledger-csv"}})
+                                      {!o.ledger_csv.empty(), "--ledger-csv"},
+                                      {o.dropout_given, "--dropout (the shape matrix has none)"}})
       if (given) throw CliError(std::string("--grade cannot go with ") + flag);
   }
   return o;

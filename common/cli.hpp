@@ -1,6 +1,7 @@
 // The command line every step program shares (docs/anatomy.md, "Conventions every step follows"):
 //   --b --h --n --nk --d --causal --dtype --seed --reps --csv --save DIR --help
-// plus --backend, --scale, --warmup, --ledger-csv FILE and the step's own flags (e.g. step 01's --gemm),
+// plus --backend, --scale, --dropout P [--dropout-seed S], --warmup, --ledger-csv FILE and the step's
+// own flags (e.g. step 01's --gemm; one whose choices are off|on may be given bare, meaning on),
 // and --grade [--json --track --min-speedup --timeout] (every check, one line each: common/grade.hpp).
 // Bad values throw CliError, whose message names the flag; the runner exits 2 on it.
 #pragma once
@@ -25,6 +26,9 @@ struct CliOptions {
   bool shape_given = false;  // any of --b --h --n --nk --d was given
   bool b_given = false, h_given = false, n_given = false, nk_given = false, d_given = false;
   uint64_t seed = 42;
+  // --dropout P fills shape.dropout; the mask's seed (shape.dropout_seed) is --seed unless
+  // --dropout-seed is given. Only a step with StepInfo::supports_dropout takes P > 0.
+  bool dropout_given = false, dropout_seed_given = false;
   int reps = 20, warmup = 3;
   bool csv = false, help = false;
   std::string save_dir;

@@ -43,6 +43,8 @@ std::string cuda_version_string();   // "runtime 13.0, driver 13.0"
 // Both first hold the step's needs against gpu_caps() and throw Unsupported, before anything is
 // allocated or launched, for what this GPU cannot run (require_supported, common/arch.hpp).
 //
+// The launchers' AttnParams carry the whole Shape, dropout's P, seed and offset included.
+//
 // Upload the inputs (inside NaN-padded buffers when cfg.pad is set), poison O and L with NaN, launch
 // the step once and read back; then, if cfg.reps > 0, warm up and time cfg.reps launches with CUDA
 // events (O and L poisoned again before each) and report the median. Throws on any CUDA error.

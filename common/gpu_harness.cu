@@ -196,6 +196,10 @@ struct ForwardBuffers {
     p.causal = s.causal;
     p.bf16 = s.dtype == DType::bf16;
     p.scale = static_cast<float>(s.softmax_scale());
+    // [dropout] The mask's parameters: the backward (BwdParams::f, from here too) redraws the forward's.
+    p.dropout = static_cast<float>(s.dropout);
+    p.dropout_seed = s.dropout_seed;
+    p.dropout_offset = s.dropout_offset;
     p.workspace = workspace;
     return p;
   }

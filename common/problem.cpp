@@ -23,6 +23,7 @@ std::string Shape::str() const {
   std::ostringstream os;
   os << "B=" << B << " H=" << H << " N=" << N << " Nk=" << Nk << " d=" << d
      << " causal=" << (causal ? 1 : 0) << " " << dtype_name(dtype);
+  if (dropout > 0.0) os << " dropout=" << dropout;
   return os.str();
 }
 
@@ -44,6 +45,11 @@ std::string validate(const Shape& s) {
     return os.str();
   }
   if (!(s.scale >= 0.0) || !std::isfinite(s.scale)) return "--scale must be a finite number >= 0 (0 means 1/sqrt(d))";
+  // In float too: the kernels get P as a float (AttnParams), and 1 − P must not round to 0 there.
+  if (!(s.dropout >= 0.0 && float(s.dropout) < 1.0f)) {  // NaN fails too
+    os << "--dropout must be in [0, 1) (got " << s.dropout << ")";
+    return os.str();
+  }
   // Keep every element index inside 2^31 per tensor and the problem within reason on a host.
   constexpr int64_t kMaxElems = int64_t(1) << 31;
   if (s.q_elems() >= kMaxElems || s.kv_elems() >= kMaxElems)

@@ -117,6 +117,13 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   RunRecord r;
   r.step = step.id;
   r.variant = variant_name(o.step);
+  // [dropout] The CSV has no column for P (its header is what bench resumes against), so P goes in
+  // the variant: a row with dropout cannot pass for one without.
+  if (o.shape.dropout > 0.0) {
+    std::ostringstream v;
+    v << (r.variant == "-" ? "" : r.variant + ";") << "dropout=" << o.shape.dropout;
+    r.variant = v.str();
+  }
   r.shape = o.shape;
   r.seed = o.seed;
   const Shape& s = o.shape;
@@ -207,6 +214,7 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   os << std::fixed;
   os << "shape     " << r.shape.str() << ", scale " << std::setprecision(4) << r.shape.softmax_scale() << ", seed "
      << r.seed;
+  if (r.shape.dropout > 0.0) os << ", dropout seed " << r.shape.dropout_seed;
   if (!step.flags.empty()) os << ", " << r.variant;
   os << "\n";
   os << "check     " << r.check.summary() << "\n";

@@ -89,3 +89,23 @@ TEST_CASE("--save writes q, k, v, o and lse as .npy files") {
     CHECK(std::filesystem::file_size(dir + "/" + f) > 128);
   }
 }
+
+TEST_CASE("a step flag of choices off|on may be given bare, meaning on") {
+  StepInfo fake;
+  fake.id = "97";
+  fake.flags = {{"deterministic", {"off", "on"}, "a switch"}, {"gemm", {"wmma", "cublas"}, "not a switch"}};
+  CHECK(parse_cli(fake, {}).step.at("deterministic") == "off");
+  CHECK(parse_cli(fake, {"--deterministic"}).step.at("deterministic") == "on");
+  CHECK(parse_cli(fake, {"--deterministic", "--n", "5"}).step.at("deterministic") == "on");
+  CHECK(parse_cli(fake, {"--deterministic", "--n", "5"}).shape.N == 5);
+  CHECK(parse_cli(fake, {"--deterministic", "off"}).step.at("deterministic") == "off");
+  CHECK(parse_cli(fake, {"--deterministic", "on"}).step.at("deterministic") == "on");
+  CHECK(parse_cli(fake, {"--deterministic=off"}).step.at("deterministic") == "off");
+  CHECK(parse_cli(fake, {"--deterministic"}).step_flags_given == std::vector<std::string>{"deterministic"});
+  CHECK_THROWS_WITH_AS(parse_cli(fake, {"--deterministic", "maybe"}), "--deterministic must be one of off, on (got 'maybe')",
+                       CliError);
+  CHECK_THROWS_WITH_AS(parse_cli(fake, {"--deterministic="}), "--deterministic must be one of off, on (got '')", CliError);
+  CHECK_THROWS_WITH_AS(parse_cli(fake, {"--gemm"}), "--gemm needs a value", CliError);  // only off|on is a switch
+  CHECK(usage(fake).find("--deterministic [off|on]") != std::string::npos);
+  CHECK(usage(fake).find("--gemm wmma|cublas") != std::string::npos);
+}
