@@ -6,12 +6,34 @@
 #include <limits>
 #include <stdexcept>
 
+#include "dropout.hpp"
 #include "parallel.hpp"
 #include "rng.hpp"
 
 namespace fa {
 
 using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+namespace {
+
+// [dropout] The mask of a shape, drawn as the kernels draw it: the threshold from P as a float (what
+// AttnParams::dropout holds), so that keep_ij is bit-identical; the factor 1/(1 − P) in double.
+struct DropoutMask {
+  bool on;
+  uint64_t seed, offset;
+  uint32_t threshold;
+  double rescale;
+  explicit DropoutMask(const Shape& s)
+      : on(s.dropout > 0.0), seed(s.dropout_seed), offset(s.dropout_offset),
+        threshold(dropout_threshold(static_cast<float>(s.dropout))), rescale(on ? 1.0 / (1.0 - s.dropout) : 1.0) {}
+  double z(int64_t bh, int64_t i, int64_t j) const {
+    return !on ? 1.0 : dropout_keep(seed, offset, bh, i, j, threshold) ? rescale : 0.0;
+  }
+};
+
+}  // namespace
+
+double dropout_factor(const Shape& s, int64_t bh, int64_t i, int64_t j) { return DropoutMask(s).z(bh, i, j); }
 
 std::vector<int64_t> pick_rows(const Shape& s, uint64_t seed, double budget) {
   const double per_row = double(s.B) * double(s.H) * double(s.Nk) * double(s.d);
@@ -47,6 +69,7 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
   ref.lse.assign(static_cast<size_t>(s.B * s.H * R), 0.0);
   const double scale = s.softmax_scale();
   const double inf = std::numeric_limits<double>::infinity();
+  const DropoutMask drop(s);
 
   // Heads are independent: one task each (each writes only its own slice of the result).
   parallel_for(s.B * s.H, [&](int64_t bh) {
@@ -70,6 +93,9 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
         for (int64_t j = 0; j < n_vis; ++j) { P(r, j) = std::exp(S(r, j) - m); l += P(r, j); }
         P.row(r).head(n_vis) /= l;
         ref.lse[static_cast<size_t>(bh * R + r)] = m + std::log(l);
+        // [dropout] O = (P ∘ Z) V; L above is that of the weights before dropout.
+        if (drop.on)
+          for (int64_t j = 0; j < n_vis; ++j) P(r, j) *= drop.z(bh, rows[static_cast<size_t>(r)], j);
       }
       MatD O = P * V;  // [R, d]
       for (int64_t r = 0; r < R; ++r)
@@ -145,6 +171,7 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
   g.D.assign(static_cast<size_t>(nh * N), 0.0);
   const double scale = s.softmax_scale();
   const double inf = std::numeric_limits<double>::infinity();
+  const DropoutMask drop(s);
 
   std::vector<Head> hd(static_cast<size_t>(nh));
   parallel_for(nh, [&](int64_t hi) { hd[static_cast<size_t>(hi)] = upcast(s, in, dO, heads[static_cast<size_t>(hi)]); });
@@ -155,6 +182,7 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
   parallel_for(nh * row_blocks, [&](int64_t t) {
     const int64_t hi = t / row_blocks, i0 = (t % row_blocks) * kBlock, i1 = std::min(N, i0 + kBlock), R = i1 - i0;
     const Head& x = hd[static_cast<size_t>(hi)];
+    const int64_t bh = heads[static_cast<size_t>(hi)];
     const int64_t nk = visible(s, i1 - 1);  // the block's last row sees the most keys
     if (nk == 0) return;                    // no row sees a key: dQ = 0, D = 0, L = +inf
     const auto Kb = x.K.topRows(nk), Vb = x.V.topRows(nk);
@@ -170,7 +198,13 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
       P.row(r).tail(nk - nv).setZero();
       L[static_cast<size_t>(hi * N + i0 + r)] = m + std::log(l);
     }
-    const MatD O = P * Vb;  // [R, d]
+    MatD Z;  // [dropout] Z of the block's visible weights (0 elsewhere); unused without dropout
+    if (drop.on) {
+      Z.setZero(R, nk);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < visible(s, i0 + r); ++j) Z(r, j) = drop.z(bh, i0 + r, j);
+    }
+    const MatD O = drop.on ? MatD(P.cwiseProduct(Z) * Vb) : MatD(P * Vb);  // [R, d]
     MatD dS = Gb * Vb.transpose();  // dP, then dS in place
     MatD Shat(R, nk);
     for (int64_t r = 0; r < R; ++r) {
@@ -179,6 +213,7 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
       g.D[at] = D;
       Dhat[at] = Dh;
       for (int64_t j = 0; j < nk; ++j) {
+        if (drop.on) dS(r, j) *= Z(r, j);  // dP = (dO Vᵀ) ∘ Z
         dS(r, j) = P(r, j) * (dS(r, j) - D);
         Shat(r, j) = std::fabs(dS(r, j)) + P(r, j) * Dh;
       }
@@ -196,6 +231,7 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
   parallel_for(nh * key_blocks, [&](int64_t t) {
     const int64_t hi = t / key_blocks, j0 = (t % key_blocks) * kBlock, j1 = std::min(Nk, j0 + kBlock), C = j1 - j0;
     const Head& x = hd[static_cast<size_t>(hi)];
+    const int64_t bh = heads[static_cast<size_t>(hi)];
     const int64_t r0 = s.causal ? std::clamp<int64_t>(j0 - (Nk - N), 0, N) : 0, R = N - r0;
     if (R == 0) return;  // no row sees these keys: dK = dV = 0
     const auto Kb = x.K.middleRows(j0, C), Vb = x.V.middleRows(j0, C);
@@ -203,17 +239,25 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
     MatD P = scale * (x.Q.middleRows(r0, R) * Kb.transpose());  // S, then P = exp(S − L) in place
     MatD dS = Gb * Vb.transpose();                               // dP, then dS in place
     MatD Shat(R, C);
+    MatD PZ;  // [dropout] P ∘ Z, the weights dV sees; P itself without dropout
+    if (drop.on) PZ.setZero(R, C);
     for (int64_t r = 0; r < R; ++r) {
       const size_t at = static_cast<size_t>(hi * N + r0 + r);
       const int64_t nv = visible(s, r0 + r);
       const double D = g.D[at], Dh = Dhat[at];
       for (int64_t c = 0; c < C; ++c) {
         P(r, c) = j0 + c < nv ? std::exp(P(r, c) - L[at]) : 0.0;
+        if (drop.on && j0 + c < nv) {
+          const double z = drop.z(bh, r0 + r, j0 + c);
+          PZ(r, c) = P(r, c) * z;
+          dS(r, c) *= z;  // dP = (dO Vᵀ) ∘ Z
+        }
         dS(r, c) = P(r, c) * (dS(r, c) - D);
         Shat(r, c) = std::fabs(dS(r, c)) + P(r, c) * Dh;
       }
     }
-    const MatD dV = P.transpose() * Gb, dVmag = P.transpose() * x.Ga.middleRows(r0, R);
+    const MatD& Pd = drop.on ? PZ : P;
+    const MatD dV = Pd.transpose() * Gb, dVmag = Pd.transpose() * x.Ga.middleRows(r0, R);
     const MatD dK = scale * (dS.transpose() * x.Q.middleRows(r0, R));
     const MatD dKmag = scale * (Shat.transpose() * x.Qa.middleRows(r0, R));
     for (int64_t c = 0; c < C; ++c)

@@ -4,6 +4,9 @@
 //   S = scale · Q Kᵀ,  masked (causal, bottom-right) entries set to −inf
 //   m = rowmax(S),  l = Σ_j exp(S_ij − m),  P = exp(S − m) / l,  O = P V,  L = m + log(l)
 //   A row that sees no key: O = 0 and L = +inf (so a backward's exp(S − L) is 0).
+// [dropout] With s.dropout = P > 0:  O = (P ∘ Z) V,  Z_ij = keep_ij / (1 − P), the mask drawn by
+// common/dropout.hpp from (s.dropout_seed, s.dropout_offset, b·H + h, i, j) — the kernels' bits; L
+// is unchanged (the log-sum-exp before dropout). P = 0 is the computation above, bit for bit.
 //
 // Every row on small shapes, or a seeded sample of rows (the same rows in every (b, h)) on large.
 #pragma once
@@ -13,6 +16,10 @@
 #include "problem.hpp"
 
 namespace fa {
+
+// Z_ij of head bh = b·H + h for query row i and key j: 1/(1 − P) where the weight is kept, 0 where it
+// is dropped; 1 when s.dropout = 0. Whether the key is visible (causal) is not its business.
+double dropout_factor(const Shape& s, int64_t bh, int64_t i, int64_t j);
 
 struct Reference {
   std::vector<int64_t> rows;  // query rows checked, ascending, the same in every (b, h)
@@ -39,13 +46,15 @@ inline Reference reference_forward(const Shape& s, const Inputs& in) {
 // ∂f/∂V with the softmax scale and the causal mask included:
 //   P = softmax(scale·QKᵀ) (masked entries 0),  dV = Pᵀ dO,  dP = dO Vᵀ,
 //   D_i = Σ_c dO_ic O_ic (= Σ_j P_ij dP_ij),  dS = P ∘ (dP − D),  dQ = scale·dS K,  dK = scale·dSᵀ Q.
-// A row that sees no key has P = 0 and contributes nothing.
+// A row that sees no key has P = 0 and contributes nothing. [dropout] With P > 0 (Z as above):
+//   dV = (P ∘ Z)ᵀ dO,  dP = (dO Vᵀ) ∘ Z,  O = (P ∘ Z) V in D;  dS, dQ, dK as written.
 //
 // Only the heads listed are computed (every row and key of each), in blocks of rows so that
 // memory stays O(block·Nk) at any N. Beside each gradient, an error scale of the same shape from
 // which checks.cpp derives the per-element tolerance:
-//   dv_mag = Pᵀ|dO|,   dq_mag = scale·Ŝ|K|,   dk_mag = scale·Ŝᵀ|Q|,   Ŝ = |dS| + P ∘ D̂,
-//   D̂_i = Σ_c |dO_ic||O_ic|.
+//   dv_mag = (P ∘ Z)ᵀ|dO|,   dq_mag = scale·Ŝ|K|,   dk_mag = scale·Ŝᵀ|Q|,   Ŝ = |dS| + P ∘ D̂,
+//   D̂_i = Σ_c |dO_ic||O_ic|   (Z = 1 without dropout; with it dS and O carry Z, and the error of D
+//   reaches dS through P alone — a dropped weight still has dS_ij = −P_ij D_i).
 struct Gradients {
   std::vector<int64_t> heads;  // b·H + h of each computed head, ascending
   int64_t N = 0, Nk = 0, d = 0;
