@@ -193,7 +193,7 @@ bool run_cpu_case(const StepInfo& st, const GradeCase& g, size_t k, Out& out) {
     const Tensor4 dO = make_grad_output(s, g.c.inputs.seed);
     const Gradients refg = reference_backward(s, in, dO);
     const BackwardBlueprintResult bb = st.backward_blueprint(s, in, bp.out, dO, g.opt);
-    const BackwardCheck bc = check_backward(s, refg, bb.grads);
+    const BackwardCheck bc = check_backward(s, in, dO, refg, bb.grads);
     out.rec(k, bc.pass ? "PASS" : "FAIL", "backward", strip_status(bc.summary()), backward_hint(bc, 0));
     stage = "bwd ledger";
     const std::string bdiff = trim(bb.ledger.diff(st.backward_closed_form(s, g.opt)));
@@ -237,7 +237,7 @@ bool run_gpu_case(const StepInfo& st, const GradeCase& g, size_t k, Out& out) {
     }
     const Tensor4 dO = make_grad_output(s, g.c.inputs.seed);
     const GpuBackwardResult b = run_backward_on_gpu(st, s, in, r.out, dO, g.opt, cfg);
-    const BackwardCheck bc = check_backward(s, reference_backward(s, in, dO), b.grads);
+    const BackwardCheck bc = check_backward(s, in, dO, reference_backward(s, in, dO), b.grads);
     const bool bwd_ok = bc.pass && b.stray_writes == 0;
     detail = strip_status(bc.summary());
     if (b.stray_writes) detail += "  stray writes into the NaN padding: " + std::to_string(b.stray_writes);

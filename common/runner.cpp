@@ -101,7 +101,7 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
     r.bwd_ledger_diff = r.bwd_ledger.diff(closed);
     r.bwd_ledger_matches_closed_form = r.bwd_ledger_diff.empty();
   }
-  r.bwd_check = check_backward(s, ref, grads);
+  r.bwd_check = check_backward(s, in, dO, ref, grads);
   r.bwd_predicted = predict(r.bwd_ledger, dev);
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/do.npy", s.dtype, dO);

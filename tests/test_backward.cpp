@@ -44,7 +44,7 @@ TEST_CASE("backward blueprints match the reference gradients over the shape matr
         const std::string name = c.name() + " " + variant_name(opt);
         CAPTURE(name);
         const BackwardBlueprintResult r = st->backward_blueprint(c.shape, b.in, b.fwd, b.dO, opt);
-        const BackwardCheck chk = check_backward(c.shape, b.ref, r.grads);
+        const BackwardCheck chk = check_backward(c.shape, b.in, b.dO, b.ref, r.grads);
         INFO(chk.summary());
         CHECK(chk.pass);
       }

@@ -26,7 +26,7 @@ TEST_CASE("step 08: the fused schedule is right under a second tile configuratio
     const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed);
     const Gradients ref = reference_backward(c.shape, in, dO);
     const BackwardBlueprintResult r = step08::blueprint_fused(c.shape, in, fwd, dO, sc);
-    const BackwardCheck chk = check_backward(c.shape, ref, r.grads);
+    const BackwardCheck chk = check_backward(c.shape, in, dO, ref, r.grads);
     INFO(chk.summary());
     CHECK(chk.pass);
     const std::string diff = r.ledger.diff(step08::closed_form_fused(c.shape, sc));
@@ -86,7 +86,7 @@ TEST_CASE("step 08: a gradient element below fp16's smallest subnormal, stored a
   const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed);
   const Gradients ref = reference_backward(c.shape, in, dO);
   const BackwardBlueprintResult r = st->backward_blueprint(c.shape, in, fwd, dO, st->default_options());
-  const BackwardCheck chk = check_backward(c.shape, ref, r.grads);
+  const BackwardCheck chk = check_backward(c.shape, in, dO, ref, r.grads);
   INFO(chk.summary());
   CHECK(chk.pass);
   // The case really has such elements: exact values under the spacing, stored as zero.
