@@ -1,0 +1,114 @@
+// Step 13 — the backward pass on tensor cores, at FlashAttention-2's speed.
+//
+// The forward is step 12's (it saves O and L). The backward is step 08's fused schedule — a block
+// per K/V tile walks the Q tiles, dK and dV stay on chip, dQ is added with fp32 atomics — rebuilt
+// with what steps 09–12 taught the forward:
+//   [transposed] each warp owns 16 keys of the block's tile, and computes Sᵀ = K Qᵀ and
+//                dPᵀ = V dOᵀ for them: the forward's S = Q Kᵀ with the roles of Q and K swapped.
+//                The accumulators of Pᵀ and dSᵀ are then, converted in registers ([c-to-a]), the
+//                A operands of dV += Pᵀ dO and dK += dSᵀ Q: P and dS never touch shared memory on
+//                the way to dK and dV;
+//   [ds-smem]    only dS goes through shared memory, once, for dQ = dS K (its rows are spread over
+//                all the warps' keys);
+//   [pipeline]   Q_i, dO_i and the rows' L and D are loaded with cp.async one tile ahead;
+//   [x4]         every fragment is read with ldmatrix.x4 from XOR-swizzled tiles (step 12's);
+//   [exp2]       P = exp2(s·scale·log2 e − L·log2 e): the pre kernel stores L·log2 e once.
+// --deterministic replaces the racing atomics on dQ ([deterministic]); --dropout P draws the
+// forward's mask again from its counters ([dropout], common/dropout.hpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "attn_params.hpp"
+#include "causal.hpp"
+#include "step.hpp"
+
+namespace fa::step13 {
+
+struct Schedule {
+  int Br = 64;   // queries per step of the inner loop (a Q tile)
+  int Bc = 128;  // keys per block (the K/V tile it owns): 16 per warp
+  FA_HD constexpr int warps() const { return Bc / 16; }
+  // [dq-warps] dQ_i = dS K_j (Br × d) is split over the warps: each computes qm() m16 row tiles ×
+  // dq_dims(d) dimensions — 32 × 32 where the tile allows, so that every ldmatrix feeds two
+  // products; 16 rows otherwise (small d).
+  FA_HD constexpr bool qm2_fits(int d) const {
+    return Br % 32 == 0 && warps() % (Br / 32) == 0 && (d / (warps() / (Br / 32))) % 16 == 0;
+  }
+  FA_HD constexpr int qm(int d) const { return qm2_fits(d) ? 2 : 1; }
+  FA_HD constexpr int rgroups(int d) const { return Br / (16 * qm(d)); }
+  FA_HD constexpr int cgroups(int d) const { return warps() / rgroups(d); }
+  FA_HD constexpr int dq_dims(int d) const { return d / cgroups(d); }
+};
+// [tiles] Per head dimension (docs/13_mma_backward.md, "Tuning"): 8 warps of 16 keys; at d = 128 a
+// warp's dK and dV take 128 registers, so 64 queries per step (Sᵀ and dPᵀ: 64 more); at d <= 64
+// they take half as many, and 128 queries per step halve the steps.
+FA_HD constexpr Schedule schedule_for(int d) { return d <= 64 ? Schedule{128, 128} : Schedule{64, 128}; }
+
+// [tune] The tile shapes measured against each other (--tiles, fp16, d = 64 and 128 only).
+enum TileChoice : int { kAuto = 0, k64x128, k128x128, k32x128, k64x64, kTileChoices };
+inline constexpr const char* kTileNames[kTileChoices] = {"auto", "64x128", "128x128", "32x128", "64x64"};
+FA_HD constexpr Schedule schedule_for(int d, int tiles) {
+  return tiles == k64x128 ? Schedule{64, 128}
+         : tiles == k128x128 ? Schedule{128, 128}
+         : tiles == k32x128 ? Schedule{32, 128}
+         : tiles == k64x64 ? Schedule{64, 64}
+                           : schedule_for(d);
+}
+FA_HD constexpr bool valid(const Schedule& s, int d) {
+  return s.Bc % 16 == 0 && s.Br % 16 == 0 && s.Br <= s.Bc && s.warps() % s.rgroups(d) == 0 &&
+         s.dq_dims(d) % 16 == 0 && s.dq_dims(d) > 0;
+}
+
+inline constexpr int kStages = 2;        // Q/dO/L/D buffers: one in use, one being loaded
+inline constexpr int kRowPad = 128;      // workspace rows per head: N rounded up to this (>= any Br)
+inline constexpr int kDetBlocks = 264;   // [deterministic] blocks to aim for: two per SM of an H100/H200
+
+// Shared memory per block: K_j and V_j, kStages × (Q_i, dO_i), kStages × dSᵀ (Bc × Br), all in the
+// storage type and swizzled; kStages × (L·log2 e, D) of the Q tile's rows in fp32. ([one-barrier]
+// dSᵀ has two buffers: tile i's is written while tile i − 1's is read for dQ.)
+FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) {
+  return (2 * int64_t(s.Bc) * d + int64_t(kStages) * 2 * s.Br * d + int64_t(kStages) * s.Bc * s.Br) * 2 +
+         int64_t(kStages) * 2 * s.Br * 4;
+}
+inline constexpr int64_t kSmemBudget = 200 * 1024;
+static_assert(valid(schedule_for(16), 16) && valid(schedule_for(32), 32) && valid(schedule_for(64), 64) &&
+                  valid(schedule_for(128), 128),
+              "whole m16n8k16 tiles and whole ldmatrix.x4 pairs for every head dimension");
+static_assert(smem_bytes(schedule_for(128), 128) <= kSmemBudget, "the block's tiles must fit its budget at d = 128");
+
+// [q-range] The Q tiles that see any key of the K/V tile [j0, j0 + Bc) (step 08's).
+FA_HD constexpr int64_t first_q_tile(int64_t j0, int64_t N, int64_t Nk, int64_t Br, bool causal) {
+  if (!causal) return 0;
+  const int64_t first_row = j0 - (Nk - N);
+  if (first_row >= N) return num_tiles(N, Br);
+  return first_row <= 0 ? 0 : first_row / Br;
+}
+
+// [deterministic] Blocks per head when dQ may not race: each block walks the K/V tiles
+// s, s + nsplit, ... in order and adds into its own dQ buffer; the convert kernel sums the
+// nsplit buffers in a fixed order. A function of the shape only, so that two runs (and the
+// blueprint) split alike.
+FA_HD constexpr int64_t det_splits(int64_t BH, int64_t Tc) {
+  const int64_t want = (kDetBlocks + BH - 1) / BH;
+  return want < 1 ? 1 : (want < Tc ? want : Tc);
+}
+
+// Workspace: per head and per row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32
+// dQ accumulator, one per split (1 without --deterministic).
+FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
+FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d, int64_t splits) {
+  return BH * rows_padded(N) * 4 * 2 + splits * BH * rows_padded(N) * d * 4;
+}
+
+// log2(e): exp(x) = exp2(x · log2 e).
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+bool deterministic(const StepOptions& o);  // --deterministic
+int tiles_of(const StepOptions& o);        // --tiles as a TileChoice
+
+// The GPU side (kernel.cu).
+void launch_backward(const BwdParams& p, const StepOptions& opts, void* stream);
+size_t backward_workspace_bytes(const Shape& s, const StepOptions& opts);
+
+}  // namespace fa::step13
