@@ -4,6 +4,8 @@
 // O staged through shared memory on its way out. (The kernel's reversed block order changes
 // when blocks run, not what they compute.) [ablation] The ablations that change the ledger are
 // followed: their tiles (schedule_for(d, a)), kNoOStage (O stored from registers) and kNoOneBarrier.
+// [dropout] With --dropout P, P·V's operand is p·keep/(1 − P), keep drawn element by element by
+// dropout_keep (common/dropout.hpp) — the kernel draws the same bits a 2 × 2 block at a time.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "dropout.hpp"
 #include "mma_emu.hpp"
 #include "schedule.hpp"
 
@@ -35,6 +38,7 @@ struct RowTile {
 
 BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, int ablation) {
   if (!valid(sc)) throw std::invalid_argument("step12: Br must be a multiple of 16·W and Bc of 16");
+  require_dropout_supported(float(s.dropout), ablation);
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
@@ -42,6 +46,11 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), W = sc.warps(), MT = sc.mtiles();
   const float sl2 = static_cast<float>(s.softmax_scale()) * kLog2e;
+  // [dropout] P as the kernel gets it (a float), and the threshold and factor it derives from it.
+  const float p_drop = float(s.dropout);
+  const bool drop = p_drop > 0.0f;
+  const uint32_t threshold = dropout_threshold(p_drop);
+  const float rescale = dropout_rescale(p_drop);
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
@@ -139,16 +148,29 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   for (auto& on : rt.o) on[size_t(lane)][size_t(2 * hr)] *= alpha, on[size_t(lane)][size_t(2 * hr + 1)] *= alpha;  // [deferred]
                 }
               led.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
+              // [dropout] Two per weight: the keep test (word >= threshold, a compare and select,
+              // counted once like the mask's) and the multiply by 1/(1 − P). Philox's integer work
+              // (10 rounds of two 32 × 32 -> 64-bit products and XORs per four weights) is not
+              // counted: this count is of the scalar work on S and P; docs/12 gives its instructions.
+              if (drop) led.nonmatmul_ops += 2 * 16 * sc.Bc;
             }
             // [c-to-a] P in the storage type as the A fragment, then [pv] Õ += P V_j: per 16 dims
-            // one ldmatrix.x4.trans of V, used by every m16 tile.
+            // one ldmatrix.x4.trans of V, used by every m16 tile. [dropout] Each weight times
+            // keep/(1 − P) first, after the row sums took it undropped (l, m, L: the softmax's).
             for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) {
               std::vector<AFrag> pa(size_t(MT), AFrag(32));
               for (int64_t mt = 0; mt < MT; ++mt)
                 for (int lane = 0; lane < 32; ++lane)
-                  for (int i = 0; i < 8; ++i)
-                    pa[size_t(mt)][size_t(lane)][size_t(i)] =
-                        round_to(s.dtype, sf[size_t(mt)][size_t(2 * kk + mf::a_from_c_tile(i))][size_t(lane)][size_t(mf::a_from_c_elem(i))]);
+                  for (int i = 0; i < 8; ++i) {
+                    const int tile = mf::a_from_c_tile(i), e = mf::a_from_c_elem(i);
+                    float v = sf[size_t(mt)][size_t(2 * kk + tile)][size_t(lane)][size_t(e)];
+                    if (drop) {
+                      const mf::Coord c = mf::c_elem(lane, e);
+                      const int64_t row = i0 + w0 + 16 * mt + c.row, key = j0 + 16 * kk + 8 * tile + c.col;
+                      v = dropout_keep(s.dropout_seed, s.dropout_offset, b * s.H + h, row, key, threshold) ? v * rescale : 0.0f;
+                    }
+                    pa[size_t(mt)][size_t(lane)][size_t(i)] = round_to(s.dtype, v);
+                  }
               // lab:begin warp-tiles-pv: [pv] + [x4]: per 16 dims one ldmatrix_x4_b (.trans) of V_j: two B fragments, each multiplied into every m16 tile's Õ (o[2np], o[2np + 1]) (docs/12_warp_tiling.md)
               for (int64_t np = 0; np < d / 16; ++np) {
                 const std::array<BFrag, 2> vb = mf::ldmatrix_x4_b(Vs[stage], 16 * kk, 16 * np, true);
@@ -213,8 +235,10 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
 // per-element mask; `qtiles` blocks visit any tile and so load Q. Every block stages its O tile
 // through shared memory (Br·d written, the N·d rows inside N read back). Per pair and warp: MT·(d/16)
 // A fragments of Q (256 elements each), (Bc/16)·(d/16) ldmatrix.x4 of K and as many of V (256
-// elements each), and MT·((Bc/8)·(d/16) + (d/8)·(Bc/16)) products.
+// elements each), and MT·((Bc/8)·(d/16) + (d/8)·(Bc/16)) products. [dropout] adds two scalar
+// operations per weight of every pair (16·Bc per m16 tile), Philox's integer work uncounted.
 LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
+  require_dropout_supported(float(s.dropout), ablation);
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, W = sc.warps(), MT = sc.mtiles();
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
   int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0, qtiles = 0;
@@ -242,7 +266,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
   led.smem_read = BH * (pairs * W * (MT * (d / 16) + 2 * (Bc / 16) * (d / 16)) * 256 * 2 + N * d * 2);
   led.barriers = BH * pairs;
   led.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
-  led.nonmatmul_ops = BH * (pairs * W * MT * (16 * Bc * 5 + 48 + 16 * d) + masked * W * MT * 16 * Bc + N * d + 2 * N);
+  const int64_t drop_ops = float(s.dropout) > 0.0f ? 2 * 16 * Bc : 0;  // [dropout] per m16 tile and pair
+  led.nonmatmul_ops = BH * (pairs * W * MT * (16 * Bc * 5 + 48 + 16 * d + drop_ops) + masked * W * MT * 16 * Bc + N * d + 2 * N);
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * diagonal;
   led.tiles_skipped = BH * (Tr * Tc - pairs);
@@ -292,6 +317,7 @@ const StepInfo& info() {
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;
+    i.supports_dropout = true;  // [dropout] the full step only; --ablate with it is refused
     i.min_cc = 80;
     i.needs = "mma.sync.m16n8k16 and cp.async";
 #ifdef FA_HAVE_CUDA

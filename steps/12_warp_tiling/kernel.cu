@@ -10,6 +10,9 @@
 // [ablation] The template argument A takes one of these changes out (schedule.hpp lists them), so
 // that `--ablate NAME` measures what each buys; A = kFull is the step itself.
 //
+// [dropout] The template argument Drop (A = kFull only) multiplies each weight of P·V's operand by
+// keep/(1 − P), drawn by Philox (common/dropout.hpp); Drop = false is the step as measured.
+//
 // Layout of every fragment: common/mma_layout.hpp.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -21,6 +24,7 @@
 
 #include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
 #include "cuda_check.cuh"
+#include "dropout.hpp"
 #include "schedule.hpp"
 
 namespace fa::step12 {
@@ -113,8 +117,29 @@ __device__ inline void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t a, bool 
   else asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
 }
 
-template <class T, int D, int A>
+// [dropout] keep/(1 − P) on one lane's eight weights of 16 keys of one m16 tile. c0 and c1 are C
+// tiles 2kk and 2kk + 1: element 2·hr + e of c0 is row `row` + 8·hr, key `key` + e, and c1 holds
+// the same rows at keys 8 further. Two Philox calls, at (row, key + e) for e = 0, 1: each returns
+// the words of rows {row, row + 8} × keys {key + e, key + e + 8} ([dropout-block]), so every word
+// drawn is used once.
+__device__ inline void dropout16(float (&c0)[4], float (&c1)[4], const AttnParams& p, uint32_t threshold, float rescale,
+                                 int bh, int row, int key) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const DropoutWords w = dropout_words(p.dropout_seed, p.dropout_offset, bh, row, key + e);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float& lo = c0[2 * hr + e];
+      float& hi = c1[2 * hr + e];
+      lo = w.w[dropout_word_of(8 * hr, 0)] >= threshold ? lo * rescale : 0.0f;
+      hi = w.w[dropout_word_of(8 * hr, 8)] >= threshold ? hi * rescale : 0.0f;
+    }
+  }
+}
+
+template <class T, int D, int A, bool Drop>
 __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) {
+  static_assert(!Drop || A == kFull, "dropout is compiled into the full step only");
   constexpr Schedule S = schedule_for(D, A);
   constexpr int Br = S.Br, Bc = S.Bc, MT = S.mtiles(), kRowsPerWarp = Br / W;
   // [stages] The Q tile, then kStages × (K tile, V tile), dynamic shared memory; element (r, c) of
@@ -154,6 +179,9 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
   const float sl2 = p.scale * kLog2e;  // [exp2] exp(scale·s − M) = exp2(scale·log2(e)·s − M')
+  // [dropout] Only the Drop kernel reads these; in the other they do not exist.
+  const uint32_t threshold = Drop ? dropout_threshold(p.dropout) : 0u;
+  const float rescale = Drop ? dropout_rescale(p.dropout) : 1.0f;
   // [x4] This lane addresses row lr of block lb. Its byte offsets at k = 0 (Q: rows w0 + 8(lb % 2)
   // + lr, chunk lb / 2; K: rows 8(lb / 2) + lr, chunk lb % 2; V: rows 8(lb % 2) + lr, chunk lb / 2);
   // the loops add whole rows and XOR 32·k.
@@ -263,14 +291,22 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 
     // [c-to-a] P's accumulator tiles 2kk and 2kk + 1 are, converted, the A fragment of keys
     // [16kk, 16kk + 16): A register r holds C tile 2kk + r/2, elements 2(r%2) and 2(r%2) + 1.
+    // [dropout] With Drop, each weight is first multiplied by keep/(1 − P) — after the row sum,
+    // which took the undropped weights: l, m and L are the softmax's, only P·V sees the mask.
+    // Keys past Nk and masked ones are already 0. Rows are 16-aligned (i0, w0) and so are keys
+    // (j0, 16kk): each 16-key pair is two Philox calls per lane and m16 tile.
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t pa[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (Drop)
+          dropout16(s[mt][2 * kk], s[mt][2 * kk + 1], p, threshold, rescale, bh, i0 + w0 + 16 * mt + m16n8k16::group(lane),
+                    j0 + 16 * kk + 2 * m16n8k16::thread_in_group(lane));
 #pragma unroll
         for (int r = 0; r < 4; ++r)
           pa[mt][r] = pack2<T>(s[mt][2 * kk + r / 2][2 * (r % 2)], s[mt][2 * kk + r / 2][2 * (r % 2) + 1]);
+      }
       // [pv] Õ += P V_j: B = V_j, element (k, n) = V_j[k][n]. One ldmatrix.x4.trans gives the B
       // fragments of dims 16np .. + 7 and + 8 .. + 15 (keys 16kk .. + 7 and + 8 .. + 15 each),
       // used by both m16 tiles.
@@ -350,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 
 namespace {
 
-template <class T, int D, int A>
+template <class T, int D, int A, bool Drop = false>
 void launch_typed(const AttnParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, A);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -362,11 +398,11 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
     if (size_t(optin) < smem)
       throw Unsupported("step12: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
-    CUDA_CHECK(cudaFuncSetAttribute(step12_warp_tiling<T, D, A>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step12_warp_tiling<T, D, A, Drop>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const dim3 grid(unsigned(num_tiles(p.N, S.Br)), unsigned(p.B * p.H));
-  step12_warp_tiling<T, D, A><<<grid, kThreads, smem, st>>>(p);
+  step12_warp_tiling<T, D, A, Drop><<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH("step12_warp_tiling");
 }
 
@@ -387,13 +423,19 @@ void launch_ablated(const AttnParams& p, int a, cudaStream_t st) {
   throw Unsupported(std::string("step12: --ablate ") + kAblationNames[a] + " is compiled for fp16 at d = 64 and 128 only");
 }
 
+// [dropout] The full step with or without dropout; an ablation with dropout was refused already.
+template <class T, int D>
+void launch_full(const AttnParams& p, cudaStream_t st) {
+  return p.dropout > 0.0f ? launch_typed<T, D, kFull, true>(p, st) : launch_typed<T, D, kFull>(p, st);
+}
+
 template <class T>
 void launch_d(const AttnParams& p, int a, cudaStream_t st) {
   switch (p.d) {
-    case 16: return a == kFull ? launch_typed<T, 16, kFull>(p, st) : launch_ablated<T, 16>(p, a, st);
-    case 32: return a == kFull ? launch_typed<T, 32, kFull>(p, st) : launch_ablated<T, 32>(p, a, st);
-    case 64: return a == kFull ? launch_typed<T, 64, kFull>(p, st) : launch_ablated<T, 64>(p, a, st);
-    case 128: return a == kFull ? launch_typed<T, 128, kFull>(p, st) : launch_ablated<T, 128>(p, a, st);
+    case 16: return a == kFull ? launch_full<T, 16>(p, st) : launch_ablated<T, 16>(p, a, st);
+    case 32: return a == kFull ? launch_full<T, 32>(p, st) : launch_ablated<T, 32>(p, a, st);
+    case 64: return a == kFull ? launch_full<T, 64>(p, st) : launch_ablated<T, 64>(p, a, st);
+    case 128: return a == kFull ? launch_full<T, 128>(p, st) : launch_ablated<T, 128>(p, a, st);
     default: throw std::invalid_argument("step12: head dimension " + std::to_string(p.d) + " is not compiled (16, 32, 64, 128)");
   }
 }
@@ -412,6 +454,7 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
   if (int64_t(p.B) * p.H > 65535) throw std::invalid_argument("step12: B·H must be at most 65535 (grid dimension)");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int a = ablation_of(opts);
+  require_dropout_supported(p.dropout, a);
   if (p.bf16) launch_d<__nv_bfloat16>(p, a, st);
   else launch_d<__half>(p, a, st);
 }

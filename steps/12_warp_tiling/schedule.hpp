@@ -12,6 +12,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "attn_params.hpp"
 #include "causal.hpp"
@@ -52,6 +53,14 @@ FA_HD constexpr Schedule schedule_for(int d, int ablation) {
   return ablation == kNoRows32 ? Schedule{64, d <= 64 ? 128 : 64, 4}
          : ablation == kNoTiles ? Schedule{128, 64, 4}
                                 : schedule_for(d);
+}
+// [dropout] Dropout (--dropout P, common/dropout.hpp) is compiled into the full step only: an
+// ablation with it is refused — never run without the dropout it was asked for. The kernel, the
+// blueprint and the closed form call this alike (P as the kernel gets it, a float).
+inline void require_dropout_supported(float p, int ablation) {
+  if (p > 0.0f && ablation != kFull)
+    throw Unsupported(std::string("step12: --ablate ") + kAblationNames[ablation] +
+                      " has no dropout variant (dropout is compiled into the full step only: leave out --ablate or --dropout)");
 }
 inline constexpr Schedule kSchedule = schedule_for(128);
 inline constexpr int64_t kSmemBudget = 112 * 1024;
