@@ -21,6 +21,7 @@
 #include "arch.hpp"
 #include "gpu.hpp"
 #include "checks.hpp"
+#include "dropout_probe.hpp"
 #include "registry.hpp"
 #include "runner.hpp"
 #include "shapes.hpp"
@@ -254,6 +255,66 @@ TEST_CASE("ablated kernels match the reference where compiled, and refuse elsewh
     CHECK(ran > 0);
     CHECK(refused > 0);
   }
+}
+
+// [dropout-probe] Every step whose forward applies dropout (a step that runs another's forward is
+// that step's test): the mask read back from O (tests/dropout_probe.hpp) must be dropout_keep's bit
+// for bit — ragged rows, one and two K/V tiles, causal, every head dimension, both storage types,
+// B and H > 1, in NaN-padded buffers — and L on ordinary inputs must be the one without dropout.
+TEST_CASE("dropout kernels keep exactly dropout_keep's weights, and their L is the undropped one") {
+  int ran = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch || !st->supports_dropout || !st->forward_from.empty()) continue;
+    for (int64_t d : kHeadDims)
+      for (DType t : {DType::f16, DType::bf16})
+        for (bool causal : {false, true})
+          for (double p : {0.1, 0.5}) {
+            Shape s;
+            s.B = 2;
+            s.H = 3;
+            s.N = 40;
+            s.Nk = d == 128 ? 100 : d;  // d = 128: two 64-key tiles, the second ragged
+            s.d = d;
+            s.causal = causal;
+            s.dtype = t;
+            s.dropout = p;
+            s.dropout_seed = 0x9e3779b97f4a7c15ull + uint64_t(d);
+            s.dropout_offset = 3;
+            const std::string what = "step" + st->id + " " + s.str();
+            CAPTURE(what);
+            const Inputs in = test::dropout_probe_inputs(s);
+            GpuConfig cfg;
+            cfg.reps = 0;
+            cfg.pad = Padding{8, 24, 40};
+            if (no.refused(*st, s, st->default_options(), false)) {
+              CHECK_THROWS_AS(run_on_gpu(*st, s, in, st->default_options(), cfg), Unsupported);
+              continue;
+            }
+            const GpuResult g = run_on_gpu(*st, s, in, st->default_options(), cfg);
+            const test::RecoveredMask m = test::recover_dropout_mask(s, g.out.o);
+            CHECK(m.unclear == 0);
+            CHECK(m.stray == 0);
+            CHECK(test::dropout_mask_mismatches(s, m) == 0);
+            CHECK(g.stray_writes == 0);
+            // L from the softmax before dropout: the same bits as the run without it.
+            const test::Case c = test::make_case(s.B, s.H, 113, 255, d, causal, t);
+            Shape sd = c.shape;
+            sd.dropout = p;
+            sd.dropout_seed = s.dropout_seed;
+            const Inputs rnd = make_inputs(sd, c.inputs);
+            const GpuResult with = run_on_gpu(*st, sd, rnd, st->default_options(), cfg);
+            const GpuResult without = run_on_gpu(*st, c.shape, rnd, st->default_options(), cfg);
+            CHECK(with.out.lse.v == without.out.lse.v);
+            const Check chk = check_forward(sd, rnd, reference_forward(sd, rnd), with.out);
+            INFO(chk.summary());
+            CHECK(chk.pass);
+            ++ran;
+          }
+  }
+  g_ran += ran;
+  g_refused += no.total;
+  if (no.total == 0) CHECK(ran > 0);
 }
 
 TEST_CASE("at FA_FAKE_CC=75 the harness refuses what sm_75 lacks before any launch, and runs the rest") {

@@ -1,8 +1,16 @@
 // Step 12 (warp tiling): second tile configurations, its ledger against step 11's, the XOR-stepped
-// addresses, and the ablations' ledgers (each change taken out alone, --ablate).
+// addresses, the ablations' ledgers (each change taken out alone, --ablate), and dropout.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+
 #include "checks.hpp"
+#include "dropout.hpp"
+#include "dropout_probe.hpp"
+#include "rng.hpp"
 #include "second_config.hpp"
 #include "shapes.hpp"
 
@@ -10,6 +18,10 @@
 #include "../steps/12_warp_tiling/schedule.hpp"
 
 using namespace fa;
+
+namespace fa::step12 {
+const StepInfo& info();  // the registration (blueprint.cpp)
+}
 
 TEST_CASE("step 12: second tile configurations (one warp of two m16 tiles, Bc = 48) pass and count their closed form") {
   for (const step12::Schedule sc : {step12::Schedule{32, 32, 1}, step12::Schedule{64, 48, 2}}) {
@@ -133,4 +145,185 @@ TEST_CASE("step 12: --ablate names exist and unknown ones are refused") {
   }
   CHECK(step12::ablation_of(StepOptions{}) == step12::kFull);
   CHECK_THROWS(step12::ablation_of(StepOptions{{"ablate", "everything"}}));
+}
+
+// ---- dropout ----------------------------------------------------------------------------------
+
+namespace {
+
+// The shape without dropout: what the softmax statistics (and the undropped O) are computed from.
+Shape undropped(Shape s) {
+  s.dropout = 0.0;
+  return s;
+}
+
+Shape with_dropout(Shape s, double p, uint64_t seed = 0x9e3779b97f4a7c15ull, uint64_t offset = 5) {
+  s.dropout = p;
+  s.dropout_seed = seed;  // both halves of the Philox key nonzero
+  s.dropout_offset = offset;
+  return s;
+}
+
+// O = (P ∘ Z) V in double precision on the rows reference_forward checks, Z_ij = keep_ij / (1 − P)
+// (keep from dropout_keep), P the softmax of the undropped scores; L is the undropped log-sum-exp.
+// Plain loops, independent of the Eigen reference (which applies dropout too, common/reference.cpp).
+// check_forward's 4·u·max|V| still bounds O: the weights P·Z sum to at most 1/(1 − P) and each is
+// rounded once (relative u), so |ΔO| <= 1.5·u·max|V|/(1 − P) <= 3·u·max|V| for P <= 0.5.
+Reference dropout_reference(const Shape& s, const Inputs& in) {
+  Reference ref = reference_forward(undropped(s), in);
+  const double scale = s.softmax_scale(), rescale = 1.0 / (1.0 - double(float(s.dropout)));
+  const uint32_t threshold = dropout_threshold(float(s.dropout));
+  const int64_t R = int64_t(ref.rows.size());
+  ref.o.assign(size_t(s.B * s.H * R * s.d), 0.0);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const int64_t bh = b * s.H + h;
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = ref.rows[size_t(r)], n = test::probe_visible(s, i);
+        if (n == 0) continue;  // O = 0, L = +inf (from the reference)
+        std::vector<double> sc(static_cast<size_t>(n));
+        double mx = -std::numeric_limits<double>::infinity(), sum = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          double dot = 0.0;
+          for (int64_t c = 0; c < s.d; ++c) dot += double(in.q.at(b, h, i, c)) * double(in.k.at(b, h, j, c));
+          sc[size_t(j)] = scale * dot;
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < n; ++j) {
+          if (!dropout_keep(s.dropout_seed, s.dropout_offset, bh, i, j, threshold)) continue;
+          const double w = sc[size_t(j)] / sum * rescale;
+          for (int64_t c = 0; c < s.d; ++c) ref.o[size_t((bh * R + r) * s.d + c)] += w * double(in.v.at(b, h, j, c));
+        }
+      }
+    }
+  return ref;
+}
+
+// Ragged N, Nk != N both ways, the causal mask with rows that see no key (N > Nk), d = 16, 64 and
+// 128, both storage types, B and H > 1, large logits.
+std::vector<test::Case> dropout_cases() {
+  return {test::make_case(1, 2, 150, 211, 64, false, DType::f16),   test::make_case(1, 2, 211, 150, 128, true, DType::bf16),
+          test::make_case(2, 3, 17, 64, 16, true, DType::f16),      test::make_case(1, 2, 113, 255, 128, false, DType::f16),
+          test::make_case(2, 1, 255, 113, 16, false, DType::bf16), test::make_case(1, 2, 200, 200, 64, true, DType::bf16, 6.0)};
+}
+
+}  // namespace
+
+TEST_CASE("step 12 [dropout]: the blueprint's O is (P∘Z)V, its L the undropped one bit for bit, its ledger the closed form") {
+  for (const double p : {0.1, 0.5})
+    for (const test::Case& c : dropout_cases()) {
+      const Shape s = with_dropout(c.shape, p);
+      CAPTURE(s.str());
+      CAPTURE(p);
+      const Inputs in = make_inputs(s, c.inputs);
+      const step12::Schedule sc = step12::schedule_for(int(s.d));
+      const BlueprintResult r = step12::blueprint(s, in, sc);
+      const Check chk = check_forward(s, in, dropout_reference(s, in), r.out);
+      INFO(chk.summary());
+      CHECK(chk.pass);
+      const Check eigen = check_forward(s, in, reference_forward(s, in), r.out);
+      INFO(eigen.summary());
+      CHECK(eigen.pass);
+      // The mask is really applied: against the undropped reference the same O fails.
+      CHECK_FALSE(check_forward(s, in, reference_forward(undropped(s), in), r.out).pass);
+      // m, l and so L are the softmax's: the same bits as without dropout.
+      const BlueprintResult r0 = step12::blueprint(undropped(s), in, sc);
+      CHECK(r.out.lse.v == r0.out.lse.v);
+      const std::string diff = r.ledger.diff(step12::closed_form(s, sc));
+      INFO(diff);
+      CHECK(diff.empty());
+    }
+}
+
+TEST_CASE("step 12 [dropout]: counted ledger = closed form on random shapes, and dropout adds two scalar operations per weight, nothing else") {
+  Rng rng(1212);
+  for (int t = 0; t < 12; ++t) {
+    const Shape s = with_dropout(test::random_small_shape(rng, t), 0.25, 1000 + uint64_t(t));
+    CAPTURE(s.str());
+    const Inputs in = make_inputs(s);
+    const step12::Schedule sc = step12::schedule_for(int(s.d));
+    const std::string diff = step12::blueprint(s, in, sc).ledger.diff(step12::closed_form(s, sc));
+    INFO(diff);
+    CHECK(diff.empty());
+  }
+  // Without the mask and with whole tiles, the kernel multiplies every weight of N × Nk once:
+  // 2·N·Nk operations per head more, and no byte, barrier or product more.
+  for (int64_t d : {int64_t(64), int64_t(128)}) {
+    Shape s;
+    s.B = 2;
+    s.H = 3;
+    s.N = 1024;
+    s.Nk = 2048;
+    s.d = d;
+    const Ledger plain = step12::closed_form(s, step12::schedule_for(int(d))).total();
+    Ledger drop = step12::closed_form(with_dropout(s, 0.1), step12::schedule_for(int(d))).total();
+    CHECK(drop.nonmatmul_ops - plain.nonmatmul_ops == 2 * s.B * s.H * s.N * s.Nk);
+    drop.nonmatmul_ops = plain.nonmatmul_ops;
+    CHECK(drop == plain);
+  }
+}
+
+TEST_CASE("step 12 [dropout]: the mask read back from O is dropout_keep's, bit for bit (Q = K = 0, V = unit vectors)") {
+  // tests/dropout_probe.hpp: O_ic·n_i·(1 − P) is keep_ic. Ragged rows (40: two warps, the second
+  // with a partial m16 tile), one K/V tile at d = 16 and 64 and two at d = 128, causal too.
+  int64_t kept = 0, drawn = 0;
+  for (const double p : {0.1, 0.5})
+    for (const auto& [d, Nk, causal, t] : {std::tuple{int64_t(64), int64_t(64), false, DType::f16},
+                                           std::tuple{int64_t(128), int64_t(128), true, DType::bf16},
+                                           std::tuple{int64_t(16), int64_t(16), false, DType::bf16},
+                                           std::tuple{int64_t(128), int64_t(100), false, DType::f16}}) {
+      Shape s;
+      s.B = 2;
+      s.H = 2;
+      s.N = 40;
+      s.Nk = Nk;
+      s.d = d;
+      s.causal = causal;
+      s.dtype = t;
+      s = with_dropout(s, p, 77 + uint64_t(d), 3);
+      CAPTURE(s.str());
+      const Inputs in = test::dropout_probe_inputs(s);
+      const BlueprintResult r = step12::blueprint(s, in, step12::schedule_for(int(d)));
+      const test::RecoveredMask m = test::recover_dropout_mask(s, r.out.o);
+      CHECK(m.unclear == 0);
+      CHECK(m.stray == 0);
+      CHECK(test::dropout_mask_mismatches(s, m) == 0);
+      if (!causal && p == 0.5)
+        for (uint8_t k : m.keep) kept += k, ++drawn;
+    }
+  // And the probe is not blind: about half the weights survive P = 0.5.
+  REQUIRE(drawn > 0);
+  CHECK(std::fabs(double(kept) / double(drawn) - 0.5) < 0.03);
+  // A mask drawn from another seed, or for another head, disagrees with it.
+  Shape s;
+  s.B = 1;
+  s.H = 2;
+  s.N = 40;
+  s.Nk = s.d = 64;
+  s = with_dropout(s, 0.5, 11, 0);
+  const test::RecoveredMask m = test::recover_dropout_mask(s, step12::blueprint(s, test::dropout_probe_inputs(s), step12::schedule_for(64)).out.o);
+  CHECK(test::dropout_mask_mismatches(with_dropout(s, 0.5, 12, 0), m) > 0);
+  CHECK(test::dropout_mask_mismatches(with_dropout(s, 0.5, 11, 1), m) > 0);
+}
+
+TEST_CASE("step 12 [dropout]: the step applies dropout, and an ablation with dropout is refused, never run without it") {
+  CHECK(step12::info().supports_dropout);
+  const test::Case c = test::make_case(1, 1, 64, 64, 64, false, DType::f16);
+  const Shape s = with_dropout(c.shape, 0.1);
+  const Inputs in = make_inputs(s, c.inputs);
+  for (int a = step12::kFull + 1; a < step12::kAblations; ++a) {
+    CAPTURE(step12::kAblationNames[a]);
+    const step12::Schedule sc = step12::schedule_for(64, a);
+    CHECK_THROWS_AS(step12::blueprint(s, in, sc, a), Unsupported);
+    CHECK_THROWS_AS(step12::closed_form(s, sc, a), Unsupported);
+    CHECK_THROWS_AS(step12::require_dropout_supported(float(s.dropout), a), Unsupported);
+    CHECK_NOTHROW(step12::require_dropout_supported(0.0f, a));
+  }
+  CHECK_NOTHROW(step12::require_dropout_supported(0.5f, step12::kFull));
+  try {
+    step12::require_dropout_supported(0.5f, step12::kNoX4);
+  } catch (const Unsupported& e) {
+    CHECK(std::string(e.what()).find("--ablate x4 has no dropout variant") != std::string::npos);
+  }
 }
