@@ -1,6 +1,30 @@
-// Step 13 — the blueprint (TEMPORARY registration; the CPU schedule is being written).
+// Step 13 — the blueprint: kernel.cu's three backward kernels as CPU loops, warp by warp and lane by
+// lane, every fragment through common/mma_emu.hpp and common/mma_layout.hpp (a wrong index in a
+// layout is a wrong gradient), every access through the counting views of common/ledger.hpp. The
+// forward is step 12's (its blueprint, closed form and kernel are registered here as well).
+//
+//   bwd_pre     per padded row: D (lane partial sums, then the warp's butterfly), L·log2 e (+inf
+//               past N, D = 0), every dQ accumulator's row zeroed
+//   bwd_kv      a block per (K/V tile, head) — with --deterministic, block s of det_splits(BH, Tc)
+//               walks tiles s, s + splits, ... — warp w owning keys [16w, 16w + 16): Sᵀ = K Qᵀ and
+//               dPᵀ = V dOᵀ, the mask, Pᵀ and dSᵀ in the C layout, dSᵀ stored to its double buffer,
+//               dV += Pᵀ dO and dK += dSᵀ Q from registers; dQ of tile i − 1 at the top of step i,
+//               the last one after the loop; dK and dV out through the K/V tiles
+//   dq_convert  dQ = scale · Σ_k accumulator_k, the splits in order
+// The kernel's cp.async copies are the tiles' loads here, issued where the kernel issues them (one
+// tile ahead); its barriers are barrier(). What the blueprint does not model: the swizzle (addresses,
+// not values: tests/test_step12.cpp holds the XOR-stepped addresses to it) and the order in which
+// racing blocks' atomics land (here: block by block).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
+#include "dropout.hpp"
+#include "mma_emu.hpp"
 #include "schedule.hpp"
 
 namespace fa::step12 {
@@ -22,12 +46,405 @@ int tiles_of(const StepOptions& o) {
 }
 
 namespace {
-BackwardBlueprintResult run_backward(const Shape&, const Inputs&, const Forward&, const Tensor4&, const StepOptions&) {
-  throw std::logic_error("step13: blueprint not written yet");
+
+namespace mf = fa::m16n8k16;
+using mf::AFrag;
+using mf::BFrag;
+using mf::CFrag;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kFragElems = 256;          // one ldmatrix.x4: four 8 × 8 blocks of 16-bit values
+constexpr int64_t kMmaFlops = 2 * 16 * 8 * 16;
+
+std::vector<CFrag> zero_frags(int64_t n) { return std::vector<CFrag>(size_t(n), CFrag(32, {0.0f, 0.0f, 0.0f, 0.0f})); }
+
+// [ds-smem] ldmatrix.x4.trans as an A fragment: the 16 × 16 A tile whose element (row m, col k) is
+// t(k0 + k, m0 + m) — dS (queries × keys) read from the dSᵀ tile (keys × queries). Register m of
+// the fragment is A block (rows 8(m % 2), cols 8(m / 2)), which is stored block (k0 + 8(m / 2),
+// m0 + 8(m % 2)); .trans hands lane l element ldm_elem(l, e, true) of it. 256 elements read.
+AFrag ldmatrix_x4_a_trans(const SmemTile& t, int64_t k0, int64_t m0) {
+  AFrag a(32);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int m = 0; m < 4; ++m)
+      for (int e = 0; e < 2; ++e) {
+        const mf::Coord c = mf::ldm_elem(lane, e, true);
+        a[size_t(lane)][size_t(2 * m + e)] = t.read(k0 + 8 * (m / 2) + c.row, m0 + 8 * (m % 2) + c.col);
+      }
+  return a;
 }
-LedgerSet run_backward_closed_form(const Shape&, const StepOptions&) { return {}; }
+
+// [tune] --tiles other than auto: what kernel.cu compiles (fp16, d = 64 and 128, neither
+// --deterministic nor --dropout), refused on the CPU as on the GPU; and any tile shape whose block
+// exceeds the shared-memory budget of schedule.hpp (128x128 at d = 128).
+void require_tiles_supported(const Shape& s, int tiles, bool det) {
+  if (tiles == kAuto) return;
+  if (s.dtype != DType::f16 || (s.d != 64 && s.d != 128))
+    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " is compiled for fp16 at d = 64 and 128 only");
+  if (det || s.dropout > 0.0) throw Unsupported("step13: --tiles is compiled without --deterministic and --dropout");
+  const int64_t need = smem_bytes(schedule_for(int(s.d), tiles), int(s.d));
+  if (need > kSmemBudget)
+    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " needs " + std::to_string(need) +
+                      " bytes of shared memory per block at d = " + std::to_string(s.d) + ", over the budget of " +
+                      std::to_string(kSmemBudget));
+}
+
+}  // namespace
+
+BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sc,
+                                  bool det) {
+  const int d = int(s.d);
+  if (!valid(sc, d)) throw std::invalid_argument("step13: the tiles must hold whole m16n8k16 fragments and ldmatrix.x4 pairs");
+  BackwardBlueprintResult res;
+  res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)};
+  res.ledger.kernels.reserve(3);  // references into the set stay valid
+  Ledger& Lpre = res.ledger["bwd_pre"];
+  Ledger& Lkv = res.ledger["bwd_kv"];
+  Ledger& Lcv = res.ledger["dq_convert"];
+  const Store st = Store::of(s.dtype), f32 = Store::f32();
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, W = sc.warps();
+  const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc);
+  const int64_t QM = sc.qm(d), RG = sc.rgroups(d), kDims = sc.dq_dims(d);
+  const int64_t splits = det ? det_splits(BH, Tc) : 1;
+  const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
+  // [dropout] P as the kernel gets it (a float), and the threshold and factor it derives from it.
+  const float p_drop = float(s.dropout);
+  const bool drop = p_drop > 0.0f;
+  const uint32_t keep_below = drop ? dropout_threshold(p_drop) : 0u;
+  const float rescale = drop ? dropout_rescale(p_drop) : 1.0f;
+
+  // The workspace (schedule.hpp): L·log2 e and D per padded row, then `splits` dQ accumulators,
+  // accumulator k's row i of head bh at row (k·BH + bh)·Np + i.
+  std::vector<float> l2w(size_t(BH * Np)), ddw(size_t(BH * Np)), accw(size_t(splits * BH * Np * d));
+  Lpre.workspace = workspace_bytes(BH, N, d, splits);
+
+  // ---- step13_bwd_pre ---------------------------------------------------------------------------
+  {
+    GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lpre), Dg(ddw.data(), BH, Np, Np, f32, Lpre),
+        Acc(accw.data(), splits * BH * Np, d, d, f32, Lpre);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h) {
+        const int64_t bh = b * s.H + h;
+        const GlobalMat O(fwd.o.head(b, h), N, d, d, st, Lpre), G(dO.head(b, h), N, d, d, st, Lpre),
+            Lse(fwd.lse.head(b, h), 1, N, N, f32, Lpre);
+        for (int64_t i = 0; i < Np; ++i) {  // [pre] one warp per padded row
+          std::array<float, 32> part{};
+          if (i < N) {
+            for (int lane = 0; lane < 32; ++lane)
+              for (int64_t c = lane; c < d; c += 32) part[size_t(lane)] = std::fma(G.load(i, c), O.load(i, c), part[size_t(lane)]);
+            Lpre.nonmatmul_ops += 2 * d + 1;  // a multiply and an add per element; L·log2 e
+          }
+          for (int64_t k = 0; k < splits; ++k)
+            for (int64_t c = 0; c < d; ++c) Acc.store((k * BH + bh) * Np + i, c, 0.0f);
+          for (int off = 16; off > 0; off /= 2) {  // __shfl_xor_sync: every lane adds its partner's
+            std::array<float, 32> next{};
+            for (int lane = 0; lane < 32; ++lane) next[size_t(lane)] = part[size_t(lane)] + part[size_t(lane ^ off)];
+            part = next;
+          }
+          Dg.store(bh, i, part[0]);
+          L2g.store(bh, i, i < N ? Lse.load(0, i) * kLog2e : kInf);
+        }
+      }
+  }
+
+  // ---- step13_bwd_kv ----------------------------------------------------------------------------
+  GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lkv), Dg(ddw.data(), BH, Np, Np, f32, Lkv),
+      Acc(accw.data(), splits * BH * Np, d, d, f32, Lkv);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const int64_t bh = b * s.H + h;
+      const GlobalMat Q(in.q.head(b, h), N, d, d, st, Lkv), K(in.k.head(b, h), Nk, d, d, st, Lkv),
+          V(in.v.head(b, h), Nk, d, d, st, Lkv), G(dO.head(b, h), N, d, d, st, Lkv);
+      GlobalMat dK(res.grads.dk.head(b, h), Nk, d, d, st, Lkv), dV(res.grads.dv.head(b, h), Nk, d, d, st, Lkv);
+      // [deterministic] Block `split` walks the K/V tiles split, split + splits, ... into its own
+      // accumulator; without it, one block per tile, all adding into accumulator 0.
+      for (int64_t split = 0; split < splits; ++split)
+        for (int64_t jt = split; jt < Tc; jt += splits) {
+          const int64_t j0 = jt * Bc, keys = std::min(Bc, Nk - j0);
+          const int64_t it0 = first_q_tile(j0, N, Nk, Br, s.causal);  // [q-range]
+          const int64_t acc0 = (split * BH + bh) * Np;                  // this block's accumulator, row 0
+          // [stages] K_j, V_j, kStages × (Q_i, dO_i), kStages × dSᵀ, kStages × (L·log2 e, D).
+          Smem smem(kSmemBudget, Lkv);
+          SmemTile Ks = smem.tile(Bc, d, st), Vs = smem.tile(Bc, d, st);
+          std::vector<SmemTile> Qs, dOs, dSs, Ls, Ds;
+          for (int k = 0; k < kStages; ++k) {
+            Qs.push_back(smem.tile(Br, d, st));
+            dOs.push_back(smem.tile(Br, d, st));
+          }
+          for (int k = 0; k < kStages; ++k) dSs.push_back(smem.tile(Bc, Br, st));
+          for (int k = 0; k < kStages; ++k) {
+            Ls.push_back(smem.tile(1, Br, f32));
+            Ds.push_back(smem.tile(1, Br, f32));
+          }
+          // [pipeline] Q_i, dO_i (rows past N zero-filled, free) and the rows' L·log2 e and D (the
+          // padded workspace: every row is inside it).
+          auto load_q_tile = [&](int64_t it, size_t stage) {
+            Qs[stage].load_from(Q, it * Br, 0);
+            dOs[stage].load_from(G, it * Br, 0);
+            for (int64_t r = 0; r < Br; ++r) {
+              Ls[stage].write(0, r, L2g.load(bh, it * Br + r));
+              Ds[stage].write(0, r, Dg.load(bh, it * Br + r));
+            }
+          };
+          Ks.load_from(K, j0, 0);
+          Vs.load_from(V, j0, 0);
+          if (it0 < Tr) load_q_tile(it0, 0);
+
+          // [dq] dQ_itq's share of this K/V tile, dS K_j, from dSᵀ buffer `dsb`: warp w computes the
+          // QM m16 row tiles of group w % RG and the kDims dimensions of group w / RG ([dq-warps]).
+          auto dq_step = [&](int64_t itq, const SmemTile& dsb) {
+            for (int64_t w = 0; w < W; ++w) {
+              const int64_t rg = w % RG, cg = w / RG;
+              std::vector<std::vector<CFrag>> dq(size_t(QM), zero_frags(kDims / 8));
+              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the warp's QM m16 row tiles of dS (ldmatrix_x4_a_trans of dsb at (16kk, 16(rg·QM + m))), then per 16 of its dims one ldmatrix_x4_b (.trans) of K_j at (16kk, cg·kDims + 16np) into dq[m][2np], dq[m][2np + 1]; then every element (c_elem) into row acc0 + itq·Br + 16(rg·QM + m) + row, column cg·kDims + 8n + col of Acc: atomic_add, or with det a load, add and store
+              for (int64_t kk = 0; kk < Bc / 16; ++kk) {
+                std::vector<AFrag> a;
+                for (int64_t m = 0; m < QM; ++m) a.push_back(ldmatrix_x4_a_trans(dsb, 16 * kk, 16 * (rg * QM + m)));
+                for (int64_t np = 0; np < kDims / 16; ++np) {
+                  const std::array<BFrag, 2> kb = mf::ldmatrix_x4_b(Ks, 16 * kk, cg * kDims + 16 * np, true);
+                  for (int64_t m = 0; m < QM; ++m) {
+                    mf::mma(dq[size_t(m)][size_t(2 * np)], a[size_t(m)], kb[0], Lkv);
+                    mf::mma(dq[size_t(m)][size_t(2 * np + 1)], a[size_t(m)], kb[1], Lkv);
+                  }
+                }
+              }
+              for (int64_t m = 0; m < QM; ++m)
+                for (int64_t n = 0; n < kDims / 8; ++n)
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int x = 0; x < 4; ++x) {
+                      const mf::Coord c = mf::c_elem(lane, x);
+                      const int64_t row = acc0 + itq * Br + 16 * (rg * QM + m) + c.row, col = cg * kDims + 8 * n + c.col;
+                      const float v = dq[size_t(m)][size_t(n)][size_t(lane)][size_t(x)];
+                      if (det) Acc.store(row, col, Acc.load(row, col) + v);  // [deterministic] its own buffer
+                      else Acc.atomic_add(row, col, v);
+                    }
+              // lab:end
+            }
+          };
+
+          // [dkdv-registers] dK_j and dV_j of warp w's 16 keys: d/8 accumulator tiles each.
+          std::vector<std::vector<CFrag>> dk(size_t(W), zero_frags(d / 8)), dv(size_t(W), zero_frags(d / 8));
+          for (int64_t it = it0; it < Tr; ++it) {
+            const int64_t i0 = it * Br, rows = std::min(Br, N - i0);
+            const size_t stage = size_t((it - it0) % kStages), other = size_t((it - it0 + 1) % kStages);
+            barrier(Lkv);  // [one-barrier] tile i landed; every warp is past tile i − 1
+            if (it + 1 < Tr) load_q_tile(it + 1, other);
+            if (it > it0) dq_step(it - 1, dSs[other]);
+            const bool masked = needs_mask(i0, i0 + rows, j0, N, Nk, Bc, s.causal);
+            const SmemTile &Qt = Qs[stage], &dOt = dOs[stage], &Lt = Ls[stage], &Dt = Ds[stage];
+            SmemTile& dSt = dSs[stage];
+            for (int64_t w = 0; w < W; ++w) {
+              // [transposed] Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ: 16 keys × Br queries.
+              std::vector<CFrag> sT = zero_frags(Br / 8), dpT = zero_frags(Br / 8);
+              // lab:begin transposed: [transposed]: per 16 dims kk, the A fragments of the warp's 16 rows of K_j and of V_j (ldmatrix_x4_a at (16w, 16kk)), then per 16 queries np one ldmatrix_x4_b of Q_i and of dO_i as stored (n-major, no .trans) at (16np, 16kk): the B fragments of queries 16np .. + 7 and + 8 .. + 15, into sT[2np], sT[2np + 1] and dpT[2np], dpT[2np + 1]
+              for (int64_t kk = 0; kk < d / 16; ++kk) {
+                const AFrag ka = mf::ldmatrix_x4_a(Ks, 16 * w, 16 * kk), va = mf::ldmatrix_x4_a(Vs, 16 * w, 16 * kk);
+                for (int64_t np = 0; np < Br / 16; ++np) {
+                  const std::array<BFrag, 2> qb = mf::ldmatrix_x4_b(Qt, 16 * np, 16 * kk, false);
+                  const std::array<BFrag, 2> ob = mf::ldmatrix_x4_b(dOt, 16 * np, 16 * kk, false);
+                  mf::mma(sT[size_t(2 * np)], ka, qb[0], Lkv);
+                  mf::mma(sT[size_t(2 * np + 1)], ka, qb[1], Lkv);
+                  mf::mma(dpT[size_t(2 * np)], va, ob[0], Lkv);
+                  mf::mma(dpT[size_t(2 * np + 1)], va, ob[1], Lkv);
+                }
+              }
+              // lab:end
+              // [causal-mask] Element (key row, query column) of C tile n: key j0 + 16w + row, query
+              // i0 + 8n + col; a key at or past the query's visible count (past Nk included) gets −inf.
+              if (masked)
+                for (int64_t n = 0; n < Br / 8; ++n)
+                  for (int lane = 0; lane < 32; ++lane)
+                    for (int x = 0; x < 4; ++x) {
+                      const mf::Coord c = mf::c_elem(lane, x);
+                      if (j0 + 16 * w + c.row >= visible_keys(i0 + 8 * n + c.col, N, Nk, s.causal)) sT[size_t(n)][size_t(lane)][size_t(x)] = -kInf;
+                    }
+              // [softmax-grad] Pᵀ = exp2(s·scale·log2 e − L·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D): a column
+              // of the lane's tile is one query, whose L and D the lane reads (two of each per tile).
+              // [dropout] Z from one Philox call per 2 × 2 block, as the kernel draws it: call e of
+              // the lane is the block of query i0 + 16np + 2t + e and key j0 + 16w + g; its word
+              // 2nb + hr is element (key row hr, query block nb); Pᵀ∘Z feeds dV, dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D).
+              // lab:begin softmax-grad: [softmax-grad]: for each lane and C tile n = 2np + nb, the lane's two queries' L·log2 e and D from Lt and Dt (columns 8n + 2t, + 1), then per element x: pv = exp2(fma(s, sl2, −L)), sT = pv and dpT = pv·(dp − D); with dropout (drop) Z drawn by dropout_words exactly as kernel.cu does (docs/13_mma_backward.md)
+              for (int lane = 0; lane < 32; ++lane) {
+                const int g = mf::group(lane), t = mf::thread_in_group(lane);
+                const int64_t key0 = j0 + 16 * w + g;
+                for (int64_t np = 0; np < Br / 16; ++np) {
+                  float z[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}};  // [nb][element]
+                  if (drop)
+                    for (int e = 0; e < 2; ++e) {
+                      const DropoutWords wd = dropout_words(s.dropout_seed, s.dropout_offset, bh, i0 + 16 * np + 2 * t + e, key0);
+                      for (int nb = 0; nb < 2; ++nb)
+                        for (int hr = 0; hr < 2; ++hr) z[nb][2 * hr + e] = wd.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
+                    }
+                  for (int nb = 0; nb < 2; ++nb) {
+                    const int64_t n = 2 * np + nb, q0 = 8 * n + 2 * t;
+                    const float l2v[2] = {Lt.read(0, q0), Lt.read(0, q0 + 1)}, dd2[2] = {Dt.read(0, q0), Dt.read(0, q0 + 1)};
+                    for (int x = 0; x < 4; ++x) {
+                      const mf::Coord c = mf::c_elem(lane, x);  // its query column: 2t + x % 2
+                      const float lv = l2v[c.col - 2 * t], dval = dd2[c.col - 2 * t];
+                      float& sv = sT[size_t(n)][size_t(lane)][size_t(x)];
+                      float& dpv = dpT[size_t(n)][size_t(lane)][size_t(x)];
+                      const float pv = std::exp2(std::fma(sv, sl2, -lv));
+                      if (drop) {
+                        sv = pv * z[nb][x];
+                        dpv = pv * (dpv * z[nb][x] - dval);
+                      } else {
+                        sv = pv;
+                        dpv = pv * (dpv - dval);
+                      }
+                    }
+                  }
+                }
+              }
+              // lab:end
+              Lkv.nonmatmul_ops += 16 * Br * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));
+              // [c-to-a] Queries [16kk, 16kk + 16) of Pᵀ and dSᵀ as A fragments (C tiles 2kk and
+              // 2kk + 1), in the storage type; dSᵀ also stored for dQ ([ds-smem]). Then dV += Pᵀ dO_i
+              // and dK += dSᵀ Q_i: per 16 dims one ldmatrix_x4_b (.trans) of dO_i and of Q_i.
+              for (int64_t kk = 0; kk < Br / 16; ++kk) {
+                AFrag pa(32), da(32);
+                // lab:begin c-to-a: [c-to-a] + [ds-smem]: A element i of each lane is element a_from_c_elem(i) of C tile 2kk + a_from_c_tile(i) of sT (pa) and of dpT (da), rounded (round_to); da also written to dSt at (16w + row, 16kk + col) of a_elem(lane, i); then per 16 dims np one ldmatrix_x4_b (.trans) of dO_i and of Q_i at (16kk, 16np) into dv[w][2np], dv[w][2np + 1] (with pa) and dk[w][...] (with da)
+                for (int lane = 0; lane < 32; ++lane)
+                  for (int i = 0; i < 8; ++i) {
+                    const int tile = mf::a_from_c_tile(i), e = mf::a_from_c_elem(i);
+                    pa[size_t(lane)][size_t(i)] = round_to(s.dtype, sT[size_t(2 * kk + tile)][size_t(lane)][size_t(e)]);
+                    da[size_t(lane)][size_t(i)] = round_to(s.dtype, dpT[size_t(2 * kk + tile)][size_t(lane)][size_t(e)]);
+                    const mf::Coord c = mf::a_elem(lane, i);  // key row, query column of the A tile
+                    dSt.write(16 * w + c.row, 16 * kk + c.col, da[size_t(lane)][size_t(i)]);
+                  }
+                for (int64_t np = 0; np < d / 16; ++np) {
+                  const std::array<BFrag, 2> ob = mf::ldmatrix_x4_b(dOt, 16 * kk, 16 * np, true);
+                  const std::array<BFrag, 2> qb = mf::ldmatrix_x4_b(Qt, 16 * kk, 16 * np, true);
+                  mf::mma(dv[size_t(w)][size_t(2 * np)], pa, ob[0], Lkv);
+                  mf::mma(dv[size_t(w)][size_t(2 * np + 1)], pa, ob[1], Lkv);
+                  mf::mma(dk[size_t(w)][size_t(2 * np)], da, qb[0], Lkv);
+                  mf::mma(dk[size_t(w)][size_t(2 * np + 1)], da, qb[1], Lkv);
+                }
+                // lab:end
+              }
+            }
+            Lkv.tiles_computed += 1;
+            Lkv.tiles_masked += classify_tile(i0, i0 + rows, j0, j0 + keys, N, Nk, s.causal) == TileKind::Diagonal;
+          }
+          Lkv.tiles_skipped += it0;
+          // [one-barrier] The last Q tile's dQ share, once every warp has stored its dSᵀ.
+          barrier(Lkv);
+          if (it0 < Tr) dq_step(Tr - 1, dSs[size_t((Tr - 1 - it0) % kStages)]);
+          // [dkdv-write] dV_j and scale·dK_j into the warp's own rows of the V and K tiles (in the
+          // storage type), then the rows inside Nk out to HBM.
+          barrier(Lkv);
+          for (int64_t w = 0; w < W; ++w)
+            for (int64_t n = 0; n < d / 8; ++n)
+              for (int lane = 0; lane < 32; ++lane)
+                for (int x = 0; x < 4; ++x) {
+                  const mf::Coord c = mf::c_elem(lane, x);
+                  Vs.write(16 * w + c.row, 8 * n + c.col, dv[size_t(w)][size_t(n)][size_t(lane)][size_t(x)]);
+                  Ks.write(16 * w + c.row, 8 * n + c.col, scale * dk[size_t(w)][size_t(n)][size_t(lane)][size_t(x)]);
+                }
+          Lkv.nonmatmul_ops += Bc * d;  // the scale on dK, every row of the tile
+          for (int64_t r = 0; r < keys; ++r)
+            for (int64_t c = 0; c < d; ++c) {
+              dK.store(j0 + r, c, Ks.read(r, c));
+              dV.store(j0 + r, c, Vs.read(r, c));
+            }
+          if (det) barrier(Lkv);  // the next K/V tile's copies overwrite these rows
+        }
+    }
+
+  // ---- step13_dq_convert ------------------------------------------------------------------------
+  {
+    const GlobalMat Acc2(accw.data(), splits * BH * Np, d, d, f32, Lcv);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h) {
+        const int64_t bh = b * s.H + h;
+        GlobalMat dQ(res.grads.dq.head(b, h), N, d, d, st, Lcv);
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t c = 0; c < d; ++c) {
+            float v = 0.0f;  // [dq-convert] the splits in order
+            for (int64_t k = 0; k < splits; ++k) v += Acc2.load((k * BH + bh) * Np + i, c);
+            dQ.store(i, c, scale * v);
+          }
+        Lcv.nonmatmul_ops += N * d * splits;  // the scale, and the adds of splits 1 .. splits − 1
+      }
+  }
+  return res;
+}
+
+// The ledger in closed form (docs/13_mma_backward.md). One (b, h): Tc K/V tiles, each visited once
+// (by its own block, or with --deterministic by one of the splits' blocks); tile j walks the Q tiles
+// first_q_tile(j) .. Tr − 1: `pairs` in all, `q_rows` of their rows inside N, `masked` needing the
+// per-element mask, `diagonal` holding the diagonal, `skipped` Q tiles before the first. Per pair and
+// warp: Sᵀ and dPᵀ read (d/16)·(2 + 2·Br/16) fragments (K, V as A; Q, dO as B) and issue
+// (d/16)·(Br/16)·4 products; the lane's L and D, 16 bytes per C tile; 16·Br of dSᵀ written; dV and
+// dK read (Br/16)·(d/16)·2 fragments for as many ·4 products / 2; one dq_step per pair reads
+// (Bc/16)·(QM + kDims/16) fragments for (Bc/16)·(kDims/16)·QM·2 products. dQ's partial sums cover
+// every row of the Q tile (Br·d per pair), the padding included.
+LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
+  const int d = int(s.d);
+  if (!valid(sc, d)) throw std::invalid_argument("step13: the tiles must hold whole m16n8k16 fragments and ldmatrix.x4 pairs");
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, W = sc.warps();
+  const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), QM = sc.qm(d), kDims = sc.dq_dims(d);
+  const int64_t splits = det ? det_splits(BH, Tc) : 1;
+  const bool drop = float(s.dropout) > 0.0f;
+  int64_t pairs = 0, q_rows = 0, masked = 0, diagonal = 0, skipped = 0;
+  for (int64_t j = 0; j < Tc; ++j) {
+    const int64_t j0 = j * Bc, j1 = std::min(j0 + Bc, Nk), first = first_q_tile(j0, N, Nk, Br, s.causal);
+    skipped += first;
+    for (int64_t it = first; it < Tr; ++it) {
+      const int64_t i0 = it * Br, i1 = std::min(i0 + Br, N);
+      ++pairs;
+      q_rows += i1 - i0;
+      masked += needs_mask(i0, i1, j0, N, Nk, Bc, s.causal);
+      diagonal += classify_tile(i0, i1, j0, j1, N, Nk, s.causal) == TileKind::Diagonal;
+    }
+  }
+  LedgerSet ls;
+  Ledger& pre = ls["bwd_pre"];
+  pre.gmem_read = BH * (N * d * 2 * 2 + N * 4);              // dO, O and L of the rows inside N
+  pre.gmem_write = BH * Np * (splits * d * 4 + 4 + 4);       // every padded row: the zeroed accumulators, D, L·log2 e
+  pre.nonmatmul_ops = BH * N * (2 * d + 1);
+  pre.workspace = workspace_bytes(BH, N, d, splits);
+
+  Ledger& kv = ls["bwd_kv"];
+  const int64_t dq_bytes = BH * pairs * Br * d * 4;  // the partial sums of dQ, every row of each visited Q tile
+  kv.gmem_read = BH * (Nk * d * 2 * 2 + q_rows * d * 2 * 2 + pairs * Br * 4 * 2) + (det ? dq_bytes : 0);
+  kv.gmem_write = BH * Nk * d * 2 * 2 + (det ? dq_bytes : 0);
+  kv.gmem_atomic = det ? 0 : dq_bytes;
+  kv.smem_write = BH * (Tc * 2 * Bc * d * 2                      // K_j, V_j
+                        + pairs * (2 * Br * d * 2 + 2 * Br * 4)   // Q_i, dO_i, L, D
+                        + pairs * Bc * Br * 2                      // dSᵀ
+                        + Tc * 2 * Bc * d * 2);                    // dK_j, dV_j staged in the K/V tiles
+  const int64_t frags_pair = W * ((d / 16) * (2 + 2 * (Br / 16)) + (Br / 16) * (d / 16) * 2 + (Bc / 16) * (QM + kDims / 16));
+  kv.smem_read = BH * (pairs * (frags_pair * kFragElems * 2 + W * (Br / 8) * 32 * 4 * 4) + Nk * d * 2 * 2);
+  kv.barriers = BH * (pairs + Tc * (2 + (det ? 1 : 0)));
+  kv.matmul_flops = BH * pairs * W * ((d / 16) * (Br / 16) * 4 + (Br / 16) * (d / 16) * 4 + (Bc / 16) * (kDims / 16) * QM * 2) * kMmaFlops;
+  kv.nonmatmul_ops = BH * (pairs * W * 16 * Br * (5 + (drop ? 3 : 0)) + masked * W * 16 * Br + Tc * Bc * d);
+  kv.tiles_computed = BH * pairs;
+  kv.tiles_masked = BH * diagonal;
+  kv.tiles_skipped = BH * skipped;
+  kv.smem_peak = smem_bytes(sc, d);
+
+  Ledger& cv = ls["dq_convert"];
+  cv.gmem_read = BH * N * d * 4 * splits;
+  cv.gmem_write = BH * N * d * 2;
+  cv.nonmatmul_ops = BH * N * d * splits;
+  return ls;
+}
+
+namespace {
+BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const StepOptions& o) {
+  const int tiles = tiles_of(o);
+  require_tiles_supported(s, tiles, deterministic(o));
+  return blueprint(s, in, fwd, dO, schedule_for(int(s.d), tiles), deterministic(o));
+}
+LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
+  const int tiles = tiles_of(o);
+  require_tiles_supported(s, tiles, deterministic(o));
+  return closed_form(s, schedule_for(int(s.d), tiles), deterministic(o));
+}
+// The forward is step 12's, whatever the flags say.
 BlueprintResult run_forward(const Shape& s, const Inputs& in, const StepOptions&) { return step12::info().blueprint(s, in, {}); }
 LedgerSet run_forward_closed_form(const Shape& s, const StepOptions&) { return step12::info().closed_form(s, {}); }
+// [arch] Shared memory per block: the forward's (step 12's), and the backward's main kernel
+// (schedule.hpp): 161 KB at d = 128 and 162 KB at d = 64 — within sm_80's and sm_90's limits, over
+// sm_86's and sm_89's 99 KB except at d = 16 (90 KB); the refusal is per shape.
 int64_t run_forward_smem(const Shape& s, const StepOptions&) { return step12::info().smem_bytes(s, {}); }
 int64_t run_backward_smem(const Shape& s, const StepOptions& o) { return smem_bytes(schedule_for(int(s.d), tiles_of(o)), int(s.d)); }
 #ifdef FA_HAVE_CUDA

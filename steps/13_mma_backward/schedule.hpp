@@ -107,6 +107,12 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 bool deterministic(const StepOptions& o);  // --deterministic
 int tiles_of(const StepOptions& o);        // --tiles as a TileChoice
 
+// The CPU side (blueprint.cpp): the three kernels' schedule with the tiles `sched` (any valid()
+// one: the tests run others), counted; and the same ledger in closed form.
+BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO,
+                                  const Schedule& sched, bool deterministic);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, bool deterministic);
+
 // The GPU side (kernel.cu).
 void launch_backward(const BwdParams& p, const StepOptions& opts, void* stream);
 size_t backward_workspace_bytes(const Shape& s, const StepOptions& opts);
