@@ -74,7 +74,11 @@ TEST_CASE("arch: sm_75 runs the WMMA steps in fp16, refuses bf16 and mma.sync, a
   }
 }
 
-TEST_CASE("arch: compute capability 8.0, 8.6, 8.9 and 9.0 run every step, variant, dtype and head dimension") {
+TEST_CASE("arch: compute capability 8.0 and 9.0 run every step, variant, dtype and head dimension, 8.6 and 8.9 all but step 13's backward at d >= 32") {
+  // The only refusal from 8.0 on is shared memory: step 13's backward block (161 KB at d = 128, 162 KB
+  // at d = 64, 114 KB at d = 32, 90 KB at d = 16) against the 99 KB of 8.6 and 8.9. Its forward
+  // (step 12's) runs there at every d; the refusal is per shape, by backward_smem_bytes.
+  int refused = 0;
   for (int cc : {80, 86, 89, 90})
     for (const StepInfo* st : all_steps())
       for (const StepOptions& opt : st->all_variants())
@@ -83,8 +87,47 @@ TEST_CASE("arch: compute capability 8.0, 8.6, 8.9 and 9.0 run every step, varian
             CAPTURE(cc);
             CAPTURE(st->id);
             CAPTURE(d);
-            CHECK(unsupported_reason(*st, shape(d, t), opt, gpu(cc), true) == "");
+            const std::string r = unsupported_reason(*st, shape(d, t), opt, gpu(cc), true);
+            CHECK(unsupported_reason(*st, shape(d, t), opt, gpu(cc), false) == "");
+            if ((cc == 86 || cc == 89) && st->id == "13" && d >= 32) {
+              CHECK(contains(r, "step13: the backward needs " + std::to_string(st->backward_smem_bytes(shape(d, t), opt)) + " bytes"));
+              CHECK(contains(r, "allows 101376 (99.0 KB)"));
+              ++refused;
+            } else {
+              CHECK(r == "");
+            }
           }
+  CHECK(refused == 2 * 2 * 3 * 2);  // 8.6 and 8.9, --deterministic off and on, d = 32, 64, 128, both dtypes
+}
+
+TEST_CASE("arch: step 13's backward takes 161 KB at d = 128: sm_80 (163 KB) and sm_90 run it, sm_86 and sm_89 (99 KB) at d = 16 only") {
+  const StepInfo& st = step("13");
+  const StepOptions o = st.default_options();
+  CHECK(st.backward_smem_bytes(shape(128, DType::f16), o) == 164864);
+  CHECK(st.backward_smem_bytes(shape(64, DType::f16), o) == 165888);
+  CHECK(st.backward_smem_bytes(shape(32, DType::f16), o) == 116736);
+  CHECK(st.backward_smem_bytes(shape(16, DType::f16), o) == 92160);
+  CHECK(st.smem_bytes(shape(128, DType::f16), o) == 96 * 1024);  // the forward is step 12's
+  CHECK(smem_optin_for_cc(80) - 165888 == 1024);                   // d = 64 fits sm_80 with 1 KB to spare
+  const std::string r = unsupported_reason(st, shape(128, DType::bf16), o, gpu(86), true);
+  CHECK(contains(r, "step13: the backward needs 164864 bytes (161.0 KB) of shared memory per block at d = 128"));
+  CHECK(contains(r, "this GPU is 8.6 (FA_FAKE_CC=86) and allows 101376 (99.0 KB)"));
+  CHECK(unsupported_reason(st, shape(16, DType::bf16), o, gpu(89), true) == "");
+  CHECK(unsupported_reason(st, shape(128, DType::f16), o, gpu(89), false) == "");  // the forward alone
+  CHECK(contains(unsupported_reason(st, shape(16, DType::f16), o, gpu(75), true), "needs mma.sync.m16n8k16 and cp.async"));
+  // --tiles (fp16, d = 64 and 128): on sm_90 every shape but 128x128 at d = 128 (258 KB); on sm_86
+  // the smaller tiles bring d = 64 under 99 KB, d = 128 stays above it.
+  for (const StepOptions& opt : st.ablation_variants()) {
+    const auto it = opt.find("tiles");
+    const std::string tiles = it == opt.end() ? "auto" : it->second;
+    CAPTURE(tiles);
+    const int64_t b64 = st.backward_smem_bytes(shape(64, DType::f16), opt), b128 = st.backward_smem_bytes(shape(128, DType::f16), opt);
+    CHECK((unsupported_reason(st, shape(128, DType::f16), opt, gpu(90), true) == "") == (tiles != "128x128"));
+    CHECK(unsupported_reason(st, shape(64, DType::f16), opt, gpu(90), true) == "");
+    CHECK((unsupported_reason(st, shape(64, DType::f16), opt, gpu(86), true) == "") == (b64 <= 99 * 1024));
+    CHECK((b64 <= 99 * 1024) == (tiles == "64x128" || tiles == "32x128" || tiles == "64x64"));
+    CHECK(b128 > 99 * 1024);
+  }
 }
 
 TEST_CASE("arch: step 12 at d = 128 takes 96 KB, which fits the 99 KB of sm_86 and sm_89") {
