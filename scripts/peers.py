@@ -28,6 +28,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="N = 1024 and 4096 only")
     ap.add_argument("--commit", default=os.environ.get("FA_COMMIT", ""))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--ns", default="", help="comma-separated N values (default 512 ... 16384; --quick: 1024, 4096)")
+    ap.add_argument("--backends", default="", help="comma-separated subset of flash,cudnn,efficient,math (default all)")
     args = ap.parse_args()
     try:
         import torch
@@ -51,7 +53,14 @@ def main():
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                 ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
-    ns = [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    if args.backends:
+        want = args.backends.split(",")
+        unknown = [b for b in want if b not in {n for n, _ in backends}]
+        if unknown:
+            print(f"peers.py: unknown backend(s) {unknown}", file=sys.stderr)
+            return 2
+        backends = [(n, be) for n, be in backends if n in want]
+    ns = [int(x) for x in args.ns.split(",")] if args.ns else [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
 
     def timed(fn, reps):
         for _ in range(3):

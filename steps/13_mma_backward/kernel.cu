@@ -113,25 +113,34 @@ struct Ws {
   }
 };
 
-// [pre] One warp per padded row: D = Σ_c dO·O and L·log2 e (rows past N: D = 0, L = +inf, so that
-// their P is 0); the row of every dQ accumulator set to 0.
+// [pre] D/8 threads per padded row, 8 elements (16 bytes) each: D = Σ_c dO·O and L·log2 e (rows past
+// N: D = 0, L = +inf, so that their P is 0); the row of every dQ accumulator set to 0.
 template <class T, int D>
 __global__ void step13_bwd_pre(BwdParams p, int splits) {
+  constexpr int kPer = D / 8;  // threads per row (2 .. 16: inside one warp)
   const Ws ws(p, D);
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // over B·H·Np
-  const int lane = threadIdx.x % 32;
-  if (row >= int64_t(p.f.B) * p.f.H * ws.Np) return;
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kPer;  // over B·H·Np
+  const int c0 = 8 * (threadIdx.x % kPer);
+  if (row >= int64_t(p.f.B) * p.f.H * ws.Np) return;  // never taken: the grid is exact (Np is a multiple of 128)
   const int bh = int(row / ws.Np), i = int(row % ws.Np), b = bh / p.f.H, h = bh % p.f.H;
   float s = 0.0f;
   if (i < p.f.N) {
-    const T* O = static_cast<const T*>(p.f.o) + b * p.f.o_sb + h * p.f.o_sh + int64_t(i) * p.f.o_sn;
-    const T* dO = static_cast<const T*>(p.dout) + b * p.f.o_sb + h * p.f.o_sh + int64_t(i) * p.f.o_sn;
-    for (int c = lane; c < D; c += 32) s += to_f32(dO[c]) * to_f32(O[c]);
+    const int64_t at = b * p.f.o_sb + h * p.f.o_sh + int64_t(i) * p.f.o_sn + c0;
+    const uint4 o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.f.o) + at);
+    const uint4 g = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) + at);
+    const T* ov = reinterpret_cast<const T*>(&o);
+    const T* gv = reinterpret_cast<const T*>(&g);
+#pragma unroll
+    for (int x = 0; x < 8; ++x) s += to_f32(gv[x]) * to_f32(ov[x]);
   }
-  for (int k = 0; k < splits; ++k)
-    for (int c = lane; c < D; c += 32) ws.acc[k * ws.split_stride + row * D + c] = 0.0f;
-  for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lane == 0) {
+  for (int k = 0; k < splits; ++k) {
+    float4* a = reinterpret_cast<float4*>(ws.acc + k * ws.split_stride + row * D + c0);
+    a[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    a[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int off = kPer / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (c0 == 0) {
     ws.dd[row] = s;
     ws.l2[row] = i < p.f.N ? p.f.lse[b * p.f.lse_sb + h * p.f.lse_sh + i] * kLog2e : INFINITY;
   }
@@ -230,29 +239,42 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         }
       }
       // [dq-atomic] Into the fp32 accumulator (rows past N land in its padding). Every K/V tile's
-      // block adds to these rows in an order nobody fixes; [deterministic]: this block owns its
-      // buffer, so a plain read-add-write in program order.
+      // block adds to these rows in an order nobody fixes. Each request costs the L2 about the same
+      // whatever its width, so on sm_90 the lanes t and t ^ 1 first swap halves: the even lane then
+      // holds row g, the odd lane row g + 8, four consecutive columns each — one 16-byte RED per C
+      // tile instead of two 8-byte ones. [deterministic]: this block owns its buffer, so a plain
+      // read-add-write in program order.
 #pragma unroll
       for (int m = 0; m < QM; ++m)
 #pragma unroll
-        for (int n = 0; n < kDims / 8; ++n)
+        for (int n = 0; n < kDims / 8; ++n) {
+          float* row0 = acc + int64_t(itq * Br + 16 * (rg * QM + m) + g) * D + cg * kDims + 8 * n;  // row g, column 0 of the tile
+          const float* c = dq[m][n];
+          if constexpr (Det) {
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            float* at = acc + int64_t(itq * Br + 16 * (rg * QM + m) + g + 8 * hr) * D + cg * kDims + 8 * n + 2 * t;
-            if constexpr (Det) {
-              float2 v = *reinterpret_cast<float2*>(at);
-              v.x += dq[m][n][2 * hr];
-              v.y += dq[m][n][2 * hr + 1];
-              *reinterpret_cast<float2*>(at) = v;
-            } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-              atomicAdd(reinterpret_cast<float2*>(at), make_float2(dq[m][n][2 * hr], dq[m][n][2 * hr + 1]));  // one RED.64
-#else
-              atomicAdd(at, dq[m][n][2 * hr]);
-              atomicAdd(at + 1, dq[m][n][2 * hr + 1]);
-#endif
+            for (int hr = 0; hr < 2; ++hr) {
+              float2* at = reinterpret_cast<float2*>(row0 + 8 * hr * D + 2 * t);
+              float2 v = *at;
+              v.x += c[2 * hr];
+              v.y += c[2 * hr + 1];
+              *at = v;
             }
+          } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            const bool odd = t & 1;
+            const float x = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1);
+            const float y = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
+            const float4 v = odd ? make_float4(x, y, c[2], c[3]) : make_float4(c[0], c[1], x, y);
+            atomicAdd(reinterpret_cast<float4*>(row0 + (odd ? 8 * D + 2 * (t - 1) : 2 * t)), v);  // one RED.128
+#else
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              atomicAdd(row0 + 8 * hr * D + 2 * t, c[2 * hr]);
+              atomicAdd(row0 + 8 * hr * D + 2 * t + 1, c[2 * hr + 1]);
+            }
+#endif
           }
+        }
     };
 
     // [dkdv-registers] dK_j and dV_j for the warp's 16 keys: D/8 accumulator tiles each.
@@ -472,7 +494,7 @@ template <class T, int D>
 void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, cudaStream_t st) {
   const AttnParams& f = p.f;
   const int splits = det ? int(det_splits(int64_t(f.B) * f.H, num_tiles(f.Nk, schedule_for(D, tiles).Bc))) : 1;
-  step13_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N), 8), 256, 0, st>>>(p, splits);
+  step13_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, splits);
   CUDA_CHECK_LAUNCH("step13_bwd_pre");
   if (tiles != kAuto) {
     if constexpr (std::is_same_v<T, __half> && (D == 64 || D == 128)) {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Step 13's backward against PyTorch's FlashAttention-2 (flash) and cuDNN backends, in one run on one
+# GPU (docs/13_mma_backward.md, "Measured"): FlashAttention's benchmark shapes (B·N = 16k, H·d =
+# 2048), N = 1k, 4k, 16k, d = 64 and 128, causal and not, fp16 and bf16.
+#   scripts/bwd_target.sh OUTDIR     (after a build: FA_BUILD, default build/, must hold step13 and step12)
+# Writes into OUTDIR:
+#   target_<gpu>_step13.csv   date, commit, then step13 --csv's columns: one row per shape (default),
+#                             then --deterministic (bf16), then --dropout 0.1 (bf16, N = 4k)
+#   dropout_<gpu>_step12.csv  step 12's forward at N = 4k with and without --dropout 0.1 (bf16)
+#   peers_<gpu>_bwd.csv       scripts/peers.py --backends flash,cudnn on the same shapes
+# Every run is checked against the reference (the step program's own check); a failed check is a
+# row with pass = 0, and the script's exit status is 1.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="$(realpath -m "${1:?usage: scripts/bwd_target.sh OUTDIR}")"
+build="${FA_BUILD:-$root/build}"
+mkdir -p "$out"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+[ -n "$gpu" ] || { echo "bwd_target.sh: no GPU visible (nvidia-smi)" >&2; exit 2; }
+slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/_/g; s/^_//; s/_$//')
+commit="${FA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
+fail=0
+# run CSV STEP ARGS...: one checked run, its --csv row appended (the header once).
+run() {
+  local csv=$1 step=$2; shift 2
+  local res; res=$("$build/step$step" --backend gpu --csv --reps 10 "$@" 2>/dev/null)
+  local rc=$?
+  [ -s "$csv" ] || echo "date,commit,$(echo "$res" | head -n1)" >"$csv"
+  if [ -n "$(echo "$res" | sed -n 2p)" ]; then echo "$date_utc,$commit,$(echo "$res" | sed -n 2p)" >>"$csv"; fi
+  [ $rc -eq 0 ] || { echo "bwd_target.sh: step$step $* exited $rc" >&2; fail=1; }
+  echo "[bwd_target] step$step $* (rc $rc)" >&2
+}
+t="$out/target_${slug}_step13.csv"; : >"$t"
+for dt in bf16 fp16; do for d in 64 128; do for c in 0 1; do for n in 1024 4096 16384; do
+  run "$t" 13 --b $((16384 / n)) --h $((2048 / d)) --n $n --d $d --dtype $dt $([ $c = 1 ] && echo --causal)
+done; done; done; done
+python3 "$root/scripts/peers.py" "$out/peers_${slug}_bwd.csv" --backends flash,cudnn --ns 1024,4096,16384 --commit "$commit" \
+  || { echo "bwd_target.sh: peers.py failed" >&2; fail=1; }
+for d in 64 128; do for n in 1024 4096 16384; do
+  run "$t" 13 --b $((16384 / n)) --h $((2048 / d)) --n $n --d $d --dtype bf16 --deterministic
+done; done
+f="$out/dropout_${slug}_step12.csv"; : >"$f"
+for d in 64 128; do
+  run "$t" 13 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16 --dropout 0.1
+  run "$f" 12 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16
+  run "$f" 12 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16 --dropout 0.1
+done
+exit $fail
