@@ -266,7 +266,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                 const int g = mf::group(lane), t = mf::thread_in_group(lane);
                 const int64_t key0 = j0 + 16 * w + g;
                 for (int64_t np = 0; np < Br / 16; ++np) {
-                  float z[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}};  // [nb][element]
+                  float z[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}};  // z[nb][element]: Z of the lane's elements
                   if (drop)
                     for (int e = 0; e < 2; ++e) {
                       const DropoutWords wd = dropout_words(s.dropout_seed, s.dropout_offset, bh, i0 + 16 * np + 2 * t + e, key0);
