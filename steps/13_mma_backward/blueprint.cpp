@@ -3,8 +3,8 @@
 // layout is a wrong gradient), every access through the counting views of common/ledger.hpp. The
 // forward is step 12's (its blueprint, closed form and kernel are registered here as well).
 //
-//   bwd_pre     per padded row: D (lane partial sums, then the warp's butterfly), L·log2 e (+inf
-//               past N, D = 0), every dQ accumulator's row zeroed
+//   bwd_pre     per padded row: D (d/8 threads' partial sums of 8 elements, then their butterfly),
+//               L·log2 e (+inf past N, D = 0), every dQ accumulator's row zeroed
 //   bwd_kv      a block per (K/V tile, head) — with --deterministic, block s of det_splits(BH, Tc)
 //               walks tiles s, s + splits, ... — warp w owning keys [16w, 16w + 16): Sᵀ = K Qᵀ and
 //               dPᵀ = V dOᵀ, the mask, Pᵀ and dSᵀ in the C layout, dSᵀ stored to its double buffer,
@@ -125,18 +125,19 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         const int64_t bh = b * s.H + h;
         const GlobalMat O(fwd.o.head(b, h), N, d, d, st, Lpre), G(dO.head(b, h), N, d, d, st, Lpre),
             Lse(fwd.lse.head(b, h), 1, N, N, f32, Lpre);
-        for (int64_t i = 0; i < Np; ++i) {  // [pre] one warp per padded row
-          std::array<float, 32> part{};
+        const int kPer = d / 8;  // threads per row, 8 elements (16 bytes) each
+        for (int64_t i = 0; i < Np; ++i) {  // [pre] kPer threads per padded row
+          std::vector<float> part(size_t(kPer), 0.0f);
           if (i < N) {
-            for (int lane = 0; lane < 32; ++lane)
-              for (int64_t c = lane; c < d; c += 32) part[size_t(lane)] = std::fma(G.load(i, c), O.load(i, c), part[size_t(lane)]);
+            for (int th = 0; th < kPer; ++th)
+              for (int x = 0; x < 8; ++x) part[size_t(th)] = std::fma(G.load(i, 8 * th + x), O.load(i, 8 * th + x), part[size_t(th)]);
             Lpre.nonmatmul_ops += 2 * d + 1;  // a multiply and an add per element; L·log2 e
           }
           for (int64_t k = 0; k < splits; ++k)
             for (int64_t c = 0; c < d; ++c) Acc.store((k * BH + bh) * Np + i, c, 0.0f);
-          for (int off = 16; off > 0; off /= 2) {  // __shfl_xor_sync: every lane adds its partner's
-            std::array<float, 32> next{};
-            for (int lane = 0; lane < 32; ++lane) next[size_t(lane)] = part[size_t(lane)] + part[size_t(lane ^ off)];
+          for (int off = kPer / 2; off > 0; off /= 2) {  // __shfl_xor_sync: every thread adds its partner's
+            std::vector<float> next(part.size());
+            for (int th = 0; th < kPer; ++th) next[size_t(th)] = part[size_t(th)] + part[size_t(th ^ off)];
             part = next;
           }
           Dg.store(bh, i, part[0]);
