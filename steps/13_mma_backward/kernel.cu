@@ -222,6 +222,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         for (int n = 0; n < kDims / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dq[m][n][e] = 0.0f;
+      // lab:begin dq: [dq]: per 16 keys kk, ldmatrix_x4_trans of dS from the dSᵀ buffer for each of the warp's QM row tiles (dsb + ds_lane + 16kk·kRowS, XOR 32·(rg·QM + m)), then per 16 of its dims one ldmatrix_x4_trans of K_j (bk_lane + 16kk·kRow, XOR 32·(cg·kDims/16 + np)) into dq[m][2np], dq[m][2np + 1]
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
         uint32_t a[QM][4];
@@ -238,6 +239,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
           }
         }
       }
+      // lab:end
       // [dq-atomic] Into the fp32 accumulator (rows past N land in its padding). Every K/V tile's
       // block adds to these rows in an order nobody fixes. Each request costs the L2 about the same
       // whatever its width, so on sm_90 the lanes t and t ^ 1 first swap halves: the even lane then
@@ -304,6 +306,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       for (int n = 0; n < Br / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
+      // lab:begin transposed: [transposed] + [x4]: per 16 dims kk, ldmatrix_x4 of the warp's K and V rows (a_lane, XOR 32·kk) as A, then per 16 queries np ldmatrix_x4 of Q_i and dO_i as stored (bn_lane + 16np·kRow, XOR 32·kk): s[2np], s[2np + 1] += K Qᵀ and dp[2np], dp[2np + 1] += V dOᵀ (docs/13_mma_backward.md)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t ka[4], va[4];
@@ -320,6 +323,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
           mma16816<T>(dp[2 * np + 1], va, ob[2], ob[3]);
         }
       }
+      // lab:end
 
       // [causal-mask] Lane holds keys j0 + 16w + g (+ 8) and queries i0 + 8n + 2t (+ 1): a key at
       // or past the query's visible count (keys past Nk included) gets −inf, so P = 0.
@@ -379,6 +383,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // [c-to-a] Queries [16kk, 16kk + 16) of Pᵀ and dSᵀ as A fragments (C tiles 2kk and 2kk + 1);
       // dSᵀ also stored for dQ ([ds-smem]). Then dV += Pᵀ dO_i and dK += dSᵀ Q_i: per 16 dims one
       // ldmatrix.x4.trans of dO_i and of Q_i (k-major) gives the B fragments of dims 16np .. + 15.
+      // lab:begin c-to-a: [c-to-a] + [ds-smem]: per 16 queries kk, pack C tiles 2kk and 2kk + 1 of s and dp into the A registers pa, da (register r: tile 2kk + r/2, elements 2(r%2), +1), store da into the swizzled dSᵀ buffer ds_sm(st), then per 16 dims one ldmatrix_x4_trans of dO_i and of Q_i (bk_lane + 16kk·kRow, XOR 32·np) into dv[2np], dv[2np + 1] and dk[2np], dk[2np + 1]
 #pragma unroll
       for (int kk = 0; kk < Br / 16; ++kk) {
         uint32_t pa[4], da[4];
@@ -401,6 +406,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
           mma16816<T>(dk[2 * np + 1], da, qb[2], qb[3]);
         }
       }
+      // lab:end
     }
     // [one-barrier] The last Q tile's dQ share, once every warp has stored its dSᵀ.
     cp_async_wait_all();
@@ -494,19 +500,26 @@ template <class T, int D>
 void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, cudaStream_t st) {
   const AttnParams& f = p.f;
   const int splits = det ? int(det_splits(int64_t(f.B) * f.H, num_tiles(f.Nk, schedule_for(D, tiles).Bc))) : 1;
+  // [tune] What --tiles is not compiled for is refused before anything is launched.
+  constexpr bool kTuned = std::is_same_v<T, __half> && (D == 64 || D == 128);
+  if (tiles != kAuto && !kTuned)
+    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " is compiled for fp16 at d = 64 and 128 only");
+  if (tiles != kAuto && (det || drop)) throw Unsupported("step13: --tiles is compiled without --deterministic and --dropout");
+  if (tiles != kAuto && smem_bytes(schedule_for(D, tiles), D) > kSmemBudget)
+    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " needs more shared memory than any GPU offers at d = " +
+                      std::to_string(D));
   step13_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, splits);
   CUDA_CHECK_LAUNCH("step13_bwd_pre");
   if (tiles != kAuto) {
-    if constexpr (std::is_same_v<T, __half> && (D == 64 || D == 128)) {
-      if (det || drop) throw Unsupported("step13: --tiles is compiled without --deterministic and --dropout");
+    if constexpr (kTuned) {
       switch (tiles) {
         case k64x128: launch_kv<T, D, false, false, k64x128>(p, 1, st); break;
-        case k128x128: launch_kv<T, D, false, false, k128x128>(p, 1, st); break;
+        case k128x128:
+          if constexpr (smem_bytes(schedule_for(D, k128x128), D) <= kSmemBudget) launch_kv<T, D, false, false, k128x128>(p, 1, st);
+          break;
         case k32x128: launch_kv<T, D, false, false, k32x128>(p, 1, st); break;
         case k64x64: launch_kv<T, D, false, false, k64x64>(p, 1, st); break;
       }
-    } else {
-      throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " is compiled for fp16 at d = 64 and 128 only");
     }
   } else if (det) {
     drop ? launch_kv<T, D, true, true, kAuto>(p, splits, st) : launch_kv<T, D, true, false, kAuto>(p, splits, st);
