@@ -11,16 +11,19 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 #include <iostream>
 
 #include "arch.hpp"
 #include "gpu.hpp"
 #include "checks.hpp"
+#include "dropout.hpp"
 #include "dropout_probe.hpp"
 #include "registry.hpp"
 #include "runner.hpp"
@@ -126,7 +129,7 @@ int run_backward_matrix(const Padding& pad) {
         }
         const GpuResult f = run_on_gpu(*st, c.shape, in, opt, cfg);
         const GpuBackwardResult b = run_backward_on_gpu(*st, c.shape, in, f.out, dO, opt, cfg);
-        const BackwardCheck chk = check_backward(c.shape, reference_backward(c.shape, in, dO), b.grads);
+        const BackwardCheck chk = check_backward(c.shape, in, dO, reference_backward(c.shape, in, dO), b.grads);
         INFO(chk.summary());
         CHECK(chk.pass);
         CHECK(b.stray_writes == 0);
@@ -136,6 +139,12 @@ int run_backward_matrix(const Padding& pad) {
   g_ran += ran;
   g_refused += no.total;
   return ran + no.total;
+}
+
+// The forward for a backward that will be refused: run when this GPU runs it, else empty (the
+// backward must then refuse before it reads anything).
+Forward reference_free_forward(const StepInfo& st, const Shape& s, const Inputs& in, const StepOptions& opt, const GpuConfig& cfg) {
+  return unsupported_reason(st, s, opt, gpu_caps(), false).empty() ? run_on_gpu(st, s, in, opt, cfg).out : Forward{};
 }
 
 bool any_backward() {
@@ -311,6 +320,118 @@ TEST_CASE("dropout kernels keep exactly dropout_keep's weights, and their L is t
             CHECK(chk.pass);
             ++ran;
           }
+  }
+  g_ran += ran;
+  g_refused += no.total;
+  if (no.total == 0) CHECK(ran > 0);
+}
+
+// [dropout-probe] Every backward that applies dropout: with dO = one-hot rows (dO_ic = [c == i],
+// N <= d), dV_ji = P_ij·Z_ij, so the mask the backward redrew is read from dV — it must be the
+// forward's, dropout_keep's, bit for bit (nonzero exactly where query i sees key j and the weight was
+// kept). Then on ordinary inputs the gradients with dropout against the reference. NaN-padded
+// buffers; ragged N, Nk ≠ N both ways, causal, every head dimension, both storage types, B, H > 1.
+TEST_CASE("backward dropout kernels redraw the forward's mask bit for bit, and their gradients match the reference") {
+  int ran = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch_backward || !st->supports_dropout) continue;
+    for (const StepOptions& opt : test::all_options(*st))
+      for (const auto& [N, Nk, d, causal, t] : {std::tuple{int64_t(16), int64_t(33), int64_t(16), false, DType::f16},
+                                                std::tuple{int64_t(30), int64_t(130), int64_t(32), true, DType::bf16},
+                                                std::tuple{int64_t(60), int64_t(40), int64_t(64), true, DType::bf16},
+                                                std::tuple{int64_t(113), int64_t(255), int64_t(128), true, DType::f16},
+                                                std::tuple{int64_t(100), int64_t(77), int64_t(128), false, DType::bf16}})
+        for (double p : {0.1, 0.5}) {
+          Shape s;
+          s.B = 2;
+          s.H = 2;
+          s.N = N;
+          s.Nk = Nk;
+          s.d = d;
+          s.causal = causal;
+          s.dtype = t;
+          s.dropout = p;
+          s.dropout_seed = 0x243f6a8885a308d3ull + uint64_t(d);
+          s.dropout_offset = 5;
+          const std::string what = "step" + st->id + " " + variant_name(opt) + " " + s.str();
+          CAPTURE(what);
+          GpuConfig cfg;
+          cfg.reps = 0;
+          cfg.pad = Padding{8, 24, 40};
+          const Inputs in = make_inputs(s, {uint64_t(N + Nk)});
+          if (no.refused(*st, s, opt, true)) {
+            const Forward fwd = reference_free_forward(*st, s, in, opt, cfg);
+            CHECK_THROWS_AS(run_backward_on_gpu(*st, s, in, fwd, make_grad_output(s, 1), opt, cfg), Unsupported);
+            continue;
+          }
+          Tensor4 onehot(s.B, s.H, s.N, s.d);
+          for (int64_t b = 0; b < s.B; ++b)
+            for (int64_t h = 0; h < s.H; ++h)
+              for (int64_t i = 0; i < s.N; ++i) onehot.at(b, h, i, i) = 1.0f;
+          const GpuResult f = run_on_gpu(*st, s, in, opt, cfg);
+          const GpuBackwardResult g = run_backward_on_gpu(*st, s, in, f.out, onehot, opt, cfg);
+          int64_t bad = 0, kept = 0;
+          for (int64_t b = 0; b < s.B; ++b)
+            for (int64_t h = 0; h < s.H; ++h)
+              for (int64_t i = 0; i < s.N; ++i)
+                for (int64_t j = 0; j < s.Nk; ++j) {
+                  const float x = g.grads.dv.at(b, h, j, i);
+                  const bool keep = j <= s.last_visible_key(i) &&
+                                    dropout_keep(s.dropout_seed, s.dropout_offset, b * s.H + h, i, j, dropout_threshold(float(p)));
+                  bad += !std::isfinite(x) || (x != 0.0f) != keep;
+                  kept += keep;
+                }
+          CHECK(bad == 0);
+          CHECK(kept > 0);
+          CHECK(g.stray_writes == 0);
+          const Tensor4 dO = make_grad_output(s, 11);
+          const GpuBackwardResult r = run_backward_on_gpu(*st, s, in, f.out, dO, opt, cfg);
+          const BackwardCheck chk = check_backward(s, in, dO, reference_backward(s, in, dO), r.grads);
+          INFO(chk.summary());
+          CHECK(chk.pass);
+          CHECK(r.stray_writes == 0);
+          ++ran;
+        }
+  }
+  g_ran += ran;
+  g_refused += no.total;
+  if (no.total == 0) CHECK(ran > 0);
+}
+
+// [deterministic] A backward run with --deterministic on twice gives the same bits (dQ included,
+// which the racing atomics of the default do not promise), and passes its check.
+TEST_CASE("deterministic backward kernels give the same bits twice") {
+  int ran = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch_backward) continue;
+    bool has = false;
+    for (const StepFlag& fl : st->flags) has = has || fl.name == "deterministic";
+    if (!has) continue;
+    StepOptions opt = st->default_options();
+    opt["deterministic"] = "on";
+    for (const test::Case& c : {test::make_case(2, 3, 1023, 700, 128, true, DType::bf16), test::make_case(1, 4, 517, 1300, 64, false, DType::f16),
+                                test::make_case(3, 2, 200, 200, 32, true, DType::f16)}) {
+      const std::string what = "step" + st->id + " " + c.name();
+      CAPTURE(what);
+      if (no.refused(*st, c.shape, opt, true)) continue;
+      GpuConfig cfg;
+      cfg.reps = 0;
+      cfg.pad = Padding{8, 24, 40};
+      const Inputs in = make_inputs(c.shape, c.inputs);
+      const Tensor4 dO = make_grad_output(c.shape, 5);
+      const GpuResult f = run_on_gpu(*st, c.shape, in, opt, cfg);
+      const GpuBackwardResult a = run_backward_on_gpu(*st, c.shape, in, f.out, dO, opt, cfg);
+      const GpuBackwardResult b = run_backward_on_gpu(*st, c.shape, in, f.out, dO, opt, cfg);
+      CHECK(std::memcmp(a.grads.dq.v.data(), b.grads.dq.v.data(), a.grads.dq.v.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(a.grads.dk.v.data(), b.grads.dk.v.data(), a.grads.dk.v.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(a.grads.dv.v.data(), b.grads.dv.v.data(), a.grads.dv.v.size() * sizeof(float)) == 0);
+      const BackwardCheck chk = check_backward(c.shape, in, dO, reference_backward(c.shape, in, dO), a.grads);
+      INFO(chk.summary());
+      CHECK(chk.pass);
+      ++ran;
+    }
   }
   g_ran += ran;
   g_refused += no.total;
