@@ -30,9 +30,9 @@ def mb(x):
     return f"{float(x) / 1e6:,.0f}" if x not in ("", None) else "–"
 
 
-def provenance(rs):
+def provenance(rs, how="scripts/gpu_session.sh"):
     if not rs:
-        return "_no measurements yet: run `scripts/gpu_session.sh` on a GPU machine_"
+        return f"_no measurements yet: run `{how}` on a GPU machine_"
     r = rs[0]
     gpu = r.get("device") or r.get("gpu")
     cuda = f", CUDA {r['cuda']}" if "cuda" in r else ""
@@ -257,10 +257,8 @@ def target(step):
     times. Closing line: the geometric mean of ours/flash, the minimum and its point, and how many
     points fall below 0.85 and 1.0 (the target: geometric mean >= 1.0, no point below 0.85)."""
     ours = [r for r in rows(f"bench_*_step{step}.csv") if r["step"] == step]
-    peers = {}
-    for r in rows("peers_*.csv"):
-        if r["status"] == "ok":
-            peers[(r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    commits = {r["commit"] for r in ours}
+    peers = peer_rows(next(iter(commits)) if len(commits) == 1 else None)  # a peer run of the same commit wins
     dtypes = {"fp16": 0, "bf16": 1}
     ours.sort(key=lambda r: (dtypes.get(r["dtype"], 2), r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"])))
     body, ratios, used = [], [], []
@@ -359,6 +357,171 @@ def ncu_stalls(steps, n="4096"):
          "tensor pipe %", "conflicts LDS", "conflicts STS", "conflicts LDSM", "conflicts LDGSTS",
          "wavefronts LDS", "wavefronts LDSM"] + [f"stall `{s}`" for s in stalls], body)
 
+# Step 13's FlashAttention-2 target matrix, as scripts/bwd_target.sh runs it: every point the table
+# should have, so that a point the run did not reach shows as a row that says so.
+BWD_TARGET_POINTS = [(dt, d, c, n) for dt in ("fp16", "bf16") for d in (128, 64) for c in (0, 1)
+                     for n in (1024, 4096, 16384)]
+
+
+def step13_rows(variant="deterministic=off"):
+    """Step 13's rows of target_*_step13.csv with the given variant (the default: racing dQ, no dropout)."""
+    return [r for r in rows("target_*_step13.csv") if r["step"] == "13" and r["variant"] == variant and r.get("bwd_ms")]
+
+
+def peer_rows(commit=None):
+    """peers_*.csv rows with status ok, by (backend, dtype, d, causal, N); where one point was timed
+    by several runs, the run of `commit` (the same run as ours) wins, else the latest."""
+    out = {}
+    for r in rows("peers_*.csv"):
+        if r["status"] != "ok":
+            continue
+        key = (r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        old = out.get(key)
+        rank = lambda x: (x["commit"] == commit, x["date"])
+        if old is None or rank(r) > rank(old):
+            out[key] = r
+    return out
+
+
+def bwd_target():
+    """Step 13's backward against PyTorch's flash (FlashAttention-2) and cuDNN backends, per point of
+    the target matrix: TFLOP/s on FlashAttention's convention (2.5 × the forward's 4·B·H·N²·d, halved
+    with the mask) on both sides, and the ratios (of times: the same shape and convention on both sides).
+    The provenance names both runs and says when they are not one run (the target asks for one). The
+    closing lines: geometric mean and minimum of step 13 / flash, the range of step 13 / cuDNN, and the
+    points of the matrix that have no step-13 row."""
+    ours = step13_rows()
+    if not ours:
+        return provenance([], "scripts/bwd_target.sh")
+    commits = {r["commit"] for r in ours}
+    peers = peer_rows(next(iter(commits)) if len(commits) == 1 else None)
+    by = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in ours}
+    body, vs_flash, vs_cudnn, missing, used_peers = [], [], [], [], []
+    for key in BWD_TARGET_POINTS:
+        dt, d, c, n = key
+        r, fl, cu = by.get(key), peers.get(("flash",) + key), peers.get(("cudnn",) + key)
+        if not r:
+            missing.append(key)
+            body.append([dt, d, "yes" if c else "no", n, "not measured", "–",
+                         f"{float(fl['bwd_tflops']):.1f}" if fl else "–", "–",
+                         f"{float(cu['bwd_tflops']):.1f}" if cu else "–", "–"])
+            continue
+        ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
+        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{float(r['bwd_tflops']):.1f}{ok}"]
+        for peer, acc in ((fl, vs_flash), (cu, vs_cudnn)):
+            if peer and (peer["B"], peer["H"]) == (r["B"], r["H"]):
+                used_peers.append(peer)
+                x = float(peer["bwd_ms"]) / float(r["bwd_ms"])
+                acc.append((x, key))
+                row += [f"{float(peer['bwd_tflops']):.1f}", f"{x:.3f}"]
+            else:
+                row += ["–", "–"]
+        body.append(row)
+    head = provenance(ours)
+    if used_peers:
+        p = used_peers[0]
+        runs = sorted({(x["commit"], x["date"]) for x in used_peers}, key=lambda cd: cd[1])
+        when = "; ".join(f"commit `{cm}`, {dd}" for cm, dd in runs)
+        same = {cm for cm, _ in runs} <= commits
+        head += (f" _Peers: PyTorch {p['torch']} SDPA on the same kind of GPU (`scripts/peers.py`, {when})"
+                 + ("; the same run as step 13's._" if same else
+                    f" — **another run than step 13's**: the ratios below are across two runs, which the "
+                    f"target does not allow, so they do not establish it._"))
+    else:
+        head += " _No peer run covers these points: no ratios._"
+    head += (" _TFLOP/s on FlashAttention's convention (2.5 × 4·B·H·N²·d, halved with the mask) on both "
+             "sides; a ratio is the peer's time over step 13's (above 1: step 13 is faster)._")
+    table_ = table(["dtype", "d", "causal", "N", "B×H", "step 13 bwd TFLOP/s", "flash (FA2) bwd TFLOP/s",
+                    "step 13 / flash", "cuDNN bwd TFLOP/s", "step 13 / cuDNN"], body)
+    lines = []
+    if vs_flash:
+        geo = math.exp(sum(math.log(x) for x, _ in vs_flash) / len(vs_flash))
+        low, (dt, d, c, n) = min(vs_flash)
+        lines.append(f"Over the {len(vs_flash)} points with both: geometric mean of step 13 / flash **{geo:.3f}** "
+                     f"(target ≥ 1.0); minimum **{low:.3f}** ({dt}, d = {d}, {'causal' if c else 'no mask'}, "
+                     f"N = {n}; target: none below 0.85); {sum(x < 0.85 for x, _ in vs_flash)} below 0.85, "
+                     f"{sum(x < 1.0 for x, _ in vs_flash)} below 1.0.")
+    if vs_cudnn:
+        xs = [x for x, _ in vs_cudnn]
+        lines.append(f"Step 13 / cuDNN: geometric mean {math.exp(sum(map(math.log, xs)) / len(xs)):.3f}, "
+                     f"range {min(xs):.3f}–{max(xs):.3f}.")
+    if missing:
+        names = "; ".join(f"{dt} d = {d} {'causal' if c else 'no mask'} N = {n}" for dt, d, c, n in missing)
+        lines.append(f"**Not measured: {len(missing)} of the {len(BWD_TARGET_POINTS)} points** ({names}).")
+    fails = sum(r["bwd_pass"] != "1" for r in ours)
+    lines.append(f"{fails} row(s) FAILED the gradient check." if fails else
+                 "Every measured row passed its gradient check (dQ, dK, dV by FlashAttention's rule).")
+    return head + "\n\n" + table_ + "\n\n" + " ".join(lines)
+
+
+def bwd_ledger(step08="08", d=128, n=4096):
+    """The backward's ledger beside step 08's fused one at one shape (fp16, no mask), both from the
+    CSVs' ledger columns (the closed forms, as the programs report them with their measured rows)."""
+    a = next((r for r in rows("session_*.csv") if r["step"] == step08 and r["variant"] == "bwd=fused"
+              and r["dtype"] == "fp16" and r["causal"] == "0" and int(r["d"]) == d and int(r["N"]) == n), None)
+    b = next((r for r in step13_rows() if r["dtype"] == "fp16" and r["causal"] == "0" and int(r["d"]) == d
+              and int(r["N"]) == n), None)
+    if not (a and b):
+        return provenance([], "scripts/bwd_target.sh")
+    body = []
+    for label, r in ((f"step {step08} (fused)", a), ("step 13", b)):
+        atom = int(r.get("bwd_gmem_atomic_bytes") or 0)
+        rd, wr = int(r["bwd_gmem_read_bytes"]), int(r["bwd_gmem_write_bytes"])
+        body.append([label, mb(rd), mb(wr), mb(atom) if r.get("bwd_gmem_atomic_bytes") else "–", mb(rd + wr + atom),
+                     f"{int(r['bwd_matmul_flops']) / 1e9:,.0f}", mb(r["bwd_workspace_bytes"]),
+                     f"{float(r['bwd_predicted_ms']):.2f}", f"{float(r['bwd_ms']):.2f}"])
+    return provenance([b, a]) + f" _B×H = {b['B']}×{b['H']}, N = {n}, d = {d}, fp16, no mask; the ledger's columns " \
+        "(bytes requested before L2; predicted ms is their roofline) are the same for every run of the shape, only " \
+        "measured ms is measured._\n\n" + table(
+        ["backward", "read MB", "write MB", "fp32 atomics MB", "total MB", "tensor-core GFLOP", "workspace MB",
+         "predicted ms", "measured ms"], body)
+
+
+def bwd_variants():
+    """--deterministic and --dropout against the racing, undropped backward at the same point
+    (target_*_step13.csv): time ratio (above 1: slower)."""
+    base = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in step13_rows()}
+    other = [r for r in rows("target_*_step13.csv") if r["step"] == "13" and r.get("bwd_ms")
+             and r["variant"] != "deterministic=off"]
+    body, used = [], []
+    for r in sorted(other, key=lambda r: (r["variant"], r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"]))):
+        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        b = base.get(key)
+        if not b:
+            continue
+        used += [r, b]
+        ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
+        body.append([r["variant"].replace(";", ", "), key[0], key[1], "yes" if key[2] else "no", key[3],
+                     f"{float(b['bwd_ms']):.3f}", f"{float(r['bwd_ms']):.3f}{ok}",
+                     f"{float(r['bwd_ms']) / float(b['bwd_ms']):.2f}", mb(r["bwd_workspace_bytes"])])
+    if not body:
+        return provenance([], "scripts/bwd_target.sh")
+    return provenance(used) + "\n\n" + table(
+        ["variant", "dtype", "d", "causal", "N", "default bwd ms", "variant bwd ms", "time ratio", "workspace MB"], body)
+
+
+def bwd_tiles():
+    """Step 13's --tiles choices (bench --steps 13 --variants ablations -> ablation_*_step13.csv): per
+    point, the default's backward time and each choice's time over it (above 1: slower than the default)."""
+    rs = [r for r in rows("ablation_*_step13.csv") if r["step"] == "13" and r.get("bwd_ms")]
+    tiles = lambda v: next((x.split("=")[1] for x in v.split(";") if x.startswith("tiles=")), "auto")
+    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), tiles(r["variant"])): r for r in rs}
+    names = [t for t in ("64x128", "128x128", "32x128", "64x64") if any(k[3] == t for k in by)]
+    body = []
+    for d, c, n in sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2])):
+        full = by.get((d, c, n, "auto"))
+        if not full:
+            continue
+        row = [d, "yes" if c else "no", n, f"{float(full['bwd_ms']):.3f}"]
+        for t in names:
+            r = by.get((d, c, n, t))
+            row.append("–" if not r else "FAIL" if r["bwd_pass"] != "1" else f"{float(r['bwd_ms']) / float(full['bwd_ms']):.2f}")
+        body.append(row)
+    if not body:
+        return provenance([], "bench --steps 13 --variants ablations")
+    return provenance(rs) + "\n\n" + table(["d", "causal", "N", "default bwd ms"] + [f"`--tiles {t}`" for t in names], body)
+
+
 def loop_and_grid():
     """Step 03 (K/V outer, a block per (b, h)), step 04 with the same grid, step 04 with a block per Q tile."""
     rs = rows("session_*.csv")
@@ -433,6 +596,10 @@ TABLES = {
     "step11-12-ncu": lambda: ncu_stalls(("11", "12")),
     "step12-ablation": lambda: ablation("12"),
     "step12-target": lambda: target("12"),
+    "step13-target": bwd_target,
+    "step13-ledger": bwd_ledger,
+    "step13-variants": bwd_variants,
+    "step13-tiles": bwd_tiles,
     "all-steps-ncu": lambda: ncu_stalls(tuple(f"{i:02d}" for i in range(1, 13))),
     "step08-ncu": lambda: step_ncu("08"),
     "step08-ncu-extra": lambda: ncu_extra("08"),

@@ -5,6 +5,7 @@
 #include "files.hpp"
 #include "registry.hpp"
 #include "shapes.hpp"
+#include "../steps/13_mma_backward/schedule.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -124,4 +125,25 @@ TEST_CASE("no test case name contains a semicolon") {
     }
   }
   CHECK(cases > 50);
+}
+
+// docs/13_mma_backward.md, "The prediction": per warp and Q tile at d = 128 (Br = 64, Bc = 128) the
+// kernel as built issues 176 ldmatrix.x4 for 320 m16n8k16 products (the design's count, 184, split
+// dQ as 16 rows x 64 dims). One head, one K/V tile, one Q tile: the closed form's shared-memory reads
+// less the lanes' L and D (16 bytes per C tile) and the staged dK/dV, over 512 bytes per fragment.
+TEST_CASE("docs/13: fragments and products per warp and Q tile at d = 128, from the closed form") {
+  fa::Shape s;
+  s.B = s.H = 1;
+  s.N = 64;
+  s.Nk = 128;
+  s.d = 128;
+  const fa::step13::Schedule sc = fa::step13::schedule_for(128);
+  REQUIRE(sc.Br == 64);
+  REQUIRE(sc.Bc == 128);
+  const fa::Ledger kv = fa::step13::closed_form(s, sc, false).kernels[1].second;
+  const int64_t W = sc.warps(), lane_ld = W * (sc.Br / 8) * 32 * 16, staged = s.Nk * s.d * 2 * 2;
+  CHECK(kv.tiles_computed == 1);
+  CHECK((kv.smem_read - lane_ld - staged) % (512 * W) == 0);
+  CHECK((kv.smem_read - lane_ld - staged) / 512 / W == 176);
+  CHECK(kv.matmul_flops / W / (2 * 16 * 8 * 16) == 320);
 }
