@@ -79,4 +79,57 @@ inline int64_t dropout_mask_mismatches(const Shape& s, const RecoveredMask& m) {
   return bad;
 }
 
+// [dropout-probe] The backward's probe: dO = one-hot rows (dO_ic = [c == i], needs N <= d), so
+// dV_ji = Σ_i' (P ∘ Z)_i'j dO_i'i = P_ij·Z_ij — nonzero exactly where query i sees key j and the
+// weight was kept (no logit of ordinary inputs underflows P to 0).
+inline Tensor4 one_hot_grad_output(const Shape& s) {
+  if (s.N > s.d) throw std::invalid_argument("dropout probe: one-hot dO needs N <= d");
+  Tensor4 dO(s.B, s.H, s.N, s.d);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.N; ++i) dO.at(b, h, i, i) = 1.0f;
+  return dO;
+}
+
+// Elements of dV (from one_hot_grad_output's dO) that disagree with the mask `want` draws: nonzero
+// where the weight was dropped or the key is masked, zero where it was kept, or not finite.
+inline int64_t dv_mask_mismatches(const Shape& want, const Tensor4& dv) {
+  const uint32_t threshold = dropout_threshold(float(want.dropout));
+  int64_t bad = 0;
+  for (int64_t b = 0; b < want.B; ++b)
+    for (int64_t h = 0; h < want.H; ++h)
+      for (int64_t i = 0; i < want.N; ++i)
+        for (int64_t j = 0; j < want.Nk; ++j) {
+          const float x = dv.at(b, h, j, i);
+          const bool keep = j <= want.last_visible_key(i) &&
+                            dropout_keep(want.dropout_seed, want.dropout_offset, b * want.H + h, i, j, threshold);
+          bad += !std::isfinite(x) || (x != 0.0f) != keep;
+        }
+  return bad;
+}
+
+// The backward probe's shapes: ragged N, Nk ≠ N both ways (keyless rows), one and two K/V tiles,
+// every head dimension, both storage types, B = H = 2.
+inline std::vector<Shape> backward_probe_shapes(double p, uint64_t seed, uint64_t offset) {
+  struct Row { int64_t N, Nk, d; bool causal; DType t; };
+  const Row rows[] = {{16, 33, 16, false, DType::f16}, {30, 130, 32, true, DType::bf16}, {60, 40, 64, true, DType::bf16},
+                      {113, 255, 128, true, DType::f16}, {100, 77, 128, false, DType::bf16}};
+  std::vector<Shape> out;
+  for (const Row& r : rows) {
+    Shape s;
+    s.B = 2;
+    s.H = 2;
+    s.N = r.N;
+    s.Nk = r.Nk;
+    s.d = r.d;
+    s.causal = r.causal;
+    s.dtype = r.t;
+    s.dropout = p;
+    s.dropout_seed = seed + uint64_t(r.d);
+    s.dropout_offset = offset;
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace fa::test

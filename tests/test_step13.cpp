@@ -14,6 +14,7 @@
 
 #include "checks.hpp"
 #include "dropout.hpp"
+#include "dropout_probe.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
 #include "shapes.hpp"
@@ -189,41 +190,14 @@ TEST_CASE("step 13 [dropout]: the mask in dV is dropout_keep's bit for bit (dO =
   // Ragged N, Nk ≠ N both ways (keyless rows), one and two K/V tiles, every d, both storage types.
   int64_t kept = 0, drawn = 0;
   for (const double pd : {0.1, 0.5})
-    for (const auto& [N, Nk, d, causal, t] : {std::tuple{int64_t(16), int64_t(33), int64_t(16), false, DType::f16},
-                                              std::tuple{int64_t(30), int64_t(130), int64_t(32), true, DType::bf16},
-                                              std::tuple{int64_t(60), int64_t(40), int64_t(64), true, DType::bf16},
-                                              std::tuple{int64_t(113), int64_t(255), int64_t(128), true, DType::f16},
-                                              std::tuple{int64_t(100), int64_t(77), int64_t(128), false, DType::f16}}) {
-      Shape s;
-      s.B = 2;
-      s.H = 2;
-      s.N = N;
-      s.Nk = Nk;
-      s.d = d;
-      s.causal = causal;
-      s.dtype = t;
-      s = with_dropout(s, pd, 99 + uint64_t(d), 7);
+    for (const Shape& s : test::backward_probe_shapes(pd, 99, 7)) {
       CAPTURE(s.str());
-      const Inputs in = make_inputs(s, {uint64_t(N + Nk)});
-      Tensor4 dO(s.B, s.H, s.N, s.d);
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t h = 0; h < s.H; ++h)
-          for (int64_t i = 0; i < s.N; ++i) dO.at(b, h, i, i) = 1.0f;
+      const Inputs in = make_inputs(s, {uint64_t(s.N + s.Nk)});
+      const Tensor4 dO = test::one_hot_grad_output(s);
       const Forward fwd = step13::info().blueprint(s, in, {}).out;
       const step13::Schedule sc = step13::schedule_for(int(s.d));
       auto mismatches = [&](const Shape& drawn_with, const Shape& want) {
-        const Grads g = step13::blueprint(drawn_with, in, fwd, dO, sc, false).grads;
-        int64_t bad = 0;
-        for (int64_t b = 0; b < s.B; ++b)
-          for (int64_t h = 0; h < s.H; ++h)
-            for (int64_t i = 0; i < s.N; ++i)
-              for (int64_t j = 0; j < s.Nk; ++j) {
-                const float x = g.dv.at(b, h, j, i);
-                const bool sees = j <= s.last_visible_key(i);
-                const bool keep = sees && dropout_factor(want, b * s.H + h, i, j) != 0.0;
-                bad += !std::isfinite(x) || (x != 0.0f) != keep;
-              }
-        return bad;
+        return test::dv_mask_mismatches(want, step13::blueprint(drawn_with, in, fwd, dO, sc, false).grads.dv);
       };
       CHECK(mismatches(s, s) == 0);
       Shape other_offset = s, other_seed = s;
@@ -231,7 +205,7 @@ TEST_CASE("step 13 [dropout]: the mask in dV is dropout_keep's bit for bit (dO =
       other_seed.dropout_seed += 1;
       CHECK(mismatches(other_offset, s) > s.N);  // a mask drawn with another offset or seed is seen
       CHECK(mismatches(other_seed, s) > s.N);
-      if (!causal && pd == 0.5)
+      if (!s.causal && pd == 0.5)
         for (int64_t i = 0; i < s.N; ++i)
           for (int64_t j = 0; j < s.Nk; ++j) kept += dropout_factor(s, 0, i, j) != 0.0, ++drawn;
     }
