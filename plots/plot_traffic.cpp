@@ -108,7 +108,11 @@ int main(int argc, char** argv) {
       ++slot;
       if (st->backward_closed_form)
         for (const StepOptions& opt : st->all_variants()) {
-          const std::string schedule = opt.empty() ? std::string("") : opt.begin()->second;
+          // The schedule's name: the flag's value ("fused", "naive"), or for a switch (off|on) its
+          // name when on ("deterministic") and nothing when off.
+          std::string schedule = opt.empty() ? std::string("") : opt.begin()->second;
+          if (schedule == "off") schedule = "";
+          else if (schedule == "on") schedule = opt.begin()->first;
           add(*st, opt, true, st->id + " bwd" + (schedule.empty() ? "" : " " + schedule),
               "backward" + (schedule.empty() ? "" : ", " + schedule), backward_slot++);
         }
