@@ -501,15 +501,24 @@ def bwd_variants():
 
 
 def bwd_tiles():
-    """Step 13's --tiles choices (bench --steps 13 --variants ablations -> ablation_*_step13.csv): per
-    point, the default's backward time and each choice's time over it (above 1: slower than the default)."""
+    """Step 13's experiments (bench --steps 13 --variants ablations -> ablation_*_step13.csv): per
+    point, the default's backward time and each --tiles or --experiment choice's time over it (above
+    1: slower than the default)."""
     rs = [r for r in rows("ablation_*_step13.csv") if r["step"] == "13" and r.get("bwd_ms")]
-    tiles = lambda v: next((x.split("=")[1] for x in v.split(";") if x.startswith("tiles=")), "auto")
-    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), tiles(r["variant"])): r for r in rs}
-    names = [t for t in ("64x128", "128x128", "32x128", "64x64") if any(k[3] == t for k in by)]
+
+    def choice(v):  # "tiles 64x64", "experiment red32", or "default"
+        for part in v.split(";"):
+            flag, _, value = part.partition("=")
+            if flag in ("tiles", "experiment") and value not in ("auto", "none"):
+                return f"{flag} {value}"
+        return "default"
+    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), choice(r["variant"])): r for r in rs}
+    order = [f"tiles {t}" for t in ("64x128", "128x128", "32x128", "64x64")] + \
+            [f"experiment {x}" for x in ("dq-end", "red64", "red32")]
+    names = [t for t in order if any(k[3] == t for k in by)]
     body = []
     for d, c, n in sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2])):
-        full = by.get((d, c, n, "auto"))
+        full = by.get((d, c, n, "default"))
         if not full:
             continue
         row = [d, "yes" if c else "no", n, f"{float(full['bwd_ms']):.3f}"]
@@ -519,7 +528,7 @@ def bwd_tiles():
         body.append(row)
     if not body:
         return provenance([], "bench --steps 13 --variants ablations")
-    return provenance(rs) + "\n\n" + table(["d", "causal", "N", "default bwd ms"] + [f"`--tiles {t}`" for t in names], body)
+    return provenance(rs) + "\n\n" + table(["d", "causal", "N", "default bwd ms"] + [f"`--{t}`" for t in names], body)
 
 
 def loop_and_grid():

@@ -231,7 +231,7 @@ TEST_CASE("ablated kernels match the reference where compiled, and refuse elsewh
   int ran = 0, refused = 0;
   Refusals no;  // [arch] what this GPU cannot run at all (step 12 before sm_80)
   for (const StepInfo* st : all_steps()) {
-    if (!st->launch) continue;
+    if (!st->launch || !st->forward_from.empty()) continue;  // a backward step's experiments are its backward's: below
     const std::vector<StepOptions> vars = st->ablation_variants();
     for (size_t vi = 1; vi < vars.size(); ++vi)
       for (const test::Case& c : test::shape_matrix(false)) {
@@ -264,6 +264,43 @@ TEST_CASE("ablated kernels match the reference where compiled, and refuse elsewh
     CHECK(ran > 0);
     CHECK(refused > 0);
   }
+}
+
+// The same for a backward's experiments (step 13's --tiles and --experiment): each value alone on
+// the backward's cases, against the reference gradients where compiled (fp16, d = 64 and 128), and
+// refused elsewhere — or where its tiles exceed the GPU's shared memory.
+TEST_CASE("backward experiments match the reference where compiled, and refuse elsewhere") {
+  int ran = 0, refused = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch_backward) continue;
+    const std::vector<StepOptions> vars = st->ablation_variants();
+    for (size_t vi = 1; vi < vars.size(); ++vi)
+      for (const test::Case& c : backward_cases()) {
+        const std::string what = "step" + st->id + " " + variant_name(vars[vi]) + " " + c.name();
+        CAPTURE(what);
+        const Inputs in = make_inputs(c.shape, c.inputs);
+        const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed + 1);
+        GpuConfig cfg;
+        cfg.reps = 0;
+        cfg.pad = Padding{8, 24, 40};
+        const Forward fwd = reference_free_forward(*st, c.shape, in, vars[vi], cfg);
+        if (no.refused(*st, c.shape, vars[vi], true) || c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128)) {
+          CHECK_THROWS_AS(run_backward_on_gpu(*st, c.shape, in, fwd, dO, vars[vi], cfg), Unsupported);
+          ++refused;
+          continue;
+        }
+        const GpuBackwardResult b = run_backward_on_gpu(*st, c.shape, in, fwd, dO, vars[vi], cfg);
+        const BackwardCheck chk = check_backward(c.shape, in, dO, reference_backward(c.shape, in, dO), b.grads);
+        INFO(chk.summary());
+        CHECK(chk.pass);
+        CHECK(b.stray_writes == 0);
+        ++ran;
+      }
+  }
+  g_ran += ran;
+  g_refused += no.total;
+  if (no.total == 0 && any_backward()) CHECK(ran + refused > 0);
 }
 
 // [dropout-probe] Every step whose forward applies dropout (a step that runs another's forward is

@@ -272,6 +272,38 @@ TEST_CASE("step 13: --tiles passes where kernel.cu compiles it (fp16, d = 64 and
   CHECK_THROWS_AS(step13::tiles_of({{"tiles", "96x96"}}), std::invalid_argument);
 }
 
+TEST_CASE("step 13: --experiment changes neither the gradients' check nor the ledger, and is refused where kernel.cu does not compile it") {
+  const StepInfo& st = step13::info();
+  for (int64_t d : {int64_t(64), int64_t(128)})
+    for (int xp = step13::kAsBuilt + 1; xp < step13::kExperiments; ++xp) {
+      const StepOptions o{{"experiment", step13::kExperimentNames[xp]}};
+      CAPTURE(d);
+      CAPTURE(step13::kExperimentNames[xp]);
+      const test::Case c = test::make_case(1, 2, 150, 211, d, xp % 2 == 0, DType::f16);
+      const Prepared p = prepare(c.shape, c.inputs);
+      const BackwardBlueprintResult r = st.backward_blueprint(c.shape, p.in, p.fwd, p.dO, o);
+      const BackwardCheck chk = check_backward(c.shape, p.in, p.dO, p.ref, r.grads);
+      INFO(chk.summary());
+      CHECK(chk.pass);
+      CHECK(r.ledger.diff(st.backward_closed_form(c.shape, o)).empty());
+      CHECK(r.ledger.diff(st.backward_closed_form(c.shape, {})).empty());  // the same schedule, the same ledger
+    }
+  Shape s;
+  s.N = s.Nk = 64;
+  const StepOptions x{{"experiment", "red32"}};
+  CHECK_NOTHROW(st.backward_closed_form(s, x));
+  s.dtype = DType::bf16;
+  CHECK_THROWS_AS(st.backward_closed_form(s, x), Unsupported);
+  s.dtype = DType::f16;
+  s.d = 32;
+  CHECK_THROWS_AS(st.backward_closed_form(s, x), Unsupported);
+  s.d = 64;
+  CHECK_THROWS_AS(st.backward_closed_form(s, {{"experiment", "dq-end"}, {"deterministic", "on"}}), Unsupported);
+  CHECK_THROWS_AS(st.backward_closed_form(s, {{"experiment", "dq-end"}, {"tiles", "64x64"}}), Unsupported);
+  CHECK_THROWS_AS(st.backward_closed_form(with_dropout(s, 0.1), x), Unsupported);
+  CHECK_THROWS_AS(step13::experiment_of({{"experiment", "red16"}}), std::invalid_argument);
+}
+
 TEST_CASE("step 13: its ledger at N = 4096, d = 128 against step 08's, and its shared memory per head dimension") {
   Shape s;
   s.N = s.Nk = 4096;

@@ -45,6 +45,14 @@ int tiles_of(const StepOptions& o) {
   throw std::invalid_argument("step13: unknown --tiles " + it->second);
 }
 
+int experiment_of(const StepOptions& o) {
+  const auto it = o.find("experiment");
+  if (it == o.end()) return kAsBuilt;
+  for (int a = 0; a < kExperiments; ++a)
+    if (it->second == kExperimentNames[a]) return a;
+  throw std::invalid_argument("step13: unknown --experiment " + it->second);
+}
+
 namespace {
 
 namespace mf = fa::m16n8k16;
@@ -75,6 +83,15 @@ AFrag ldmatrix_x4_a_trans(const SmemTile& t, int64_t k0, int64_t m0) {
 // [tune] --tiles other than auto: what kernel.cu compiles (fp16, d = 64 and 128, neither
 // --deterministic nor --dropout), refused on the CPU as on the GPU; and any tile shape whose block
 // exceeds the shared-memory budget of schedule.hpp (128x128 at d = 128).
+// [tune] --experiment changes when and how dQ's reductions leave, not the schedule or its ledger; it
+// is refused where kernel.cu does not compile it.
+void require_experiment_supported(const Shape& s, int xp, int tiles, bool det) {
+  if (xp == kAsBuilt) return;
+  if (s.dtype != DType::f16 || (s.d != 64 && s.d != 128) || tiles != kAuto || det || s.dropout > 0.0)
+    throw Unsupported(std::string("step13: --experiment ") + kExperimentNames[xp] +
+                      " is compiled for fp16 at d = 64 and 128 only, with the default tiles, without --deterministic and --dropout");
+}
+
 void require_tiles_supported(const Shape& s, int tiles, bool det) {
   if (tiles == kAuto) return;
   if (s.dtype != DType::f16 || (s.d != 64 && s.d != 128))
@@ -433,11 +450,13 @@ namespace {
 BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const StepOptions& o) {
   const int tiles = tiles_of(o);
   require_tiles_supported(s, tiles, deterministic(o));
+  require_experiment_supported(s, experiment_of(o), tiles, deterministic(o));
   return blueprint(s, in, fwd, dO, schedule_for(int(s.d), tiles), deterministic(o));
 }
 LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   const int tiles = tiles_of(o);
   require_tiles_supported(s, tiles, deterministic(o));
+  require_experiment_supported(s, experiment_of(o), tiles, deterministic(o));
   return closed_form(s, schedule_for(int(s.d), tiles), deterministic(o));
 }
 // The forward is step 12's, whatever the flags say.
@@ -465,6 +484,13 @@ const StepInfo& info() {
     {
       StepFlag f{"tiles", {}, "the backward's tile shape, Br x Bc (fp16, d = 64 and 128; docs/13_mma_backward.md, 'Tuning')"};
       for (const char* n : kTileNames) f.choices.push_back(n);
+      f.sweep = false;
+      i.flags.push_back(f);
+    }
+    {
+      StepFlag f{"experiment", {}, "a change of when and how dQ's atomics leave, measured against the kernel as built (fp16, d = 64 and 128): "
+                                   "dq-end, red64, red32 (docs/13_mma_backward.md, 'Tuning')"};
+      for (const char* n : kExperimentNames) f.choices.push_back(n);
       f.sweep = false;
       i.flags.push_back(f);
     }

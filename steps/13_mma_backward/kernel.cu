@@ -10,7 +10,7 @@
 //   step13_dq_convert   dQ = scale · accumulator (the splits summed in order), in the storage type
 //
 // Layout of every fragment: common/mma_layout.hpp. Template arguments: Det ([deterministic]: dQ
-// without racing atomics), Drop ([dropout]), Tl (a TileChoice, schedule.hpp).
+// without racing atomics), Drop ([dropout]), Tl (a TileChoice) and Xp (an Experiment: schedule.hpp, [tune]).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -146,7 +146,7 @@ __global__ void step13_bwd_pre(BwdParams p, int splits) {
   }
 }
 
-template <class T, int D, bool Det, bool Drop, int Tl>
+template <class T, int D, bool Det, bool Drop, int Tl, int Xp>
 __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bwd_kv(BwdParams p) {
   constexpr Schedule S = schedule_for(D, Tl);
   constexpr int Br = S.Br, Bc = S.Bc, W = S.warps(), kThreads = W * 32;
@@ -261,6 +261,19 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
               v.y += c[2 * hr + 1];
               *at = v;
             }
+          } else if constexpr (Xp == kRed64 || Xp == kRed32) {  // [tune] the narrower reductions
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              float* at = row0 + 8 * hr * D + 2 * t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+              if constexpr (Xp == kRed64) {
+                atomicAdd(reinterpret_cast<float2*>(at), make_float2(c[2 * hr], c[2 * hr + 1]));
+                continue;
+              }
+#endif
+              atomicAdd(at, c[2 * hr]);  // red32 (and red64 before sm_90, which has no 8-byte float reduction)
+              atomicAdd(at + 1, c[2 * hr + 1]);
+            }
           } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             const bool odd = t & 1;
@@ -296,7 +309,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       __syncthreads();
       if (it + 1 < Tr) load_q_tile(it + 1, (st + 1) % kStages);
       cp_async_commit();
-      if (it > it0) dq_step(it - 1, ds_sm((st + 1) % kStages));
+      if (Xp != kDqEnd && it > it0) dq_step(it - 1, ds_sm((st + 1) % kStages));
 
       // [transposed] Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ: 16 keys × Br queries per warp. Per 16 dims:
       // the A fragments of the warp's K and V rows, then per 16 queries one ldmatrix.x4 of Q and
@@ -407,6 +420,8 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         }
       }
       // lab:end
+      // [tune] dq-end: tile i − 1's dQ here instead (its dSᵀ buffer is rewritten only after the next barrier).
+      if (Xp == kDqEnd && it > it0) dq_step(it - 1, ds_sm((st + 1) % kStages));
     }
     // [one-barrier] The last Q tile's dQ share, once every warp has stored its dSᵀ.
     cp_async_wait_all();
@@ -475,7 +490,7 @@ namespace {
 
 unsigned blocks_for(int64_t items, int per_block) { return unsigned((items + per_block - 1) / per_block); }
 
-template <class T, int D, bool Det, bool Drop, int Tl>
+template <class T, int D, bool Det, bool Drop, int Tl, int Xp = kAsBuilt>
 void launch_kv(const BwdParams& p, int splits, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, Tl);
   static_assert(valid(S, D), "whole fragments");
@@ -488,16 +503,16 @@ void launch_kv(const BwdParams& p, int splits, cudaStream_t st) {
     if (size_t(optin) < smem)
       throw Unsupported("step13: the backward needs " + std::to_string(smem) + " bytes of shared memory per block; this GPU allows " +
                         std::to_string(optin));
-    CUDA_CHECK(cudaFuncSetAttribute(step13_bwd_kv<T, D, Det, Drop, Tl>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step13_bwd_kv<T, D, Det, Drop, Tl, Xp>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const dim3 grid(unsigned(Det ? splits : num_tiles(p.f.Nk, S.Bc)), unsigned(p.f.B * p.f.H));
-  step13_bwd_kv<T, D, Det, Drop, Tl><<<grid, S.warps() * 32, smem, st>>>(p);
+  step13_bwd_kv<T, D, Det, Drop, Tl, Xp><<<grid, S.warps() * 32, smem, st>>>(p);
   CUDA_CHECK_LAUNCH("step13_bwd_kv");
 }
 
 template <class T, int D>
-void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, cudaStream_t st) {
+void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, int xp, cudaStream_t st) {
   const AttnParams& f = p.f;
   const int splits = det ? int(det_splits(int64_t(f.B) * f.H, num_tiles(f.Nk, schedule_for(D, tiles).Bc))) : 1;
   // [tune] What --tiles is not compiled for is refused before anything is launched.
@@ -505,12 +520,23 @@ void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, cudaStream
   if (tiles != kAuto && !kTuned)
     throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " is compiled for fp16 at d = 64 and 128 only");
   if (tiles != kAuto && (det || drop)) throw Unsupported("step13: --tiles is compiled without --deterministic and --dropout");
+  if (xp != kAsBuilt && (!kTuned || tiles != kAuto || det || drop))
+    throw Unsupported(std::string("step13: --experiment ") + kExperimentNames[xp] +
+                      " is compiled for fp16 at d = 64 and 128 only, with the default tiles, without --deterministic and --dropout");
   if (tiles != kAuto && smem_bytes(schedule_for(D, tiles), D) > kSmemBudget)
     throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " needs more shared memory than any GPU offers at d = " +
                       std::to_string(D));
   step13_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, splits);
   CUDA_CHECK_LAUNCH("step13_bwd_pre");
-  if (tiles != kAuto) {
+  if (xp != kAsBuilt) {
+    if constexpr (kTuned) {
+      switch (xp) {
+        case kDqEnd: launch_kv<T, D, false, false, kAuto, kDqEnd>(p, 1, st); break;
+        case kRed64: launch_kv<T, D, false, false, kAuto, kRed64>(p, 1, st); break;
+        case kRed32: launch_kv<T, D, false, false, kAuto, kRed32>(p, 1, st); break;
+      }
+    }
+  } else if (tiles != kAuto) {
     if constexpr (kTuned) {
       switch (tiles) {
         case k64x128: launch_kv<T, D, false, false, k64x128>(p, 1, st); break;
@@ -531,12 +557,12 @@ void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, cudaStream
 }
 
 template <class T>
-void launch_d(const BwdParams& p, bool det, bool drop, int tiles, cudaStream_t st) {
+void launch_d(const BwdParams& p, bool det, bool drop, int tiles, int xp, cudaStream_t st) {
   switch (p.f.d) {
-    case 16: return launch_typed<T, 16>(p, det, drop, tiles, st);
-    case 32: return launch_typed<T, 32>(p, det, drop, tiles, st);
-    case 64: return launch_typed<T, 64>(p, det, drop, tiles, st);
-    case 128: return launch_typed<T, 128>(p, det, drop, tiles, st);
+    case 16: return launch_typed<T, 16>(p, det, drop, tiles, xp, st);
+    case 32: return launch_typed<T, 32>(p, det, drop, tiles, xp, st);
+    case 64: return launch_typed<T, 64>(p, det, drop, tiles, xp, st);
+    case 128: return launch_typed<T, 128>(p, det, drop, tiles, xp, st);
     default: throw std::invalid_argument("step13: head dimension " + std::to_string(p.f.d) + " is not compiled (16, 32, 64, 128)");
   }
 }
@@ -561,8 +587,8 @@ void launch_backward(const BwdParams& p, const StepOptions& o, void* stream) {
   if (p.workspace == nullptr) throw std::invalid_argument("step13: the backward needs its workspace");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const bool det = deterministic(o), drop = f.dropout > 0.0f;
-  if (f.bf16) launch_d<__nv_bfloat16>(p, det, drop, tiles_of(o), st);
-  else launch_d<__half>(p, det, drop, tiles_of(o), st);
+  if (f.bf16) launch_d<__nv_bfloat16>(p, det, drop, tiles_of(o), experiment_of(o), st);
+  else launch_d<__half>(p, det, drop, tiles_of(o), experiment_of(o), st);
 }
 
 }  // namespace fa::step13

@@ -55,6 +55,16 @@ FA_HD constexpr Schedule schedule_for(int d, int tiles) {
          : tiles == k64x64 ? Schedule{64, 64}
                            : schedule_for(d);
 }
+// [tune] Changes of the main kernel measured against it (--experiment; compiled as --tiles is: fp16,
+// d = 64 and 128, the default tiles, without --deterministic or --dropout). They change when and how
+// dQ's atomics leave, not what is computed or counted:
+//   dq-end  dQ of tile i − 1 formed at the end of step i, after dK and dV, rather than right after
+//           the barrier where all warps start it together (their reductions then leave staggered);
+//   red64   two 8-byte reductions per C tile (no lane-pair swap) instead of one 16-byte one;
+//   red32   four 4-byte reductions per C tile, as step 08 and FlashAttention-2 issue them.
+enum Experiment : int { kAsBuilt = 0, kDqEnd, kRed64, kRed32, kExperiments };
+inline constexpr const char* kExperimentNames[kExperiments] = {"none", "dq-end", "red64", "red32"};
+
 FA_HD constexpr bool valid(const Schedule& s, int d) {
   return s.Bc % 16 == 0 && s.Br % 16 == 0 && s.Br <= s.Bc && s.warps() % s.rgroups(d) == 0 &&
          s.dq_dims(d) % 16 == 0 && s.dq_dims(d) > 0;
@@ -106,6 +116,7 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 
 bool deterministic(const StepOptions& o);  // --deterministic
 int tiles_of(const StepOptions& o);        // --tiles as a TileChoice
+int experiment_of(const StepOptions& o);   // --experiment as an Experiment
 
 // The CPU side (blueprint.cpp): the three kernels' schedule with the tiles `sched` (any valid()
 // one: the tests run others), counted; and the same ledger in closed form.
