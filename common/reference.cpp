@@ -117,6 +117,19 @@ std::vector<int64_t> pick_heads(const Shape& s, double budget) {
   return heads;
 }
 
+std::vector<int64_t> first_last_heads(const Shape& s, int64_t count) {
+  const int64_t BH = s.B * s.H;
+  std::vector<int64_t> heads;
+  if (count >= BH) {
+    for (int64_t bh = 0; bh < BH; ++bh) heads.push_back(bh);
+    return heads;
+  }
+  const int64_t first = (count + 1) / 2;
+  for (int64_t bh = 0; bh < first; ++bh) heads.push_back(bh);
+  for (int64_t bh = BH - (count - first); bh < BH; ++bh) heads.push_back(bh);
+  return heads;
+}
+
 namespace {
 
 // Rows (pass 1) and keys (pass 2) per task; any value gives the same numbers up to double rounding.

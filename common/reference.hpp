@@ -69,6 +69,8 @@ struct Gradients {
 // Every head when B·H·N·Nk·d <= budget; otherwise the first and the last head (b·H + h = 0 and
 // B·H − 1; one when B·H = 1).
 std::vector<int64_t> pick_heads(const Shape& s, double budget = 2.0e9);
+// Exactly min(count, B·H) heads: the first ⌈count/2⌉ and the last ⌊count/2⌋ (--check-heads).
+std::vector<int64_t> first_last_heads(const Shape& s, int64_t count);
 
 Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
 inline Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO) {

@@ -81,7 +81,7 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
   const Shape& s = o.shape;
   r.has_backward = true;
   const Tensor4 dO = make_grad_output(s, o.seed);
-  const Gradients ref = reference_backward(s, in, dO, pick_heads(s));
+  const Gradients ref = reference_backward(s, in, dO, o.check_heads > 0 ? first_last_heads(s, o.check_heads) : pick_heads(s));
   const LedgerSet closed = step.backward_closed_form(s, o.step);
   Grads grads;
   if (on_gpu) {

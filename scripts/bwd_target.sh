@@ -8,7 +8,8 @@
 #                             then --deterministic (bf16), then --dropout 0.1 (bf16, N = 4k)
 #   dropout_<gpu>_step12.csv  step 12's forward at N = 4k with and without --dropout 0.1 (bf16)
 #   peers_<gpu>_bwd.csv       scripts/peers.py --backends flash,cudnn on the same shapes
-# Every run is checked against the reference (the step program's own check); a failed check is a
+# Every run is checked against the reference (the step program's own check, on one head: --check-heads 1
+# keeps the CPU side of a long run short); a failed check is a
 # row with pass = 0, and the script's exit status is 1.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,7 +25,7 @@ fail=0
 # run CSV STEP ARGS...: one checked run, its --csv row appended (the header once).
 run() {
   local csv=$1 step=$2; shift 2
-  local res; res=$("$build/step$step" --backend gpu --csv --reps 10 "$@" 2>/dev/null)
+  local res; res=$("$build/step$step" --backend gpu --csv --reps 10 --check-heads 1 "$@" 2>/dev/null)
   local rc=$?
   [ -s "$csv" ] || echo "date,commit,$(echo "$res" | head -n1)" >"$csv"
   if [ -n "$(echo "$res" | sed -n 2p)" ]; then echo "$date_utc,$commit,$(echo "$res" | sed -n 2p)" >>"$csv"; fi

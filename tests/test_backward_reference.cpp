@@ -213,6 +213,17 @@ TEST_CASE("backward reference: a subset of heads gives the same numbers as all h
   CHECK_THROWS_AS(reference_backward(s, in, dO, {6}), std::invalid_argument);
 }
 
+TEST_CASE("backward reference: first_last_heads takes exactly the heads --check-heads asks for") {
+  Shape s;
+  s.B = 2;
+  s.H = 3;
+  CHECK(first_last_heads(s, 1) == std::vector<int64_t>{0});
+  CHECK(first_last_heads(s, 2) == std::vector<int64_t>{0, 5});
+  CHECK(first_last_heads(s, 3) == std::vector<int64_t>{0, 1, 5});
+  CHECK(first_last_heads(s, 6) == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(first_last_heads(s, 100) == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+}
+
 TEST_CASE("backward reference: pick_heads takes every head on small shapes, the first and last on large") {
   Shape s = shape(64, 64, 64, false);
   s.B = 2;

@@ -64,6 +64,7 @@ TEST_CASE("bad values name their flag") {
   CHECK(error_of({"--backend", "tpu"}).find("--backend") != std::string::npos);
   CHECK(error_of({"--gemm", "magma"}).find("--gemm") != std::string::npos);
   CHECK(error_of({"--reps", "many"}).find("--reps") != std::string::npos);
+  CHECK(error_of({"--check-heads", "0"}).find("--check-heads") != std::string::npos);
   CHECK(error_of({"--unknown"}).find("unknown flag --unknown") != std::string::npos);
   CHECK(error_of({"stray"}).find("stray") != std::string::npos);
   CHECK(error_of({"--b", "100000", "--h", "100000", "--n", "100000"}).find("2^31") != std::string::npos);
