@@ -37,6 +37,7 @@ struct BenchOptions {
   std::string variants = "all";  // all | default | ablations
   int64_t tokens = 16384, width = 2048;
   int reps = 10, warmup = 3;
+  int64_t check_heads = 0;  // --check-heads K, passed to every run (0: the runner's rule)
   double budget_s = 0;  // 0: no bound
   Backend backend = Backend::Auto;
   std::string commit, out;
@@ -65,7 +66,7 @@ int64_t to_int(const std::string& flag, const std::string& v) {
 const char* kUsage =
     "usage: bench --out FILE [--steps 07,08] [--ns 512,...,16384] [--ds 64,128] [--causal 0,1]\n"
     "             [--dtypes fp16,bf16] [--variants all|default|ablations] [--tokens 16384] [--width 2048]\n"
-    "             [--reps 10] [--warmup 3] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
+    "             [--reps 10] [--warmup 3] [--check-heads K] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
     "run to FILE and skips runs FILE already has (resume after an interrupt).\n"
     "bench --list [--steps ...] [--variants ...] prints each chosen step's program and flags, one variant\n"
@@ -105,6 +106,7 @@ BenchOptions parse(const std::vector<std::string>& args) {
     else if (a == "--width") o.width = to_int(a, v);
     else if (a == "--reps") o.reps = int(to_int(a, v));
     else if (a == "--warmup") o.warmup = v == "0" ? 0 : int(to_int(a, v));
+    else if (a == "--check-heads") o.check_heads = to_int(a, v);
     else if (a == "--budget-s") o.budget_s = double(to_int(a, v));
     else if (a == "--backend") {
       if (v == "auto") o.backend = Backend::Auto;
@@ -261,6 +263,7 @@ int main(int argc, char** argv) {
               cli.shape_given = cli.b_given = cli.h_given = cli.n_given = cli.nk_given = cli.d_given = true;
               cli.reps = on_gpu ? o.reps : 1;
               cli.warmup = on_gpu ? o.warmup : 0;
+              cli.check_heads = o.check_heads;
               cli.step = v;
               const std::string k = run_key(st->id, variant_name(v), dtype_name(t), d, c, n);
               if (done.count(k)) { ++skipped; continue; }

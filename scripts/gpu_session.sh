@@ -30,6 +30,8 @@
 #   FA_NCU_CHIP=gh100         the chip to list metrics for, should ncu --query-metrics on the device fail
 #   FA_BUDGET_S=200           bound on each bench call's wall time (bench resumes on a second call)
 #   FA_ABLATIONS=1 FA_TARGET=1 FA_PEERS=1   the optional measurements of step 6
+#   FA_ABLATION_STEPS="12 13" whose ablations (bench --variants ablations) FA_ABLATIONS runs (default 12)
+#   FA_BWD_TARGET=1           scripts/bwd_target.sh: step 13's backward beside flash and cuDNN in one run
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
 #   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
 #                             failure or an interrupt (for machines that return only a few files)
@@ -184,9 +186,15 @@ fi
 
 # ---- 6. step 12's ablations, the FlashAttention-2 target, the peers --------------------------------
 if [ "${FA_ABLATIONS:-0}" = 1 ]; then
-  say "ablations: step 12 with each change taken out (fp16, d = 64 and 128, both masks)"
-  rm -f "$out/ablation_${slug}_step12.csv"
-  bench --steps 12 --variants ablations --out "$out/ablation_${slug}_step12.csv" --ns 1024,4096,16384 --ds 64,128 --causal 0,1
+  for id in ${FA_ABLATION_STEPS:-12}; do
+    say "ablations: step $id, each experiment alone (fp16, d = 64 and 128, both masks)"
+    rm -f "$out/ablation_${slug}_step${id}.csv"
+    bench --steps "$id" --variants ablations --check-heads 1 --out "$out/ablation_${slug}_step${id}.csv" --ns 1024,4096,16384 --ds 64,128 --causal 0,1
+  done
+fi
+if [ "${FA_BWD_TARGET:-0}" = 1 ]; then
+  say "target: step 13's backward beside flash and cuDNN (scripts/bwd_target.sh)"
+  FA_BUILD="$B" FA_COMMIT="$commit" bash "$root/scripts/bwd_target.sh" "$out" 2>>"$log" || say "bwd_target.sh: a check failed or a run broke (see session.log)"
 fi
 if [ "${FA_TARGET:-0}" = 1 ]; then
   say "target: step 12 over N = 1k ... 16k, d = 64 and 128, both masks, fp16 and bf16"
