@@ -55,6 +55,13 @@ METRICS = {
     # Tensor pipe: % of the active cycles the HMMA (mma.sync, WMMA) pipe was busy.
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
+    # The L2's side of the atomics (step 13's dQ): reduction requests and sectors it served, and how
+    # busy its slices were over the kernel.
+    "lts__t_requests_op_red.sum": "l2_red_requests",
+    "lts__t_sectors_op_red.sum": "l2_red_sectors",
+    "lts__t_sectors.avg.pct_of_peak_sustained_elapsed": "l2_pct",
+    # Shared memory's data pipe: how busy over the kernel (all operations).
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed": "smem_pct",
 }
 STALLS = ["barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
           "not_selected", "lg_throttle", "dispatch_stall", "no_instruction"]
@@ -69,12 +76,14 @@ for _r in STALLS:
 # the plain mean over the launches that report them (not weighted: a launch's instruction or
 # cycle counts are not collected).
 PER_LAUNCH = {"occupancy_pct", "registers", "smem_static", "smem_dynamic"}
-MEAN = {"tensor_pct"} | {f"stall_{r}" for r in STALLS}
+MEAN = {"tensor_pct", "l2_pct", "smem_pct"} | {f"stall_{r}" for r in STALLS}
 OPTIONAL = ["red_bytes", "bank_conflicts", "occupancy_pct", "registers", "smem_static", "smem_dynamic",
             # new columns go at the end, so that older CSVs keep their columns' order
             "bank_conflicts_ld", "bank_conflicts_st", "bank_conflicts_ldsm", "wavefronts_ld", "wavefronts_ldsm",
-            "tensor_pct"] + [f"stall_{r}" for r in STALLS] + ["bank_conflicts_cp_async"]
-DIGITS = {"occupancy_pct": 1, "tensor_pct": 1, **{f"stall_{r}": 2 for r in STALLS}}  # the rest: integers
+            "tensor_pct"] + [f"stall_{r}" for r in STALLS] + ["bank_conflicts_cp_async",
+                                                            "l2_red_requests", "l2_red_sectors", "l2_pct", "smem_pct"]
+DIGITS = {"occupancy_pct": 1, "tensor_pct": 1, "l2_pct": 1, "smem_pct": 1,
+          **{f"stall_{r}": 2 for r in STALLS}}  # the rest: integers
 
 
 # A step's kernel: stepNN_NAME, NAME up to the first character that is not a word character
