@@ -129,4 +129,31 @@ struct StepInfo {
   }
 };
 
+// The index of the value a step's flag was given among `names` (0, the default, when the flag is
+// absent): what step 12's --ablate and step 13's --tiles and --experiment select their variant by.
+// An unknown value throws std::invalid_argument naming the step and the flag.
+inline int choice_index(const StepOptions& o, const std::string& flag, const char* const* names, int count,
+                        const std::string& step) {
+  const auto it = o.find(flag);
+  if (it == o.end()) return 0;
+  for (int k = 0; k < count; ++k)
+    if (it->second == names[k]) return k;
+  throw std::invalid_argument(step + ": unknown --" + flag + " " + it->second);
+}
+
+// [forward-from] A step that runs another step's forward before its own backward (step 08 runs
+// step 07's, step 13 step 12's): the forward's entries of its registration are From's, called with
+// From's own defaults whatever this step's flags say, and forward_from names From.
+template <const StepInfo& (*From)()>
+void borrow_forward(StepInfo& i) {
+  i.forward_from = From().id;
+  i.blueprint = [](const Shape& s, const Inputs& in, const StepOptions&) { return From().blueprint(s, in, {}); };
+  i.closed_form = [](const Shape& s, const StepOptions&) { return From().closed_form(s, {}); };
+  i.smem_bytes = [](const Shape& s, const StepOptions&) { return From().smem_bytes(s, {}); };
+#ifdef FA_HAVE_CUDA
+  i.launch = [](const AttnParams& p, const StepOptions&, void* stream) { From().launch(p, {}, stream); };
+  i.workspace_bytes = [](const Shape& s, const StepOptions&) { return From().workspace_bytes(s, {}); };
+#endif
+}
+
 }  // namespace fa

@@ -100,6 +100,24 @@ std::vector<test::Case> backward_cases() {
           test::make_case(1, 2, 1, 17, 64, true, DType::f16),     test::make_case(1, 1, 1023, 700, 128, true, DType::bf16)};
 }
 
+// The forward a backward runs on: the GPU's where this GPU runs it, else none (empty tensors) — the
+// backward must then refuse before it reads anything. (Step 08's backward may be refused where its
+// forward runs: it needs more shared memory.)
+Forward forward_if_it_runs(const StepInfo& st, const Shape& s, const Inputs& in, const StepOptions& opt, const GpuConfig& cfg) {
+  return unsupported_reason(st, s, opt, gpu_caps(), false).empty() ? run_on_gpu(st, s, in, opt, cfg).out : Forward{};
+}
+
+// One checked backward launch: its gradients against the reference by FlashAttention's rule, and
+// the NaN padding around dQ, dK and dV untouched.
+void check_backward_on_gpu(const StepInfo& st, const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO,
+                           const StepOptions& opt, const GpuConfig& cfg) {
+  const GpuBackwardResult b = run_backward_on_gpu(st, s, in, fwd, dO, opt, cfg);
+  const BackwardCheck chk = check_backward(s, in, dO, reference_backward(s, in, dO), b.grads);
+  INFO(chk.summary());
+  CHECK(chk.pass);
+  CHECK(b.stray_writes == 0);
+}
+
 // Every step with a backward: its forward on the GPU, then its backward on the GPU's O and L,
 // against the reference gradients. Returns the number of combinations, run or refused.
 int run_backward_matrix(const Padding& pad) {
@@ -120,31 +138,18 @@ int run_backward_matrix(const Padding& pad) {
         cfg.reps = 0;
         cfg.pad = pad;
         if (no.refused(*st, c.shape, opt, true)) {
-          // The forward may run (step 08's backward needs more shared memory than its forward).
-          const bool forward_runs = unsupported_reason(*st, c.shape, opt, gpu_caps(), false).empty();
-          const Forward fwd = forward_runs ? run_on_gpu(*st, c.shape, in, opt, cfg).out : Forward{};
-          if (!forward_runs) CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, opt, cfg), Unsupported);
+          const Forward fwd = forward_if_it_runs(*st, c.shape, in, opt, cfg);
+          if (fwd.o.v.empty()) CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, opt, cfg), Unsupported);
           CHECK_THROWS_AS(run_backward_on_gpu(*st, c.shape, in, fwd, dO, opt, cfg), Unsupported);
           continue;
         }
-        const GpuResult f = run_on_gpu(*st, c.shape, in, opt, cfg);
-        const GpuBackwardResult b = run_backward_on_gpu(*st, c.shape, in, f.out, dO, opt, cfg);
-        const BackwardCheck chk = check_backward(c.shape, in, dO, reference_backward(c.shape, in, dO), b.grads);
-        INFO(chk.summary());
-        CHECK(chk.pass);
-        CHECK(b.stray_writes == 0);
+        check_backward_on_gpu(*st, c.shape, in, run_on_gpu(*st, c.shape, in, opt, cfg).out, dO, opt, cfg);
         ++ran;
       }
   }
   g_ran += ran;
   g_refused += no.total;
   return ran + no.total;
-}
-
-// The forward for a backward that will be refused: run when this GPU runs it, else empty (the
-// backward must then refuse before it reads anything).
-Forward reference_free_forward(const StepInfo& st, const Shape& s, const Inputs& in, const StepOptions& opt, const GpuConfig& cfg) {
-  return unsupported_reason(st, s, opt, gpu_caps(), false).empty() ? run_on_gpu(st, s, in, opt, cfg).out : Forward{};
 }
 
 bool any_backward() {
@@ -284,17 +289,13 @@ TEST_CASE("backward experiments match the reference where compiled, and refuse e
         GpuConfig cfg;
         cfg.reps = 0;
         cfg.pad = Padding{8, 24, 40};
-        const Forward fwd = reference_free_forward(*st, c.shape, in, vars[vi], cfg);
+        const Forward fwd = forward_if_it_runs(*st, c.shape, in, vars[vi], cfg);
         if (no.refused(*st, c.shape, vars[vi], true) || c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128)) {
           CHECK_THROWS_AS(run_backward_on_gpu(*st, c.shape, in, fwd, dO, vars[vi], cfg), Unsupported);
           ++refused;
           continue;
         }
-        const GpuBackwardResult b = run_backward_on_gpu(*st, c.shape, in, fwd, dO, vars[vi], cfg);
-        const BackwardCheck chk = check_backward(c.shape, in, dO, reference_backward(c.shape, in, dO), b.grads);
-        INFO(chk.summary());
-        CHECK(chk.pass);
-        CHECK(b.stray_writes == 0);
+        check_backward_on_gpu(*st, c.shape, in, fwd, dO, vars[vi], cfg);
         ++ran;
       }
   }
@@ -383,7 +384,7 @@ TEST_CASE("backward dropout kernels redraw the forward's mask bit for bit, and t
           cfg.pad = Padding{8, 24, 40};
           const Inputs in = make_inputs(s, {uint64_t(s.N + s.Nk)});
           if (no.refused(*st, s, opt, true)) {
-            const Forward fwd = reference_free_forward(*st, s, in, opt, cfg);
+            const Forward fwd = forward_if_it_runs(*st, s, in, opt, cfg);
             CHECK_THROWS_AS(run_backward_on_gpu(*st, s, in, fwd, make_grad_output(s, 1), opt, cfg), Unsupported);
             continue;
           }
@@ -392,12 +393,7 @@ TEST_CASE("backward dropout kernels redraw the forward's mask bit for bit, and t
           CHECK(test::dv_mask_mismatches(s, g.grads.dv) == 0);
           CHECK(test::dv_mask_mismatches(s, Tensor4(s.B, s.H, s.Nk, s.d)) > 0);  // the probe sees a mask that keeps nothing
           CHECK(g.stray_writes == 0);
-          const Tensor4 dO = make_grad_output(s, 11);
-          const GpuBackwardResult r = run_backward_on_gpu(*st, s, in, f.out, dO, opt, cfg);
-          const BackwardCheck chk = check_backward(s, in, dO, reference_backward(s, in, dO), r.grads);
-          INFO(chk.summary());
-          CHECK(chk.pass);
-          CHECK(r.stray_writes == 0);
+          check_backward_on_gpu(*st, s, in, f.out, make_grad_output(s, 11), opt, cfg);
           ++ran;
         }
   }

@@ -424,21 +424,12 @@ BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const For
 LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   return naive(o) ? closed_form_naive(s) : closed_form_fused(s, kSchedule);
 }
-// The forward is step 07's, whatever --bwd says.
-BlueprintResult run_forward(const Shape& s, const Inputs& in, const StepOptions&) {
-  return step07::info().blueprint(s, in, {});
-}
-LedgerSet run_forward_closed_form(const Shape& s, const StepOptions&) { return step07::info().closed_form(s, {}); }
-// [arch] Shared memory per block: the forward's (step 07's), and the backward's largest kernel —
-// the fused block (schedule.hpp), or the naive GEMM tile (two 16-bit G × G tiles, an fp32 one, L).
-int64_t run_forward_smem(const Shape& s, const StepOptions&) { return step07::info().smem_bytes(s, {}); }
+// [arch] Shared memory per block of the backward's largest kernel — the fused block (schedule.hpp),
+// or the naive GEMM tile (two 16-bit G × G tiles, an fp32 one, L). (The forward's is step 07's:
+// borrow_forward.)
 int64_t run_backward_smem(const Shape& s, const StepOptions& o) {
   return naive(o) ? 2 * G * (G + kPad) * 2 + G * (G + kPadF) * 4 + G * 4 : smem_bytes(kSchedule, int(s.d));
 }
-#ifdef FA_HAVE_CUDA
-void run_forward_launch(const AttnParams& p, const StepOptions&, void* stream) { step07::info().launch(p, {}, stream); }
-size_t run_forward_workspace(const Shape& s, const StepOptions&) { return step07::info().workspace_bytes(s, {}); }
-#endif
 }  // namespace
 
 const StepInfo& info() {
@@ -449,16 +440,11 @@ const StepInfo& info() {
     i.title = "the backward pass: dQ, dK, dV from the saved L (forward: step 07)";
     i.teaches = "backward: P from L; dK, dV on chip; dQ by atomics";
     i.flags = {{"bwd", {"fused", "naive"}, "backward schedule: fused (FlashAttention-2) or naive (P, dP, dS in HBM)"}};
-    i.blueprint = run_forward;
-    i.closed_form = run_forward_closed_form;
-    i.forward_from = "07";
+    borrow_forward<step07::info>(i);  // [forward-from] the forward is step 07's, whatever --bwd says
     i.backward_blueprint = run_backward;
     i.backward_closed_form = run_backward_closed_form;
-    i.smem_bytes = run_forward_smem;
     i.backward_smem_bytes = run_backward_smem;
 #ifdef FA_HAVE_CUDA
-    i.launch = run_forward_launch;
-    i.workspace_bytes = run_forward_workspace;
     i.launch_backward = launch_backward;
     i.backward_workspace_bytes = backward_workspace_bytes;
 #endif

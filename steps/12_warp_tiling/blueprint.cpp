@@ -292,13 +292,7 @@ int64_t run_smem_bytes(const Shape& s, const StepOptions& o) {
 }
 }  // namespace
 
-int ablation_of(const StepOptions& opts) {
-  const auto it = opts.find("ablate");
-  if (it == opts.end()) return kFull;
-  for (int a = 0; a < kAblations; ++a)
-    if (it->second == kAblationNames[a]) return a;
-  throw std::invalid_argument("step12: unknown --ablate " + it->second);
-}
+int ablation_of(const StepOptions& opts) { return choice_index(opts, "ablate", kAblationNames, kAblations, "step12"); }
 
 const StepInfo& info() {
   static const StepInfo step = [] {

@@ -37,21 +37,9 @@ bool deterministic(const StepOptions& o) {
   const auto it = o.find("deterministic");
   return it != o.end() && it->second == "on";
 }
-int tiles_of(const StepOptions& o) {
-  const auto it = o.find("tiles");
-  if (it == o.end()) return kAuto;
-  for (int a = 0; a < kTileChoices; ++a)
-    if (it->second == kTileNames[a]) return a;
-  throw std::invalid_argument("step13: unknown --tiles " + it->second);
-}
+int tiles_of(const StepOptions& o) { return choice_index(o, "tiles", kTileNames, kTileChoices, "step13"); }
 
-int experiment_of(const StepOptions& o) {
-  const auto it = o.find("experiment");
-  if (it == o.end()) return kAsBuilt;
-  for (int a = 0; a < kExperiments; ++a)
-    if (it->second == kExperimentNames[a]) return a;
-  throw std::invalid_argument("step13: unknown --experiment " + it->second);
-}
+int experiment_of(const StepOptions& o) { return choice_index(o, "experiment", kExperimentNames, kExperiments, "step13"); }
 
 namespace {
 
@@ -459,18 +447,10 @@ LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   require_experiment_supported(s, experiment_of(o), tiles, deterministic(o));
   return closed_form(s, schedule_for(int(s.d), tiles), deterministic(o));
 }
-// The forward is step 12's, whatever the flags say.
-BlueprintResult run_forward(const Shape& s, const Inputs& in, const StepOptions&) { return step12::info().blueprint(s, in, {}); }
-LedgerSet run_forward_closed_form(const Shape& s, const StepOptions&) { return step12::info().closed_form(s, {}); }
-// [arch] Shared memory per block: the forward's (step 12's), and the backward's main kernel
-// (schedule.hpp): 161 KB at d = 128 and 162 KB at d = 64 — within sm_80's and sm_90's limits, over
-// sm_86's and sm_89's 99 KB except at d = 16 (90 KB); the refusal is per shape.
-int64_t run_forward_smem(const Shape& s, const StepOptions&) { return step12::info().smem_bytes(s, {}); }
+// [arch] Shared memory per block of the backward's main kernel (schedule.hpp): 161 KB at d = 128
+// and 162 KB at d = 64 — within sm_80's and sm_90's limits, over sm_86's and sm_89's 99 KB except
+// at d = 16 (90 KB); the refusal is per shape. (The forward's is step 12's: borrow_forward.)
 int64_t run_backward_smem(const Shape& s, const StepOptions& o) { return smem_bytes(schedule_for(int(s.d), tiles_of(o)), int(s.d)); }
-#ifdef FA_HAVE_CUDA
-void run_forward_launch(const AttnParams& p, const StepOptions&, void* stream) { step12::info().launch(p, {}, stream); }
-size_t run_forward_workspace(const Shape& s, const StepOptions&) { return step12::info().workspace_bytes(s, {}); }
-#endif
 }  // namespace
 
 const StepInfo& info() {
@@ -494,19 +474,14 @@ const StepInfo& info() {
       f.sweep = false;
       i.flags.push_back(f);
     }
-    i.blueprint = run_forward;
-    i.closed_form = run_forward_closed_form;
-    i.forward_from = "12";
+    borrow_forward<step12::info>(i);  // [forward-from] the forward is step 12's, whatever the flags say
     i.supports_dropout = true;
     i.backward_blueprint = run_backward;
     i.backward_closed_form = run_backward_closed_form;
-    i.smem_bytes = run_forward_smem;
     i.backward_smem_bytes = run_backward_smem;
     i.min_cc = 80;
     i.needs = "mma.sync.m16n8k16 and cp.async";
 #ifdef FA_HAVE_CUDA
-    i.launch = run_forward_launch;
-    i.workspace_bytes = run_forward_workspace;
     i.launch_backward = launch_backward;
     i.backward_workspace_bytes = backward_workspace_bytes;
 #endif
