@@ -37,6 +37,7 @@ foreach(step_dir IN LISTS FA_STEPS)
   set(lib fa_labci${nn})
   add_library(${lib} STATIC ${dst}/blueprint.cpp ${dst}/schedule.hpp)
   target_include_directories(${lib} BEFORE PRIVATE ${dst} ${PROJECT_SOURCE_DIR}/common)
+  target_include_directories(${lib} SYSTEM PRIVATE ${FA_RANDOM123_INCLUDE})  # common/dropout.hpp
   target_link_libraries(${lib} PRIVATE Eigen3::Eigen $<LINK_ONLY:fa_common>)
   if(DEFINED FA_STEP${nn}_USES)
     foreach(u IN LISTS FA_STEP${nn}_USES)
