@@ -6,10 +6,10 @@
 //   bwd_pre     per padded row: D (d/8 threads' partial sums of 8 elements, then their butterfly),
 //               L·log2 e (+inf past N, D = 0), every dQ accumulator's row zeroed
 //   bwd_kv      a block per (K/V tile, head) — with --deterministic, block s of det_splits(BH, Tc)
-//               walks tiles s, s + splits, ... — warp w owning keys [16w, 16w + 16): Sᵀ = K Qᵀ and
-//               dPᵀ = V dOᵀ, the mask, Pᵀ and dSᵀ in the C layout, dSᵀ stored to its double buffer,
-//               dV += Pᵀ dO and dK += dSᵀ Q from registers; dQ of tile i − 1 at the top of step i,
-//               the last one after the loop; dK and dV out through the K/V tiles
+//               walks tiles s, s + splits, ... — per Q tile: warp w's 32 keys × Br/2 queries of
+//               Sᵀ = K Qᵀ and dPᵀ = V dOᵀ ([sdp-warps]), the mask, Pᵀ and dSᵀ in the C layout and
+//               into their shared tiles; a barrier; dQ_i (dS K) by queries × dims, then dV += Pᵀ dO
+//               and dK += dSᵀ Q by keys × dims ([dkv-warps]); dK and dV out through the K/V tiles
 //   dq_convert  dQ = scale · Σ_k accumulator_k, the splits in order
 // The kernel's cp.async copies are the tiles' loads here, issued where the kernel issues them (one
 // tile ahead); its barriers are barrier(). What the blueprint does not model: the swizzle (addresses,
@@ -53,7 +53,7 @@ constexpr int64_t kMmaFlops = 2 * 16 * 8 * 16;
 
 std::vector<CFrag> zero_frags(int64_t n) { return std::vector<CFrag>(size_t(n), CFrag(32, {0.0f, 0.0f, 0.0f, 0.0f})); }
 
-// [ds-smem] ldmatrix.x4.trans as an A fragment: the 16 × 16 A tile whose element (row m, col k) is
+// [dq] ldmatrix.x4.trans as an A fragment: the 16 × 16 A tile whose element (row m, col k) is
 // t(k0 + k, m0 + m) — dS (queries × keys) read from the dSᵀ tile (keys × queries). Register m of
 // the fragment is A block (rows 8(m % 2), cols 8(m / 2)), which is stored block (k0 + 8(m / 2),
 // m0 + 8(m % 2)); .trans hands lane l element ldm_elem(l, e, true) of it. 256 elements read.
@@ -108,6 +108,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, W = sc.warps();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc);
   const int64_t QM = sc.qm(d), RG = sc.rgroups(d), kDims = sc.dq_dims(d);
+  const int64_t WK = sc.key_groups(), QW = sc.sdp_queries(), KG = sc.dkv_key_groups(d), KD = sc.dkv_keys(d), DW = sc.dkv_dims(d);
   const int64_t splits = det ? det_splits(BH, Tc) : 1;
   const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
   // [dropout] P as the kernel gets it (a float), and the threshold and factor it derives from it.
@@ -167,15 +168,15 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           const int64_t j0 = jt * Bc, keys = std::min(Bc, Nk - j0);
           const int64_t it0 = first_q_tile(j0, N, Nk, Br, s.causal);  // [q-range]
           const int64_t acc0 = (split * BH + bh) * Np;                  // this block's accumulator, row 0
-          // [stages] K_j, V_j, kStages × (Q_i, dO_i), kStages × dSᵀ, kStages × (L·log2 e, D).
+          // [stages] K_j, V_j, kStages × (Q_i, dO_i), Pᵀ, dSᵀ, kStages × (L·log2 e, D).
           Smem smem(kSmemBudget, Lkv);
           SmemTile Ks = smem.tile(Bc, d, st), Vs = smem.tile(Bc, d, st);
-          std::vector<SmemTile> Qs, dOs, dSs, Ls, Ds;
+          std::vector<SmemTile> Qs, dOs, Ls, Ds;
           for (int k = 0; k < kStages; ++k) {
             Qs.push_back(smem.tile(Br, d, st));
             dOs.push_back(smem.tile(Br, d, st));
           }
-          for (int k = 0; k < kStages; ++k) dSs.push_back(smem.tile(Bc, Br, st));
+          SmemTile Pt = smem.tile(Bc, Br, st), dSt = smem.tile(Bc, Br, st);
           for (int k = 0; k < kStages; ++k) {
             Ls.push_back(smem.tile(1, Br, f32));
             Ds.push_back(smem.tile(1, Br, f32));
@@ -194,16 +195,16 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           Vs.load_from(V, j0, 0);
           if (it0 < Tr) load_q_tile(it0, 0);
 
-          // [dq] dQ_itq's share of this K/V tile, dS K_j, from dSᵀ buffer `dsb`: warp w computes the
-          // QM m16 row tiles of group w % RG and the kDims dimensions of group w / RG ([dq-warps]).
-          auto dq_step = [&](int64_t itq, const SmemTile& dsb) {
+          // [dq] dQ_itq's share of this K/V tile, dS K_j, from the dSᵀ tile: warp w computes the QM
+          // m16 row tiles of group w % RG and the kDims dimensions of group w / RG ([dq-warps]).
+          auto dq_step = [&](int64_t itq) {
             for (int64_t w = 0; w < W; ++w) {
               const int64_t rg = w % RG, cg = w / RG;
               std::vector<std::vector<CFrag>> dq(size_t(QM), zero_frags(kDims / 8));
-              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the warp's QM m16 row tiles of dS (ldmatrix_x4_a_trans of dsb at (16kk, 16(rg·QM + m))), then per 16 of its dims one ldmatrix_x4_b (.trans) of K_j at (16kk, cg·kDims + 16np) into dq[m][2np], dq[m][2np + 1]; then every element (c_elem) into row acc0 + itq·Br + 16(rg·QM + m) + row, column cg·kDims + 8n + col of Acc: atomic_add, or with det a load, add and store
+              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the warp's QM m16 row tiles of dS (ldmatrix_x4_a_trans of dSt at (16kk, 16(rg·QM + m))), then per 16 of its dims one ldmatrix_x4_b (.trans) of K_j at (16kk, cg·kDims + 16np) into dq[m][2np], dq[m][2np + 1]; then every element (c_elem) into row acc0 + itq·Br + 16(rg·QM + m) + row, column cg·kDims + 8n + col of Acc: atomic_add, or with det a load, add and store
               for (int64_t kk = 0; kk < Bc / 16; ++kk) {
                 std::vector<AFrag> a;
-                for (int64_t m = 0; m < QM; ++m) a.push_back(ldmatrix_x4_a_trans(dsb, 16 * kk, 16 * (rg * QM + m)));
+                for (int64_t m = 0; m < QM; ++m) a.push_back(ldmatrix_x4_a_trans(dSt, 16 * kk, 16 * (rg * QM + m)));
                 for (int64_t np = 0; np < kDims / 16; ++np) {
                   const std::array<BFrag, 2> kb = mf::ldmatrix_x4_b(Ks, 16 * kk, cg * kDims + 16 * np, true);
                   for (int64_t m = 0; m < QM; ++m) {
@@ -226,125 +227,143 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             }
           };
 
-          // [dkdv-registers] dK_j and dV_j of warp w's 16 keys: d/8 accumulator tiles each.
-          std::vector<std::vector<CFrag>> dk(size_t(W), zero_frags(d / 8)), dv(size_t(W), zero_frags(d / 8));
+          // [dkv-warps] dK_j and dV_j of warp w: KD/16 key tiles × DW/8 dim tiles each.
+          std::vector<std::vector<std::vector<CFrag>>> dk(static_cast<size_t>(W)), dv(static_cast<size_t>(W));
+          for (int64_t w = 0; w < W; ++w) {
+            dk[size_t(w)].assign(size_t(KD / 16), zero_frags(DW / 8));
+            dv[size_t(w)].assign(size_t(KD / 16), zero_frags(DW / 8));
+          }
           for (int64_t it = it0; it < Tr; ++it) {
             const int64_t i0 = it * Br, rows = std::min(Br, N - i0);
             const size_t stage = size_t((it - it0) % kStages), other = size_t((it - it0 + 1) % kStages);
-            barrier(Lkv);  // [one-barrier] tile i landed; every warp is past tile i − 1
+            barrier(Lkv);  // [two-barriers] tile i landed; every warp is past tile i − 1
             if (it + 1 < Tr) load_q_tile(it + 1, other);
-            if (it > it0) dq_step(it - 1, dSs[other]);
             const bool masked = needs_mask(i0, i0 + rows, j0, N, Nk, Bc, s.causal);
             const SmemTile &Qt = Qs[stage], &dOt = dOs[stage], &Lt = Ls[stage], &Dt = Ds[stage];
-            SmemTile& dSt = dSs[stage];
             for (int64_t w = 0; w < W; ++w) {
-              // [transposed] Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ: 16 keys × Br queries.
-              std::vector<CFrag> sT = zero_frags(Br / 8), dpT = zero_frags(Br / 8);
-              // lab:begin transposed: [transposed]: per 16 dims kk, the A fragments of the warp's 16 rows of K_j and of V_j (ldmatrix_x4_a at (16w, 16kk)), then per 16 queries np one ldmatrix_x4_b of Q_i and of dO_i as stored (n-major, no .trans) at (16np, 16kk): the B fragments of queries 16np .. + 7 and + 8 .. + 15, into sT[2np], sT[2np + 1] and dpT[2np], dpT[2np + 1]
+              const int64_t wk = w % WK, wq = w / WK, key_w = j0 + 32 * wk, q_w = wq * QW;  // [sdp-warps]
+              // [transposed] Sᵀ = K Q_iᵀ and dPᵀ = V dO_iᵀ: the warp's 32 keys (two m16 tiles) × QW queries.
+              std::vector<std::vector<CFrag>> sT(2, zero_frags(QW / 8)), dpT(2, zero_frags(QW / 8));
+              // lab:begin transposed: [transposed]: per 16 dims kk, the A fragments of the warp's two 16-key tiles of K_j and of V_j (ldmatrix_x4_a at (32wk + 16m, 16kk)), then per 16 queries np one ldmatrix_x4_b of Q_i and of dO_i as stored (n-major, no .trans) at (q_w + 16np, 16kk): the B fragments of queries 16np .. + 7 and + 8 .. + 15, into sT[m][2np], sT[m][2np + 1] and dpT[m][2np], dpT[m][2np + 1]
               for (int64_t kk = 0; kk < d / 16; ++kk) {
-                const AFrag ka = mf::ldmatrix_x4_a(Ks, 16 * w, 16 * kk), va = mf::ldmatrix_x4_a(Vs, 16 * w, 16 * kk);
-                for (int64_t np = 0; np < Br / 16; ++np) {
-                  const std::array<BFrag, 2> qb = mf::ldmatrix_x4_b(Qt, 16 * np, 16 * kk, false);
-                  const std::array<BFrag, 2> ob = mf::ldmatrix_x4_b(dOt, 16 * np, 16 * kk, false);
-                  mf::mma(sT[size_t(2 * np)], ka, qb[0], Lkv);
-                  mf::mma(sT[size_t(2 * np + 1)], ka, qb[1], Lkv);
-                  mf::mma(dpT[size_t(2 * np)], va, ob[0], Lkv);
-                  mf::mma(dpT[size_t(2 * np + 1)], va, ob[1], Lkv);
+                const AFrag ka[2] = {mf::ldmatrix_x4_a(Ks, 32 * wk, 16 * kk), mf::ldmatrix_x4_a(Ks, 32 * wk + 16, 16 * kk)};
+                const AFrag va[2] = {mf::ldmatrix_x4_a(Vs, 32 * wk, 16 * kk), mf::ldmatrix_x4_a(Vs, 32 * wk + 16, 16 * kk)};
+                for (int64_t np = 0; np < QW / 16; ++np) {
+                  const std::array<BFrag, 2> qb = mf::ldmatrix_x4_b(Qt, q_w + 16 * np, 16 * kk, false);
+                  const std::array<BFrag, 2> ob = mf::ldmatrix_x4_b(dOt, q_w + 16 * np, 16 * kk, false);
+                  for (int m = 0; m < 2; ++m) {
+                    mf::mma(sT[size_t(m)][size_t(2 * np)], ka[m], qb[0], Lkv);
+                    mf::mma(sT[size_t(m)][size_t(2 * np + 1)], ka[m], qb[1], Lkv);
+                    mf::mma(dpT[size_t(m)][size_t(2 * np)], va[m], ob[0], Lkv);
+                    mf::mma(dpT[size_t(m)][size_t(2 * np + 1)], va[m], ob[1], Lkv);
+                  }
                 }
               }
               // lab:end
-              // [causal-mask] Element (key row, query column) of C tile n: key j0 + 16w + row, query
-              // i0 + 8n + col; a key at or past the query's visible count (past Nk included) gets −inf.
+              // [causal-mask] Element (key row, query column) of C tile (m, n): key key_w + 16m + row,
+              // query i0 + q_w + 8n + col; a key at or past the query's visible count (past Nk
+              // included) gets −inf.
               if (masked)
-                for (int64_t n = 0; n < Br / 8; ++n)
-                  for (int lane = 0; lane < 32; ++lane)
-                    for (int x = 0; x < 4; ++x) {
-                      const mf::Coord c = mf::c_elem(lane, x);
-                      if (j0 + 16 * w + c.row >= visible_keys(i0 + 8 * n + c.col, N, Nk, s.causal)) sT[size_t(n)][size_t(lane)][size_t(x)] = -kInf;
-                    }
+                for (int m = 0; m < 2; ++m)
+                  for (int64_t n = 0; n < QW / 8; ++n)
+                    for (int lane = 0; lane < 32; ++lane)
+                      for (int x = 0; x < 4; ++x) {
+                        const mf::Coord c = mf::c_elem(lane, x);
+                        if (key_w + 16 * m + c.row >= visible_keys(i0 + q_w + 8 * n + c.col, N, Nk, s.causal))
+                          sT[size_t(m)][size_t(n)][size_t(lane)][size_t(x)] = -kInf;
+                      }
               // [softmax-grad] Pᵀ = exp2(s·scale·log2 e − L·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D): a column
               // of the lane's tile is one query, whose L and D the lane reads (two of each per tile).
               // [dropout] Z from one Philox call per 2 × 2 block, as the kernel draws it: call e of
-              // the lane is the block of query i0 + 16np + 2t + e and key j0 + 16w + g; its word
-              // 2nb + hr is element (key row hr, query block nb); Pᵀ∘Z feeds dV, dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D).
-              // lab:begin softmax-grad: [softmax-grad]: for each lane and C tile n = 2np + nb, the lane's two queries' L·log2 e and D from Lt and Dt (columns 8n + 2t, + 1), then per element x: pv = exp2(fma(s, sl2, −L)), sT = pv and dpT = pv·(dp − D); with dropout (drop) Z drawn by dropout_words exactly as kernel.cu does (docs/13_mma_backward.md)
-              for (int lane = 0; lane < 32; ++lane) {
-                const int g = mf::group(lane), t = mf::thread_in_group(lane);
-                const int64_t key0 = j0 + 16 * w + g;
-                for (int64_t np = 0; np < Br / 16; ++np) {
-                  float z[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}};  // z[nb][element]: Z of the lane's elements
-                  if (drop)
-                    for (int e = 0; e < 2; ++e) {
-                      const DropoutWords wd = dropout_words(s.dropout_seed, s.dropout_offset, bh, i0 + 16 * np + 2 * t + e, key0);
-                      for (int nb = 0; nb < 2; ++nb)
-                        for (int hr = 0; hr < 2; ++hr) z[nb][2 * hr + e] = wd.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
-                    }
-                  for (int nb = 0; nb < 2; ++nb) {
-                    const int64_t n = 2 * np + nb, q0 = 8 * n + 2 * t;
-                    const float l2v[2] = {Lt.read(0, q0), Lt.read(0, q0 + 1)}, dd2[2] = {Dt.read(0, q0), Dt.read(0, q0 + 1)};
-                    for (int x = 0; x < 4; ++x) {
-                      const mf::Coord c = mf::c_elem(lane, x);  // its query column: 2t + x % 2
-                      const float lv = l2v[c.col - 2 * t], dval = dd2[c.col - 2 * t];
-                      float& sv = sT[size_t(n)][size_t(lane)][size_t(x)];
-                      float& dpv = dpT[size_t(n)][size_t(lane)][size_t(x)];
-                      const float pv = std::exp2(std::fma(sv, sl2, -lv));
-                      if (drop) {
-                        sv = pv * z[nb][x];
-                        dpv = pv * (dpv * z[nb][x] - dval);
-                      } else {
-                        sv = pv;
-                        dpv = pv * (dpv - dval);
+              // the lane is the block of query i0 + q_w + 16np + 2t + e and key key_w + 16m + g; its
+              // word 2nb + hr is element (key row hr, query block nb); Pᵀ∘Z feeds dV,
+              // dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D). [pt-smem] Both into the Pt and dSt tiles (rounded there).
+              // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: for each key tile m, lane and C tile n = 2np + nb, the lane's two queries' L·log2 e and D from Lt and Dt (columns q_w + 8n + 2t, + 1), then per element x: pv = exp2(fma(s, sl2, −L)), sT = pv and dpT = pv·(dp − D); with dropout (drop) Z drawn by dropout_words exactly as kernel.cu does (docs/13_mma_backward.md); each element then written to Pt and dSt at (32wk + 16m + row, q_w + 8n + col)
+              for (int m = 0; m < 2; ++m)
+                for (int lane = 0; lane < 32; ++lane) {
+                  const int g = mf::group(lane), t = mf::thread_in_group(lane);
+                  for (int64_t np = 0; np < QW / 16; ++np) {
+                    float z[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}};  // z[nb][element]: Z of the lane's elements
+                    if (drop)
+                      for (int e = 0; e < 2; ++e) {
+                        const DropoutWords wd =
+                            dropout_words(s.dropout_seed, s.dropout_offset, bh, i0 + q_w + 16 * np + 2 * t + e, key_w + 16 * m + g);
+                        for (int nb = 0; nb < 2; ++nb)
+                          for (int hr = 0; hr < 2; ++hr) z[nb][2 * hr + e] = wd.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
+                      }
+                    for (int nb = 0; nb < 2; ++nb) {
+                      const int64_t n = 2 * np + nb, qc = q_w + 8 * n + 2 * t;
+                      const float l2v[2] = {Lt.read(0, qc), Lt.read(0, qc + 1)}, dd2[2] = {Dt.read(0, qc), Dt.read(0, qc + 1)};
+                      for (int x = 0; x < 4; ++x) {
+                        const mf::Coord c = mf::c_elem(lane, x);  // its query column: 2t + x % 2
+                        const float lv = l2v[c.col - 2 * t], dval = dd2[c.col - 2 * t];
+                        float& sv = sT[size_t(m)][size_t(n)][size_t(lane)][size_t(x)];
+                        float& dpv = dpT[size_t(m)][size_t(n)][size_t(lane)][size_t(x)];
+                        const float pv = std::exp2(std::fma(sv, sl2, -lv));
+                        if (drop) {
+                          sv = pv * z[nb][x];
+                          dpv = pv * (dpv * z[nb][x] - dval);
+                        } else {
+                          sv = pv;
+                          dpv = pv * (dpv - dval);
+                        }
+                        Pt.write(32 * wk + 16 * m + c.row, q_w + 8 * n + c.col, sv);
+                        dSt.write(32 * wk + 16 * m + c.row, q_w + 8 * n + c.col, dpv);
                       }
                     }
                   }
                 }
+              // lab:end
+              Lkv.nonmatmul_ops += 32 * QW * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));
+            }
+            barrier(Lkv);  // [two-barriers] Pᵀ and dSᵀ of tile i are whole
+            dq_step(it);
+            // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i, warp w: keys KD·(w % KG) + 16m, dims DW·(w / KG).
+            for (int64_t w = 0; w < W; ++w) {
+              const int64_t kg = w % KG, dg = w / KG;
+              // lab:begin dkv: [dkv]: per 16 queries kk, the A fragments of the warp's KD/16 key tiles of Pt and of dSt (ldmatrix_x4_a at (KD·kg + 16m, 16kk)), then per 16 of its dims np one ldmatrix_x4_b (.trans) of dO_i and of Q_i at (16kk, dg·DW + 16np) into dv[w][m][2np], dv[w][m][2np + 1] (with Pᵀ) and dk[w][m][...] (with dSᵀ)
+              for (int64_t kk = 0; kk < Br / 16; ++kk) {
+                std::vector<AFrag> pa, da;
+                for (int64_t m = 0; m < KD / 16; ++m) {
+                  pa.push_back(mf::ldmatrix_x4_a(Pt, KD * kg + 16 * m, 16 * kk));
+                  da.push_back(mf::ldmatrix_x4_a(dSt, KD * kg + 16 * m, 16 * kk));
+                }
+                for (int64_t np = 0; np < DW / 16; ++np) {
+                  const std::array<BFrag, 2> ob = mf::ldmatrix_x4_b(dOt, 16 * kk, dg * DW + 16 * np, true);
+                  const std::array<BFrag, 2> qb = mf::ldmatrix_x4_b(Qt, 16 * kk, dg * DW + 16 * np, true);
+                  for (int64_t m = 0; m < KD / 16; ++m) {
+                    auto& v = dv[size_t(w)][size_t(m)];
+                    auto& k = dk[size_t(w)][size_t(m)];
+                    mf::mma(v[size_t(2 * np)], pa[size_t(m)], ob[0], Lkv);
+                    mf::mma(v[size_t(2 * np + 1)], pa[size_t(m)], ob[1], Lkv);
+                    mf::mma(k[size_t(2 * np)], da[size_t(m)], qb[0], Lkv);
+                    mf::mma(k[size_t(2 * np + 1)], da[size_t(m)], qb[1], Lkv);
+                  }
+                }
               }
               // lab:end
-              Lkv.nonmatmul_ops += 16 * Br * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));
-              // [c-to-a] Queries [16kk, 16kk + 16) of Pᵀ and dSᵀ as A fragments (C tiles 2kk and
-              // 2kk + 1), in the storage type; dSᵀ also stored for dQ ([ds-smem]). Then dV += Pᵀ dO_i
-              // and dK += dSᵀ Q_i: per 16 dims one ldmatrix_x4_b (.trans) of dO_i and of Q_i.
-              for (int64_t kk = 0; kk < Br / 16; ++kk) {
-                AFrag pa(32), da(32);
-                // lab:begin c-to-a: [c-to-a] + [ds-smem]: A element i of each lane is element a_from_c_elem(i) of C tile 2kk + a_from_c_tile(i) of sT (pa) and of dpT (da), rounded (round_to); da also written to dSt at (16w + row, 16kk + col) of a_elem(lane, i); then per 16 dims np one ldmatrix_x4_b (.trans) of dO_i and of Q_i at (16kk, 16np) into dv[w][2np], dv[w][2np + 1] (with pa) and dk[w][...] (with da)
-                for (int lane = 0; lane < 32; ++lane)
-                  for (int i = 0; i < 8; ++i) {
-                    const int tile = mf::a_from_c_tile(i), e = mf::a_from_c_elem(i);
-                    pa[size_t(lane)][size_t(i)] = round_to(s.dtype, sT[size_t(2 * kk + tile)][size_t(lane)][size_t(e)]);
-                    da[size_t(lane)][size_t(i)] = round_to(s.dtype, dpT[size_t(2 * kk + tile)][size_t(lane)][size_t(e)]);
-                    const mf::Coord c = mf::a_elem(lane, i);  // key row, query column of the A tile
-                    dSt.write(16 * w + c.row, 16 * kk + c.col, da[size_t(lane)][size_t(i)]);
-                  }
-                for (int64_t np = 0; np < d / 16; ++np) {
-                  const std::array<BFrag, 2> ob = mf::ldmatrix_x4_b(dOt, 16 * kk, 16 * np, true);
-                  const std::array<BFrag, 2> qb = mf::ldmatrix_x4_b(Qt, 16 * kk, 16 * np, true);
-                  mf::mma(dv[size_t(w)][size_t(2 * np)], pa, ob[0], Lkv);
-                  mf::mma(dv[size_t(w)][size_t(2 * np + 1)], pa, ob[1], Lkv);
-                  mf::mma(dk[size_t(w)][size_t(2 * np)], da, qb[0], Lkv);
-                  mf::mma(dk[size_t(w)][size_t(2 * np + 1)], da, qb[1], Lkv);
-                }
-                // lab:end
-              }
             }
             Lkv.tiles_computed += 1;
             Lkv.tiles_masked += classify_tile(i0, i0 + rows, j0, j0 + keys, N, Nk, s.causal) == TileKind::Diagonal;
           }
           Lkv.tiles_skipped += it0;
-          // [one-barrier] The last Q tile's dQ share, once every warp has stored its dSᵀ.
+          // [dkdv-write] dV_j and scale·dK_j into the V and K tiles (in the storage type) once every
+          // warp is past its last read of them, then — all written — the rows inside Nk out to HBM.
           barrier(Lkv);
-          if (it0 < Tr) dq_step(Tr - 1, dSs[size_t((Tr - 1 - it0) % kStages)]);
-          // [dkdv-write] dV_j and scale·dK_j into the warp's own rows of the V and K tiles (in the
-          // storage type), then the rows inside Nk out to HBM.
-          barrier(Lkv);
-          for (int64_t w = 0; w < W; ++w)
-            for (int64_t n = 0; n < d / 8; ++n)
-              for (int lane = 0; lane < 32; ++lane)
-                for (int x = 0; x < 4; ++x) {
-                  const mf::Coord c = mf::c_elem(lane, x);
-                  Vs.write(16 * w + c.row, 8 * n + c.col, dv[size_t(w)][size_t(n)][size_t(lane)][size_t(x)]);
-                  Ks.write(16 * w + c.row, 8 * n + c.col, scale * dk[size_t(w)][size_t(n)][size_t(lane)][size_t(x)]);
-                }
+          for (int64_t w = 0; w < W; ++w) {
+            const int64_t kg = w % KG, dg = w / KG;
+            for (int64_t m = 0; m < KD / 16; ++m)
+              for (int64_t n = 0; n < DW / 8; ++n)
+                for (int lane = 0; lane < 32; ++lane)
+                  for (int x = 0; x < 4; ++x) {
+                    const mf::Coord c = mf::c_elem(lane, x);
+                    const int64_t r = KD * kg + 16 * m + c.row, col = dg * DW + 8 * n + c.col;
+                    Vs.write(r, col, dv[size_t(w)][size_t(m)][size_t(n)][size_t(lane)][size_t(x)]);
+                    Ks.write(r, col, scale * dk[size_t(w)][size_t(m)][size_t(n)][size_t(lane)][size_t(x)]);
+                  }
+          }
           Lkv.nonmatmul_ops += Bc * d;  // the scale on dK, every row of the tile
+          barrier(Lkv);
           for (int64_t r = 0; r < keys; ++r)
             for (int64_t c = 0; c < d; ++c) {
               dK.store(j0 + r, c, Ks.read(r, c));
@@ -377,16 +396,18 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // (by its own block, or with --deterministic by one of the splits' blocks); tile j walks the Q tiles
 // first_q_tile(j) .. Tr − 1: `pairs` in all, `q_rows` of their rows inside N, `masked` needing the
 // per-element mask, `diagonal` holding the diagonal, `skipped` Q tiles before the first. Per pair and
-// warp: Sᵀ and dPᵀ read (d/16)·(2 + 2·Br/16) fragments (K, V as A; Q, dO as B) and issue
-// (d/16)·(Br/16)·4 products; the lane's L and D, 16 bytes per C tile; 16·Br of dSᵀ written; dV and
-// dK read (Br/16)·(d/16)·2 fragments for as many ·4 products / 2; one dq_step per pair reads
-// (Bc/16)·(QM + kDims/16) fragments for (Bc/16)·(kDims/16)·QM·2 products. dQ's partial sums cover
-// every row of the Q tile (Br·d per pair), the padding included.
+// warp: Sᵀ and dPᵀ read (d/16)·(4 + 2·QW/16) fragments (two key tiles of K and of V as A; Q, dO as
+// B) and issue (d/16)·(QW/16)·8 products; the lane's L and D, 16 bytes per C tile; 2·32·QW elements
+// of Pᵀ and dSᵀ written; dV and dK read (Br/16)·(2·KD/16 + 2·DW/16) fragments for
+// (Br/16)·(DW/16)·(KD/16)·4 products; one dq_step per pair reads (Bc/16)·(QM + kDims/16) fragments
+// for (Bc/16)·(kDims/16)·QM·2 products. dQ's partial sums cover every row of the Q tile (Br·d per
+// pair), the padding included.
 LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
   const int d = int(s.d);
   if (!valid(sc, d)) throw std::invalid_argument("step13: the tiles must hold whole m16n8k16 fragments and ldmatrix.x4 pairs");
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, W = sc.warps();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), QM = sc.qm(d), kDims = sc.dq_dims(d);
+  const int64_t QW = sc.sdp_queries(), KD = sc.dkv_keys(d), DW = sc.dkv_dims(d);
   const int64_t splits = det ? det_splits(BH, Tc) : 1;
   const bool drop = float(s.dropout) > 0.0f;
   int64_t pairs = 0, q_rows = 0, masked = 0, diagonal = 0, skipped = 0;
@@ -415,12 +436,14 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
   kv.gmem_atomic = det ? 0 : dq_bytes;
   kv.smem_write = BH * (Tc * 2 * Bc * d * 2                      // K_j, V_j
                         + pairs * (2 * Br * d * 2 + 2 * Br * 4)   // Q_i, dO_i, L, D
-                        + pairs * Bc * Br * 2                      // dSᵀ
+                        + pairs * 2 * Bc * Br * 2                  // Pᵀ, dSᵀ
                         + Tc * 2 * Bc * d * 2);                    // dK_j, dV_j staged in the K/V tiles
-  const int64_t frags_pair = W * ((d / 16) * (2 + 2 * (Br / 16)) + (Br / 16) * (d / 16) * 2 + (Bc / 16) * (QM + kDims / 16));
+  const int64_t frags_pair =
+      W * ((d / 16) * (4 + 2 * (QW / 16)) + (Br / 16) * (2 * (KD / 16) + 2 * (DW / 16)) + (Bc / 16) * (QM + kDims / 16));
   kv.smem_read = BH * (pairs * (frags_pair * kFragElems * 2 + W * (Br / 8) * 32 * 4 * 4) + Nk * d * 2 * 2);
-  kv.barriers = BH * (pairs + Tc * (2 + (det ? 1 : 0)));
-  kv.matmul_flops = BH * pairs * W * ((d / 16) * (Br / 16) * 4 + (Br / 16) * (d / 16) * 4 + (Bc / 16) * (kDims / 16) * QM * 2) * kMmaFlops;
+  kv.barriers = BH * (2 * pairs + Tc * (2 + (det ? 1 : 0)));
+  kv.matmul_flops = BH * pairs * W *
+                    ((d / 16) * (QW / 16) * 8 + (Br / 16) * (DW / 16) * (KD / 16) * 4 + (Bc / 16) * (kDims / 16) * QM * 2) * kMmaFlops;
   kv.nonmatmul_ops = BH * (pairs * W * 16 * Br * (5 + (drop ? 3 : 0)) + masked * W * 16 * Br + Tc * Bc * d);
   kv.tiles_computed = BH * pairs;
   kv.tiles_masked = BH * diagonal;
@@ -458,7 +481,7 @@ const StepInfo& info() {
     StepInfo i;
     i.id = "13";
     i.slug = "mma_backward";
-    i.title = "the backward on tensor cores: Sᵀ and dPᵀ per warp's keys, P and dS in registers (forward: step 12)";
+    i.title = "the backward on tensor cores: FlashAttention-2's grid of warps, P and dS through shared memory (forward: step 12)";
     i.teaches = "backward at FlashAttention-2's speed; deterministic dQ; dropout";
     i.flags = {{"deterministic", {"off", "on"}, "dQ without racing atomics: a buffer per split, summed in a fixed order"}};
     {

@@ -1,12 +1,12 @@
 // Step 13 — the backward pass on tensor cores (the forward is step 12's kernel).
 //
 //   step13_bwd_pre      per row: D = Σ_c dO·O, L·log2 e (+inf past N), the fp32 dQ accumulator(s) zeroed
-//   step13_bwd_kv       a block per (K/V tile j, head), warp w owning keys [16w, 16w + 16) of it:
-//                       per Q tile i, Sᵀ = K Qᵀ and dPᵀ = V dOᵀ in registers ([transposed]); Pᵀ and
-//                       dSᵀ rebuilt there from L and D; dV += Pᵀ dO and dK += dSᵀ Q from registers
-//                       ([c-to-a]); dSᵀ through shared memory for dQ_i += dS K_j ([ds-smem]), added
-//                       to the accumulator with fp32 atomics; Q_i, dO_i, L, D one tile ahead
-//                       ([pipeline])
+//   step13_bwd_kv       a block per (K/V tile j, head), Bc/16 warps: per Q tile i, Sᵀ = K Qᵀ and
+//                       dPᵀ = V dOᵀ, a 32-key × Br/2-query tile per warp ([transposed],
+//                       [sdp-warps]); Pᵀ and dSᵀ rebuilt there from L and D and stored to shared
+//                       memory ([pt-smem]); after a barrier dQ_i += dS K_j, added to the accumulator
+//                       with fp32 atomics ([dq]), and dV += Pᵀ dO, dK += dSᵀ Q by keys and dims
+//                       ([dkv]); Q_i, dO_i, L, D one tile ahead ([pipeline])
 //   step13_dq_convert   dQ = scale · accumulator (the splits summed in order), in the storage type
 //
 // Layout of every fragment: common/mma_layout.hpp. Template arguments: Det ([deterministic]: dQ
@@ -150,19 +150,21 @@ template <class T, int D, bool Det, bool Drop, int Tl, int Xp>
 __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bwd_kv(BwdParams p) {
   constexpr Schedule S = schedule_for(D, Tl);
   constexpr int Br = S.Br, Bc = S.Bc, W = S.warps(), kThreads = W * 32;
-  constexpr int kRow = D * 2, kRowS = Br * 2;  // bytes per row: Q/dO/K/V tiles, the dSᵀ tile
+  constexpr int kRow = D * 2, kRowS = Br * 2;  // bytes per row: Q/dO/K/V tiles, the Pᵀ and dSᵀ tiles
+  constexpr int WK = S.key_groups(), QW = S.sdp_queries();  // [sdp-warps] 32 keys × QW queries per warp
+  constexpr int KG = S.dkv_key_groups(D), KD = S.dkv_keys(D), DW = S.dkv_dims(D);  // [dkv-warps]
   constexpr int QM = S.qm(D), kDims = S.dq_dims(D);  // [dq-warps] m16 row tiles and dimensions of dQ per warp
-  // [stages] K_j, V_j, then kStages × (Q_i, dO_i), kStages × dSᵀ, kStages × (L·log2 e, D); 1 KB-aligned tiles.
+  // [stages] K_j, V_j, then kStages × (Q_i, dO_i), Pᵀ, dSᵀ, kStages × (L·log2 e, D); 1 KB-aligned tiles.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   if (sbase % 1024 != 0) __trap();  // [addresses] the XOR stepping needs it
   const uint32_t k_sm = sbase, v_sm = k_sm + Bc * kRow;
   auto q_sm = [&](int st) { return v_sm + Bc * kRow + 2 * st * Br * kRow; };
   auto do_sm = [&](int st) { return q_sm(st) + Br * kRow; };
-  auto ds_sm = [&](int st) { return q_sm(kStages) + st * Bc * kRowS; };
-  auto l_sm = [&](int st) { return ds_sm(kStages) + 2 * st * Br * 4; };
+  const uint32_t pt_sm = q_sm(kStages), ds_sm = pt_sm + Bc * kRowS;
+  auto l_sm = [&](int st) { return ds_sm + Bc * kRowS + 2 * st * Br * 4; };
   auto d_sm = [&](int st) { return l_sm(st) + Br * 4; };
-  const float* lds_f = reinterpret_cast<const float*>(smem_raw + (ds_sm(kStages) - sbase));  // generic view of L/D
+  const float* lds_f = reinterpret_cast<const float*>(smem_raw + (l_sm(0) - sbase));  // generic view of L/D
 
   const AttnParams& f = p.f;
   const int bh = blockIdx.y, b = bh / f.H, h = bh % f.H;
@@ -179,18 +181,22 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
   const uint32_t keep_below = Drop ? dropout_threshold(f.dropout) : 0u;
   const float rescale = Drop ? dropout_rescale(f.dropout) : 1.0f;
 
-  // [x4] Lane addresses (lr = row in its 8 × 8 block, lb = block), as in step 12:
-  //   A of a 16-row tile stored by rows (K, V as A of Sᵀ, dPᵀ): rows 8(lb % 2) + lr, chunk lb / 2;
+  // [x4] Lane addresses (lr = row in its 8 × 8 block, lb = block), as in step 12, for the 16 × 16
+  // tile at row 0, chunk 0 (a multiple of 16 rows is added, 16 columns are an XOR with 32):
+  //   A stored by rows (K, V as A of Sᵀ, dPᵀ; Pᵀ, dSᵀ as A of dV, dK): rows 8(lb % 2) + lr, chunk lb / 2;
   //   B stored n-major (Q, dO as B of Sᵀ, dPᵀ): rows 8(lb / 2) + lr, chunk lb % 2;
   //   B stored k-major (.trans: dO, Q as B of dV, dK; K as B of dQ): rows 8(lb % 2) + lr, chunk lb / 2;
   //   A stored transposed (.trans: dS from dSᵀ): rows 8(lb / 2) + lr, chunk lb % 2.
-  // Stepping 16 columns (two chunks) is an XOR of the address with 32 ([addresses]).
   const int lr = lane % 8, lb = lane / 8;
-  const uint32_t a_lane = swz<kRow>(0, 16 * warp + 8 * (lb % 2) + lr, lb / 2);
+  const uint32_t a_lane = swz<kRow>(0, 8 * (lb % 2) + lr, lb / 2);
+  const uint32_t as_lane = swz<kRowS>(0, 8 * (lb % 2) + lr, lb / 2);
   const uint32_t bn_lane = swz<kRow>(0, 8 * (lb / 2) + lr, lb % 2);
   const uint32_t bk_lane = swz<kRow>(0, 8 * (lb % 2) + lr, lb / 2);
   const uint32_t ds_lane = swz<kRowS>(0, 8 * (lb / 2) + lr, lb % 2);
-  const int rg = warp % S.rgroups(D), cg = warp / S.rgroups(D);  // [dq-warps] this warp's dQ rows and dims
+  // [sdp-warps] this warp's 32 keys (group wk) and QW queries (half wq) of Sᵀ and dPᵀ;
+  // [dkv-warps] its KD keys (group kg) and DW dims (group dg) of dK and dV; [dq-warps] its dQ rows and dims.
+  const int wk = warp % WK, wq = warp / WK, kg = warp % KG, dg = warp / KG;
+  const int rg = warp % S.rgroups(D), cg = warp / S.rgroups(D);
 
   // [deterministic] Without it one pass (a block per K/V tile); with it block s walks tiles
   // s, s + gridDim.x, ... and owns dQ buffer s.
@@ -211,10 +217,10 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
     if (it0 < Tr) load_q_tile(it0, 0);
     cp_async_commit();
 
-    // [dq] dQ_i's share of this K/V tile, dS K_j, for Q tile itq from dSᵀ buffer `dsb`: the warp's
-    // QM m16 row tiles (group rg) × kDims dims (group cg). A = dS from the dSᵀ tile (.trans), B = K_j
-    // (.trans), 16 keys at a time; each K fragment feeds QM products.
-    auto dq_step = [&](int itq, uint32_t dsb) {
+    // [dq] dQ_i's share of this K/V tile, dS K_j, for Q tile itq: the warp's QM m16 row tiles (group
+    // rg) × kDims dims (group cg). A = dS from the dSᵀ tile (.trans), B = K_j (.trans), 16 keys at a
+    // time; each K fragment feeds QM products.
+    auto dq_step = [&](int itq) {
       float dq[QM][kDims / 8][4];
 #pragma unroll
       for (int m = 0; m < QM; ++m)
@@ -222,12 +228,12 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         for (int n = 0; n < kDims / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dq[m][n][e] = 0.0f;
-      // lab:begin dq: [dq]: per 16 keys kk, ldmatrix_x4_trans of dS from the dSᵀ buffer for each of the warp's QM row tiles (dsb + ds_lane + 16kk·kRowS, XOR 32·(rg·QM + m)), then per 16 of its dims one ldmatrix_x4_trans of K_j (bk_lane + 16kk·kRow, XOR 32·(cg·kDims/16 + np)) into dq[m][2np], dq[m][2np + 1]
+      // lab:begin dq: [dq]: per 16 keys kk, ldmatrix_x4_trans of dS from the dSᵀ tile for each of the warp's QM row tiles (ds_sm + ds_lane + 16kk·kRowS, XOR 32·(rg·QM + m)), then per 16 of its dims one ldmatrix_x4_trans of K_j (bk_lane + 16kk·kRow, XOR 32·(cg·kDims/16 + np)) into dq[m][2np], dq[m][2np + 1]
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
         uint32_t a[QM][4];
 #pragma unroll
-        for (int m = 0; m < QM; ++m) ldmatrix_x4_trans(a[m], (dsb + ds_lane + 16 * kk * kRowS) ^ (32 * (rg * QM + m)));
+        for (int m = 0; m < QM; ++m) ldmatrix_x4_trans(a[m], (ds_sm + ds_lane + 16 * kk * kRowS) ^ (32 * (rg * QM + m)));
 #pragma unroll
         for (int np = 0; np < kDims / 16; ++np) {
           uint32_t kb[4];
@@ -292,162 +298,188 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         }
     };
 
-    // [dkdv-registers] dK_j and dV_j for the warp's 16 keys: D/8 accumulator tiles each.
-    float dk[D / 8][4], dv[D / 8][4];
+    // [dkv-warps] dK_j and dV_j for the warp's KD keys × DW dims: KD/16 × DW/8 accumulator tiles each.
+    float dk[KD / 16][DW / 8][4], dv[KD / 16][DW / 8][4];
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
+    for (int m = 0; m < KD / 16; ++m)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+      for (int n = 0; n < DW / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[m][n][e] = dv[m][n][e] = 0.0f;
 
     for (int it = it0; it < Tr; ++it) {
       const int i0 = it * Br, st = (it - it0) % kStages;
-      // [pipeline] Tile i has landed (this thread's copies, then everyone's). [one-barrier] The same
-      // barrier says every warp is done with tile i − 1's Sᵀ to dK phase (so its Q/dO stage may be
-      // refilled: the next copy starts) and has stored tile i − 1's dSᵀ (so dQ_{i−1} can be formed
-      // now, while tile i's dSᵀ goes to the other buffer).
+      // [pipeline] Tile i has landed (this thread's copies, then everyone's). [two-barriers] The same
+      // barrier says every warp is done with tile i − 1: its Q/dO stage may be refilled (the next copy
+      // starts) and its Pᵀ and dSᵀ tiles rewritten.
       cp_async_wait_all();
       __syncthreads();
       if (it + 1 < Tr) load_q_tile(it + 1, (st + 1) % kStages);
       cp_async_commit();
-      if (Xp != kDqEnd && it > it0) dq_step(it - 1, ds_sm((st + 1) % kStages));
 
-      // [transposed] Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ: 16 keys × Br queries per warp. Per 16 dims:
-      // the A fragments of the warp's K and V rows, then per 16 queries one ldmatrix.x4 of Q and
-      // of dO as stored (n-major): the B fragments of queries 16np .. + 7 and + 8 .. + 15.
-      float s[Br / 8][4], dp[Br / 8][4];
+      // [transposed] Sᵀ = K Q_iᵀ and dPᵀ = V dO_iᵀ for the warp's 32 keys × QW queries ([sdp-warps]).
+      // Per 16 dims: the A fragments of its two 16-key row tiles of K and V, then per 16 queries one
+      // ldmatrix.x4 of Q and of dO as stored (n-major): the B fragments of queries 16np .. + 7 and
+      // + 8 .. + 15, each feeding both key tiles.
+      float s[2][QW / 8][4], dp[2][QW / 8][4];
 #pragma unroll
-      for (int n = 0; n < Br / 8; ++n)
+      for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
-      // lab:begin transposed: [transposed] + [x4]: per 16 dims kk, ldmatrix_x4 of the warp's K and V rows (a_lane, XOR 32·kk) as A, then per 16 queries np ldmatrix_x4 of Q_i and dO_i as stored (bn_lane + 16np·kRow, XOR 32·kk): s[2np], s[2np + 1] += K Qᵀ and dp[2np], dp[2np + 1] += V dOᵀ (docs/13_mma_backward.md)
+        for (int n = 0; n < QW / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][n][e] = dp[m][n][e] = 0.0f;
+      // lab:begin transposed: [transposed] + [x4]: per 16 dims kk, ldmatrix_x4 of the warp's two 16-key tiles of K and V (a_lane + (32wk + 16m)·kRow, XOR 32·kk) as A, then per 16 queries np ldmatrix_x4 of Q_i and dO_i as stored (bn_lane + (wq·QW + 16np)·kRow, XOR 32·kk): s[m][2np], s[m][2np + 1] += K Qᵀ and dp[m][2np], dp[m][2np + 1] += V dOᵀ (docs/13_mma_backward.md)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t ka[4], va[4];
-        ldmatrix_x4(ka, (k_sm + a_lane) ^ (32 * kk));
-        ldmatrix_x4(va, (v_sm + a_lane) ^ (32 * kk));
+        uint32_t ka[2][4], va[2][4];
 #pragma unroll
-        for (int np = 0; np < Br / 16; ++np) {
+        for (int m = 0; m < 2; ++m) {
+          ldmatrix_x4(ka[m], (k_sm + a_lane + (32 * wk + 16 * m) * kRow) ^ (32 * kk));
+          ldmatrix_x4(va[m], (v_sm + a_lane + (32 * wk + 16 * m) * kRow) ^ (32 * kk));
+        }
+#pragma unroll
+        for (int np = 0; np < QW / 16; ++np) {
           uint32_t qb[4], ob[4];
-          ldmatrix_x4(qb, (q_sm(st) + bn_lane + 16 * np * kRow) ^ (32 * kk));
-          ldmatrix_x4(ob, (do_sm(st) + bn_lane + 16 * np * kRow) ^ (32 * kk));
-          mma16816<T>(s[2 * np], ka, qb[0], qb[1]);
-          mma16816<T>(s[2 * np + 1], ka, qb[2], qb[3]);
-          mma16816<T>(dp[2 * np], va, ob[0], ob[1]);
-          mma16816<T>(dp[2 * np + 1], va, ob[2], ob[3]);
+          ldmatrix_x4(qb, (q_sm(st) + bn_lane + (wq * QW + 16 * np) * kRow) ^ (32 * kk));
+          ldmatrix_x4(ob, (do_sm(st) + bn_lane + (wq * QW + 16 * np) * kRow) ^ (32 * kk));
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            mma16816<T>(s[m][2 * np], ka[m], qb[0], qb[1]);
+            mma16816<T>(s[m][2 * np + 1], ka[m], qb[2], qb[3]);
+            mma16816<T>(dp[m][2 * np], va[m], ob[0], ob[1]);
+            mma16816<T>(dp[m][2 * np + 1], va[m], ob[2], ob[3]);
+          }
         }
       }
       // lab:end
 
-      // [causal-mask] Lane holds keys j0 + 16w + g (+ 8) and queries i0 + 8n + 2t (+ 1): a key at
-      // or past the query's visible count (keys past Nk included) gets −inf, so P = 0.
-      const int key0 = j0 + 16 * warp + g;
+      // [causal-mask] Lane holds keys j0 + 32wk + 16m + g (+ 8) and queries q0 + 8n + 2t (+ 1): a
+      // key at or past the query's visible count (keys past Nk included) gets −inf, so P = 0.
+      const int key0 = j0 + 32 * wk + g, q0 = i0 + wq * QW;
       if (needs_mask(i0, i0 + min(Br, f.N - i0), j0, f.N, f.Nk, Bc, f.causal)) {
 #pragma unroll
-        for (int n = 0; n < Br / 8; ++n)
+        for (int n = 0; n < QW / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int vis = int(visible_keys(i0 + 8 * n + 2 * t + e, f.N, f.Nk, f.causal));
+            const int vis = int(visible_keys(q0 + 8 * n + 2 * t + e, f.N, f.Nk, f.causal));
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr)
-              if (key0 + 8 * hr >= vis) s[n][2 * hr + e] = -INFINITY;
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr)
+                if (key0 + 16 * m + 8 * hr >= vis) s[m][n][2 * hr + e] = -INFINITY;
           }
       }
 
       // [softmax-grad] Pᵀ = exp2(s·scale·log2 e − L·log2 e); dSᵀ = Pᵀ ∘ (dPᵀ − D). A column of the
       // lane's tiles is one query: its L and D are one 8-byte load each (four lanes share it).
       // [dropout] With a mask: Pᵀ∘Z feeds dV, and dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D) (Z = keep / (1 − P)).
-      const float* Ls = lds_f + 2 * st * Br;
+      // [pt-smem] Both, in the storage type, into the block's Pᵀ and dSᵀ tiles: element (key, query)
+      // pairs of the lane's C tile are one 4-byte store each.
+      const float* Ls = lds_f + 2 * st * Br + wq * QW;
       const float* Ds = Ls + Br;
+      // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: per key tile m and 16 queries np, with dropout Z from dropout_words (query q0 + 16np + 2t + e, key key0 + 16m: word 2nb + hr is query block nb, key row hr); per C tile n = 2np + nb the lane's two queries' L and D (Ls, Ds at 8n + 2t), pv = exp2(fma(s, sl2, −L)), s = pv·Z and dp = pv·(dp·Z − D); then both packed (pack2) into pt_sm and ds_sm at key 32wk + 16m + g + 8hr, chunk wq·QW/8 + n, byte 4t (swz<kRowS>)
 #pragma unroll
-      for (int np = 0; np < Br / 16; ++np) {
-        float z[2][4];  // [block 2np + nb][element]: Z of the lane's elements
-        if constexpr (Drop) {
-          // Call e is the 2 × 2 block of query i0 + 16np + 2t + e and key key0: its word 2·nb + hr
-          // belongs to 8-query block 2np + nb, key row hr (common/dropout.hpp, [dropout-block]).
+      for (int m = 0; m < 2; ++m)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const DropoutWords w = dropout_words(f.dropout_seed, f.dropout_offset, bh, i0 + 16 * np + 2 * t + e, key0);
+        for (int np = 0; np < QW / 16; ++np) {
+          float z[2][4];  // [block 2np + nb][element]: Z of the lane's elements
+          if constexpr (Drop) {
+            // Call e is the 2 × 2 block of query q0 + 16np + 2t + e and key key0 + 16m: its word
+            // 2·nb + hr belongs to 8-query block 2np + nb, key row hr (common/dropout.hpp, [dropout-block]).
 #pragma unroll
-            for (int nb = 0; nb < 2; ++nb)
+            for (int e = 0; e < 2; ++e) {
+              const DropoutWords w = dropout_words(f.dropout_seed, f.dropout_offset, bh, q0 + 16 * np + 2 * t + e, key0 + 16 * m);
 #pragma unroll
-              for (int hr = 0; hr < 2; ++hr) z[nb][2 * hr + e] = w.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
+              for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) z[nb][2 * hr + e] = w.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
+            }
           }
-        }
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb) {
-          const int n = 2 * np + nb;
-          const float2 l2v = *reinterpret_cast<const float2*>(Ls + 8 * n + 2 * t);
-          const float2 dd2 = *reinterpret_cast<const float2*>(Ds + 8 * n + 2 * t);
+          for (int nb = 0; nb < 2; ++nb) {
+            const int n = 2 * np + nb;
+            const float2 l2v = *reinterpret_cast<const float2*>(Ls + 8 * n + 2 * t);
+            const float2 dd2 = *reinterpret_cast<const float2*>(Ds + 8 * n + 2 * t);
+            float* sv = s[m][n];
+            float* dv2 = dp[m][n];
 #pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const float lv = (x % 2) ? l2v.y : l2v.x, dval = (x % 2) ? dd2.y : dd2.x;
-            const float pv = fast_exp2(fmaf(s[n][x], sl2, -lv));
-            if constexpr (Drop) {
-              s[n][x] = pv * z[nb][x];
-              dp[n][x] = pv * (dp[n][x] * z[nb][x] - dval);
-            } else {
-              s[n][x] = pv;
-              dp[n][x] = pv * (dp[n][x] - dval);
+            for (int x = 0; x < 4; ++x) {
+              const float lv = (x % 2) ? l2v.y : l2v.x, dval = (x % 2) ? dd2.y : dd2.x;
+              const float pv = fast_exp2(fmaf(sv[x], sl2, -lv));
+              if constexpr (Drop) {
+                sv[x] = pv * z[nb][x];
+                dv2[x] = pv * (dv2[x] * z[nb][x] - dval);
+              } else {
+                sv[x] = pv;
+                dv2[x] = pv * (dv2[x] - dval);
+              }
+            }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const uint32_t off = swz<kRowS>(0, 32 * wk + 16 * m + g + 8 * hr, wq * (QW / 8) + n) + 4 * t;
+              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(pt_sm + off), "r"(pack2<T>(sv[2 * hr], sv[2 * hr + 1])));
+              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_sm + off), "r"(pack2<T>(dv2[2 * hr], dv2[2 * hr + 1])));
             }
           }
         }
-      }
+      // lab:end
+      __syncthreads();  // [two-barriers] Pᵀ and dSᵀ of tile i are whole
 
-      // [c-to-a] Queries [16kk, 16kk + 16) of Pᵀ and dSᵀ as A fragments (C tiles 2kk and 2kk + 1);
-      // dSᵀ also stored for dQ ([ds-smem]). Then dV += Pᵀ dO_i and dK += dSᵀ Q_i: per 16 dims one
-      // ldmatrix.x4.trans of dO_i and of Q_i (k-major) gives the B fragments of dims 16np .. + 15.
-      // lab:begin c-to-a: [c-to-a] + [ds-smem]: per 16 queries kk, pack C tiles 2kk and 2kk + 1 of s and dp into the A registers pa, da (register r: tile 2kk + r/2, elements 2(r%2), +1), store da into the swizzled dSᵀ buffer ds_sm(st), then per 16 dims one ldmatrix_x4_trans of dO_i and of Q_i (bk_lane + 16kk·kRow, XOR 32·np) into dv[2np], dv[2np + 1] and dk[2np], dk[2np + 1]
+      if constexpr (Xp != kDqEnd) dq_step(it);  // [dq] first: its reductions drain while dK and dV are formed
+
+      // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i for the warp's KD keys × DW dims ([dkv-warps]): per 16
+      // queries, the A fragments of its key tiles of Pᵀ and dSᵀ (as stored: keys by rows), then per 16
+      // dims one ldmatrix.x4.trans of dO_i and of Q_i (k-major), each feeding every key tile.
+      // lab:begin dkv: [dkv]: per 16 queries kk, ldmatrix_x4 of the warp's KD/16 key tiles of Pᵀ and dSᵀ (as_lane + (KD·kg + 16m)·kRowS, XOR 32·kk) as A, then per 16 of its dims np one ldmatrix_x4_trans of dO_i and of Q_i (bk_lane + 16kk·kRow, XOR 32·(dg·DW/16 + np)) into dv[m][2np], dv[m][2np + 1] and dk[m][2np], dk[m][2np + 1]
 #pragma unroll
       for (int kk = 0; kk < Br / 16; ++kk) {
-        uint32_t pa[4], da[4];
+        uint32_t pa[KD / 16][4], da[KD / 16][4];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          pa[r] = pack2<T>(s[2 * kk + r / 2][2 * (r % 2)], s[2 * kk + r / 2][2 * (r % 2) + 1]);
-          da[r] = pack2<T>(dp[2 * kk + r / 2][2 * (r % 2)], dp[2 * kk + r / 2][2 * (r % 2) + 1]);
-          // register r: key row g + 8(r % 2), queries 8(2kk + r / 2) + 2t, + 1
-          const int key = 16 * warp + g + 8 * (r % 2);
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(swz<kRowS>(ds_sm(st), key, 2 * kk + r / 2) + 4 * t), "r"(da[r]));
+        for (int m = 0; m < KD / 16; ++m) {
+          ldmatrix_x4(pa[m], (pt_sm + as_lane + (KD * kg + 16 * m) * kRowS) ^ (32 * kk));
+          ldmatrix_x4(da[m], (ds_sm + as_lane + (KD * kg + 16 * m) * kRowS) ^ (32 * kk));
         }
 #pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
+        for (int np = 0; np < DW / 16; ++np) {
           uint32_t ob[4], qb[4];
-          ldmatrix_x4_trans(ob, (do_sm(st) + bk_lane + 16 * kk * kRow) ^ (32 * np));
-          ldmatrix_x4_trans(qb, (q_sm(st) + bk_lane + 16 * kk * kRow) ^ (32 * np));
-          mma16816<T>(dv[2 * np], pa, ob[0], ob[1]);
-          mma16816<T>(dv[2 * np + 1], pa, ob[2], ob[3]);
-          mma16816<T>(dk[2 * np], da, qb[0], qb[1]);
-          mma16816<T>(dk[2 * np + 1], da, qb[2], qb[3]);
+          ldmatrix_x4_trans(ob, (do_sm(st) + bk_lane + 16 * kk * kRow) ^ (32 * (dg * (DW / 16) + np)));
+          ldmatrix_x4_trans(qb, (q_sm(st) + bk_lane + 16 * kk * kRow) ^ (32 * (dg * (DW / 16) + np)));
+#pragma unroll
+          for (int m = 0; m < KD / 16; ++m) {
+            mma16816<T>(dv[m][2 * np], pa[m], ob[0], ob[1]);
+            mma16816<T>(dv[m][2 * np + 1], pa[m], ob[2], ob[3]);
+            mma16816<T>(dk[m][2 * np], da[m], qb[0], qb[1]);
+            mma16816<T>(dk[m][2 * np + 1], da[m], qb[2], qb[3]);
+          }
         }
       }
       // lab:end
-      // [tune] dq-end: tile i − 1's dQ here instead (its dSᵀ buffer is rewritten only after the next barrier).
-      if (Xp == kDqEnd && it > it0) dq_step(it - 1, ds_sm((st + 1) % kStages));
+      if constexpr (Xp == kDqEnd) dq_step(it);  // [tune] dq-end: dQ after dK and dV instead
     }
-    // [one-barrier] The last Q tile's dQ share, once every warp has stored its dSᵀ.
-    cp_async_wait_all();
-    __syncthreads();
-    if (it0 < Tr) dq_step(Tr - 1, ds_sm((Tr - 1 - it0) % kStages));
 
-    // [dkdv-write] dV_j and scale·dK_j through the warp's own rows of the V and K tiles (every
-    // warp is past its last read of them after this barrier), then out in 16-byte chunks.
+    // [dkdv-write] dV_j and scale·dK_j into the V and K tiles (every warp is past its last read of
+    // them after this barrier; a row's dims come from DW-wide groups of warps), then out in 16-byte
+    // chunks once all are written. (With no Q tile to visit, K_j and V_j may still be landing.)
+    cp_async_wait_all();
     __syncthreads();
     const int keys = min(Bc, f.Nk - j0);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
+    for (int m = 0; m < KD / 16; ++m)
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int key = 16 * warp + g + 8 * hr;
-        const uint32_t off = swz<kRow>(0, key, n) + 4 * t;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(v_sm + off), "r"(pack2<T>(dv[n][2 * hr], dv[n][2 * hr + 1])));
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(k_sm + off),
-                     "r"(pack2<T>(f.scale * dk[n][2 * hr], f.scale * dk[n][2 * hr + 1])));
-      }
-    __syncwarp();
+      for (int n = 0; n < DW / 8; ++n)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const uint32_t off = swz<kRow>(0, KD * kg + 16 * m + g + 8 * hr, dg * (DW / 8) + n) + 4 * t;
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(v_sm + off), "r"(pack2<T>(dv[m][n][2 * hr], dv[m][n][2 * hr + 1])));
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(k_sm + off),
+                       "r"(pack2<T>(f.scale * dk[m][n][2 * hr], f.scale * dk[m][n][2 * hr + 1])));
+        }
+    __syncthreads();
     T* dK = static_cast<T*>(p.dk) + b * f.k_sb + h * f.k_sh;
     T* dV = static_cast<T*>(p.dv) + b * f.v_sb + h * f.v_sh;
     constexpr int kChunks = D / 8;
-    for (int c = lane; c < 16 * kChunks; c += 32) {
-      const int key = 16 * warp + c / kChunks, cc = c % kChunks;
+    for (int c = threadIdx.x; c < Bc * kChunks; c += kThreads) {
+      const int key = c / kChunks, cc = c % kChunks;
       if (key >= keys) continue;
       uint4 kv, vv;
       asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(kv.x), "=r"(kv.y), "=r"(kv.z), "=r"(kv.w) : "r"(swz<kRow>(k_sm, key, cc)));

@@ -2,17 +2,17 @@
 //
 // The forward is step 12's (it saves O and L). The backward is step 08's fused schedule — a block
 // per K/V tile walks the Q tiles, dK and dV stay on chip, dQ is added with fp32 atomics — rebuilt
-// with what steps 09–12 taught the forward:
-//   [transposed] each warp owns 16 keys of the block's tile, and computes Sᵀ = K Qᵀ and
-//                dPᵀ = V dOᵀ for them: the forward's S = Q Kᵀ with the roles of Q and K swapped.
-//                The accumulators of Pᵀ and dSᵀ are then, converted in registers ([c-to-a]), the
-//                A operands of dV += Pᵀ dO and dK += dSᵀ Q: P and dS never touch shared memory on
-//                the way to dK and dV;
-//   [ds-smem]    only dS goes through shared memory, once, for dQ = dS K (its rows are spread over
-//                all the warps' keys);
-//   [pipeline]   Q_i, dO_i and the rows' L and D are loaded with cp.async one tile ahead;
-//   [x4]         every fragment is read with ldmatrix.x4 from XOR-swizzled tiles (step 12's);
-//   [exp2]       P = exp2(s·scale·log2 e − L·log2 e): the pre kernel stores L·log2 e once.
+// with what steps 09–12 taught the forward, on FlashAttention-2's grid of warps:
+//   [transposed]  Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (keys × queries: the forward's S with the roles of Q and
+//                 K swapped), each warp a 32-key × Br/2-query tile of them ([sdp-warps]); Pᵀ and
+//                 dSᵀ rebuilt in its registers from L and D;
+//   [pt-smem]     Pᵀ and dSᵀ go through shared memory: dV += Pᵀ dO and dK += dSᵀ Q are split over
+//                 the warps by keys and dims ([dkv-warps]), dQ = dS K by queries and dims
+//                 ([dq-warps]) — each warp's products read about as few fragments as the tile allows;
+//   [two-barriers] one barrier before a Q tile's products, one once its Pᵀ and dSᵀ are whole;
+//   [pipeline]    Q_i, dO_i and the rows' L and D are loaded with cp.async one tile ahead;
+//   [x4]          every fragment is read with ldmatrix.x4 from XOR-swizzled tiles (step 12's);
+//   [exp2]        P = exp2(s·scale·log2 e − L·log2 e): the pre kernel stores L·log2 e once.
 // --deterministic replaces the racing atomics on dQ ([deterministic]); --dropout P draws the
 // forward's mask again from its counters ([dropout], common/dropout.hpp).
 #pragma once
@@ -27,8 +27,18 @@ namespace fa::step13 {
 
 struct Schedule {
   int Br = 64;   // queries per step of the inner loop (a Q tile)
-  int Bc = 128;  // keys per block (the K/V tile it owns): 16 per warp
+  int Bc = 128;  // keys per block (the K/V tile it owns)
   FA_HD constexpr int warps() const { return Bc / 16; }
+  // [sdp-warps] Sᵀ and dPᵀ (Bc × Br) over a grid of Bc/32 warps along the keys × 2 along the queries:
+  // 32 keys × Br/2 queries each, so that every fragment read feeds two or more products.
+  FA_HD constexpr int key_groups() const { return Bc / 32; }
+  FA_HD constexpr int sdp_queries() const { return Br / 2; }
+  // [dkv-warps] dV and dK (Bc × d) over dkv_key_groups(d) warps along the keys × dkv_dim_groups(d)
+  // along the dims: 32 keys × d/2 each (16 keys × d when d = 16).
+  FA_HD constexpr int dkv_dim_groups(int d) const { return d >= 32 ? 2 : 1; }
+  FA_HD constexpr int dkv_key_groups(int d) const { return warps() / dkv_dim_groups(d); }
+  FA_HD constexpr int dkv_keys(int d) const { return Bc / dkv_key_groups(d); }
+  FA_HD constexpr int dkv_dims(int d) const { return d / dkv_dim_groups(d); }
   // [dq-warps] dQ_i = dS K_j (Br × d) is split over the warps: each computes qm() m16 row tiles ×
   // dq_dims(d) dimensions — 32 × 32 where the tile allows, so that every ldmatrix feeds two
   // products; 16 rows otherwise (small d).
@@ -40,9 +50,9 @@ struct Schedule {
   FA_HD constexpr int cgroups(int d) const { return warps() / rgroups(d); }
   FA_HD constexpr int dq_dims(int d) const { return d / cgroups(d); }
 };
-// [tiles] Per head dimension (docs/13_mma_backward.md, "Tuning"): 8 warps of 16 keys; at d = 128 a
-// warp's dK and dV take 128 registers, so 64 queries per step (Sᵀ and dPᵀ: 64 more); at d <= 64
-// they take half as many, and 128 queries per step halve the steps.
+// [tiles] Per head dimension (docs/13_mma_backward.md, "Tuning"): 8 warps; at d = 128 a warp's dK
+// and dV take 128 registers, so 64 queries per step (Sᵀ and dPᵀ: 64 more); at d <= 64 they take
+// half as many, and 128 queries per step halve the steps.
 FA_HD constexpr Schedule schedule_for(int d) { return d <= 64 ? Schedule{128, 128} : Schedule{64, 128}; }
 
 // [tune] The tile shapes measured against each other (--tiles, fp16, d = 64 and 128 only).
@@ -66,19 +76,18 @@ enum Experiment : int { kAsBuilt = 0, kDqEnd, kRed64, kRed32, kExperiments };
 inline constexpr const char* kExperimentNames[kExperiments] = {"none", "dq-end", "red64", "red32"};
 
 FA_HD constexpr bool valid(const Schedule& s, int d) {
-  return s.Bc % 16 == 0 && s.Br % 16 == 0 && s.Br <= s.Bc && s.warps() % s.rgroups(d) == 0 &&
-         s.dq_dims(d) % 16 == 0 && s.dq_dims(d) > 0;
+  return s.Bc % 32 == 0 && s.Br % 32 == 0 && s.Br <= s.Bc && s.warps() % s.rgroups(d) == 0 &&
+         s.dq_dims(d) % 16 == 0 && s.dq_dims(d) > 0 && s.dkv_dims(d) % 16 == 0 && s.dkv_keys(d) % 16 == 0;
 }
 
 inline constexpr int kStages = 2;        // Q/dO/L/D buffers: one in use, one being loaded
 inline constexpr int kRowPad = 128;      // workspace rows per head: N rounded up to this (>= any Br)
 inline constexpr int kDetBlocks = 264;   // [deterministic] blocks to aim for: two per SM of an H100/H200
 
-// Shared memory per block: K_j and V_j, kStages × (Q_i, dO_i), kStages × dSᵀ (Bc × Br), all in the
-// storage type and swizzled; kStages × (L·log2 e, D) of the Q tile's rows in fp32. ([one-barrier]
-// dSᵀ has two buffers: tile i's is written while tile i − 1's is read for dQ.)
+// Shared memory per block: K_j and V_j, kStages × (Q_i, dO_i), Pᵀ and dSᵀ (Bc × Br each), all in
+// the storage type and swizzled; kStages × (L·log2 e, D) of the Q tile's rows in fp32.
 FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) {
-  return (2 * int64_t(s.Bc) * d + int64_t(kStages) * 2 * s.Br * d + int64_t(kStages) * s.Bc * s.Br) * 2 +
+  return (2 * int64_t(s.Bc) * d + int64_t(kStages) * 2 * s.Br * d + 2 * int64_t(s.Bc) * s.Br) * 2 +
          int64_t(kStages) * 2 * s.Br * 4;
 }
 inline constexpr int64_t kSmemBudget = 200 * 1024;
