@@ -57,10 +57,11 @@ bool same_bits(const Grads& a, const Grads& b) { return a.dq.v == b.dq.v && a.dk
 
 }  // namespace
 
-TEST_CASE("step 13: second tile configurations (one warp of 16 keys, and four warps over 64 x 64) pass and count their closed form") {
-  // {16, 16}: one warp, Tc = ⌈Nk/16⌉ blocks, dQ by one warp of one m16 tile. {64, 64}: four warps,
-  // dQ's 32 × 32 warp tiles (QM = 2) from d = 32 on, 16 rows at d = 16.
-  for (const step13::Schedule sc : {step13::Schedule{16, 16}, step13::Schedule{64, 64}}) {
+TEST_CASE("step 13: second tile configurations (two warps over 32 x 32, and four over 64 x 64) pass and count their closed form") {
+  // {32, 32}: two warps, one key group of Sᵀ (both warps on its 32 keys, 16 queries each), dK/dV by
+  // one key group × two dim halves from d = 32 on (two 16-key groups at d = 16). {64, 64}: four
+  // warps, dQ's 32 × 32 warp tiles (QM = 2) from d = 32 on, 16 rows at d = 16.
+  for (const step13::Schedule sc : {step13::Schedule{32, 32}, step13::Schedule{64, 64}}) {
     CAPTURE(sc.Br);
     CAPTURE(sc.Bc);
     for (int64_t d : kHeadDims) CHECK(step13::valid(sc, int(d)));
@@ -90,13 +91,14 @@ TEST_CASE("step 13 [deterministic]: the splits, blocks walking several K/V tiles
   CHECK(step13::det_splits(264, 32) == 1);
   CHECK(step13::det_splits(1000, 32) == 1);
   CHECK(step13::det_splits(2, 3) == 3);
-  // B·H = 68 heads and 16-key tiles: ⌈264/68⌉ = 4 splits for Tc = 7, so block s walks tiles s and
-  // s + 4 (s < 3) into its own buffer. Ragged N and Nk, causal with keyless rows, and not.
-  const step13::Schedule sc{16, 16};
+  // B·H = 68 heads and 32-key tiles over Nk = 200: ⌈264/68⌉ = 4 splits for Tc = 7, so block s walks
+  // tiles s and s + 4 (s < 3) into its own buffer. Ragged N and Nk, causal with keyless rows, and not.
+  const step13::Schedule sc{32, 32};
   for (bool causal : {false, true}) {
     CAPTURE(causal);
-    const test::Case c = test::make_case(4, 17, 37, 100, 16, causal, causal ? DType::bf16 : DType::f16);
-    REQUIRE(step13::det_splits(68, num_tiles(100, sc.Bc)) == 4);
+    const test::Case c = test::make_case(4, 17, 37, 200, 16, causal, causal ? DType::bf16 : DType::f16);
+    REQUIRE(step13::det_splits(68, num_tiles(200, sc.Bc)) == 4);
+    REQUIRE(num_tiles(200, sc.Bc) == 7);
     const Prepared p = prepare(c.shape, c.inputs);
     const BackwardBlueprintResult a = step13::blueprint(c.shape, p.in, p.fwd, p.dO, sc, true);
     const BackwardBlueprintResult b = step13::blueprint(c.shape, p.in, p.fwd, p.dO, sc, true);
@@ -323,9 +325,9 @@ TEST_CASE("step 13: its ledger at N = 4096, d = 128 against step 08's, and its s
   CHECK(4 * kv.gmem_atomic == kv08.gmem_atomic);
   CHECK(kv.gmem_atomic == 32 * N * d * 4);
   CHECK(kv.gmem_write == kv08.gmem_write);
-  // One barrier per (K/V tile, Q tile) pair and two per K/V tile, against step 08's four and four.
+  // Two barriers per (K/V tile, Q tile) pair and two per K/V tile, against step 08's four and four.
   CHECK(kv.tiles_computed == 32 * 64);
-  CHECK(kv.barriers == 32 * 64 + 2 * 32);
+  CHECK(kv.barriers == 2 * 32 * 64 + 2 * 32);
   CHECK(kv08.barriers == 4 * 128 * 128 + 4 * 128);
   CHECK(t.workspace == 2 * N * 4 + N * d * 4);
   // With the mask, K/V tile j starts at Q tile 2j: Σ (64 − 2j) = 1056 pairs.
