@@ -201,7 +201,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             for (int64_t w = 0; w < W; ++w) {
               const int64_t rg = w % RG, cg = w / RG;
               std::vector<std::vector<CFrag>> dq(size_t(QM), zero_frags(kDims / 8));
-              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the warp's QM m16 row tiles of dS (ldmatrix_x4_a_trans of dSt at (16kk, 16(rg·QM + m))), then per 16 of its dims one ldmatrix_x4_b (.trans) of K_j at (16kk, cg·kDims + 16np) into dq[m][2np], dq[m][2np + 1]; then every element (c_elem) into row acc0 + itq·Br + 16(rg·QM + m) + row, column cg·kDims + 8n + col of Acc: atomic_add, or with det a load, add and store
+              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the warp's QM m16 row tiles of dS (ldmatrix_x4_a_trans of dSt at (16kk, 16(rg·QM + m))), then per 16 of its dims one ldmatrix_x4_b (.trans) of K_j at (16kk, cg·kDims + 16np) into dq[m][2np], dq[m][2np + 1]; then every element (c_elem), row 16(rg·QM + m) + row and column cg·kDims + 8n + col of the Q tile, into Acc at (acc0 + itq·Br)·d + acc_offset(...): atomic_add, or with det a load, add and store
               for (int64_t kk = 0; kk < Bc / 16; ++kk) {
                 std::vector<AFrag> a;
                 for (int64_t m = 0; m < QM; ++m) a.push_back(ldmatrix_x4_a_trans(dSt, 16 * kk, 16 * (rg * QM + m)));
@@ -218,10 +218,12 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                   for (int lane = 0; lane < 32; ++lane)
                     for (int x = 0; x < 4; ++x) {
                       const mf::Coord c = mf::c_elem(lane, x);
-                      const int64_t row = acc0 + itq * Br + 16 * (rg * QM + m) + c.row, col = cg * kDims + 8 * n + c.col;
+                      // [dq-layout] element (r, c) of the Q tile, at its place in the warp-ordered tile
+                      const int64_t r = 16 * (rg * QM + m) + c.row, col = cg * kDims + 8 * n + c.col;
+                      const int64_t at = (acc0 + itq * Br) * d + acc_offset(sc, d, int(r), int(col));
                       const float v = dq[size_t(m)][size_t(n)][size_t(lane)][size_t(x)];
-                      if (det) Acc.store(row, col, Acc.load(row, col) + v);  // [deterministic] its own buffer
-                      else Acc.atomic_add(row, col, v);
+                      if (det) Acc.store(at / d, at % d, Acc.load(at / d, at % d) + v);  // [deterministic] its own buffer
+                      else Acc.atomic_add(at / d, at % d, v);
                     }
               // lab:end
             }
@@ -382,8 +384,11 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         GlobalMat dQ(res.grads.dq.head(b, h), N, d, d, st, Lcv);
         for (int64_t i = 0; i < N; ++i)
           for (int64_t c = 0; c < d; ++c) {
-            float v = 0.0f;  // [dq-convert] the splits in order
-            for (int64_t k = 0; k < splits; ++k) v += Acc2.load((k * BH + bh) * Np + i, c);
+            float v = 0.0f;  // [dq-convert] the splits in order, each read through [dq-layout]
+            for (int64_t k = 0; k < splits; ++k) {
+              const int64_t at = ((k * BH + bh) * Np + (i / Br) * Br) * d + acc_offset(sc, d, int(i % Br), int(c));
+              v += Acc2.load(at / d, at % d);
+            }
             dQ.store(i, c, scale * v);
           }
         Lcv.nonmatmul_ops += N * d * splits;  // the scale, and the adds of splits 1 .. splits − 1

@@ -246,54 +246,36 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         }
       }
       // lab:end
-      // [dq-atomic] Into the fp32 accumulator (rows past N land in its padding). Every K/V tile's
-      // block adds to these rows in an order nobody fixes. Each request costs the L2 about the same
-      // whatever its width, so on sm_90 the lanes t and t ^ 1 first swap halves: the even lane then
-      // holds row g, the odd lane row g + 8, four consecutive columns each — one 16-byte RED per C
-      // tile instead of two 8-byte ones. [deterministic]: this block owns its buffer, so a plain
-      // read-add-write in program order.
+      // [dq-atomic] Into the fp32 accumulator (rows past N land in its padding), laid out as the warps
+      // hold it ([dq-layout]): C tile (m, n) is 128 consecutive floats, the lane's four at 4·lane, so
+      // each lane sends one 16-byte RED (sm_90) and the warp's cover 512 contiguous bytes. Every K/V
+      // tile's block adds to these elements in an order nobody fixes. [deterministic]: this block owns
+      // its buffer, so a plain read-add-write in program order.
+      float* tile0 = acc + int64_t(itq) * Br * D + int64_t(warp) * QM * (kDims / 8) * 128 + 4 * lane;
 #pragma unroll
       for (int m = 0; m < QM; ++m)
 #pragma unroll
         for (int n = 0; n < kDims / 8; ++n) {
-          float* row0 = acc + int64_t(itq * Br + 16 * (rg * QM + m) + g) * D + cg * kDims + 8 * n;  // row g, column 0 of the tile
+          float* at = tile0 + (m * (kDims / 8) + n) * 128;
           const float* c = dq[m][n];
           if constexpr (Det) {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              float2* at = reinterpret_cast<float2*>(row0 + 8 * hr * D + 2 * t);
-              float2 v = *at;
-              v.x += c[2 * hr];
-              v.y += c[2 * hr + 1];
-              *at = v;
-            }
-          } else if constexpr (Xp == kRed64 || Xp == kRed32) {  // [tune] the narrower reductions
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              float* at = row0 + 8 * hr * D + 2 * t;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-              if constexpr (Xp == kRed64) {
-                atomicAdd(reinterpret_cast<float2*>(at), make_float2(c[2 * hr], c[2 * hr + 1]));
-                continue;
-              }
-#endif
-              atomicAdd(at, c[2 * hr]);  // red32 (and red64 before sm_90, which has no 8-byte float reduction)
-              atomicAdd(at + 1, c[2 * hr + 1]);
-            }
+            float4 v = *reinterpret_cast<float4*>(at);
+            v.x += c[0], v.y += c[1], v.z += c[2], v.w += c[3];
+            *reinterpret_cast<float4*>(at) = v;
           } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            const bool odd = t & 1;
-            const float x = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1);
-            const float y = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
-            const float4 v = odd ? make_float4(x, y, c[2], c[3]) : make_float4(c[0], c[1], x, y);
-            atomicAdd(reinterpret_cast<float4*>(row0 + (odd ? 8 * D + 2 * (t - 1) : 2 * t)), v);  // one RED.128
-#else
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              atomicAdd(row0 + 8 * hr * D + 2 * t, c[2 * hr]);
-              atomicAdd(row0 + 8 * hr * D + 2 * t + 1, c[2 * hr + 1]);
+            if constexpr (Xp == kRed64) {  // [tune] two 8-byte reductions instead of one 16-byte one
+              atomicAdd(reinterpret_cast<float2*>(at), make_float2(c[0], c[1]));
+              atomicAdd(reinterpret_cast<float2*>(at + 2), make_float2(c[2], c[3]));
+              continue;
+            }
+            if constexpr (Xp != kRed32) {
+              atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[0], c[1], c[2], c[3]));  // one RED.128
+              continue;
             }
 #endif
+#pragma unroll
+            for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[e]);  // red32, and every reduction before sm_90
           }
         }
     };
@@ -377,29 +359,32 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // pairs of the lane's C tile are one 4-byte store each.
       const float* Ls = lds_f + 2 * st * Br + wq * QW;
       const float* Ds = Ls + Br;
-      // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: per key tile m and 16 queries np, with dropout Z from dropout_words (query q0 + 16np + 2t + e, key key0 + 16m: word 2nb + hr is query block nb, key row hr); per C tile n = 2np + nb the lane's two queries' L and D (Ls, Ds at 8n + 2t), pv = exp2(fma(s, sl2, −L)), s = pv·Z and dp = pv·(dp·Z − D); then both packed (pack2) into pt_sm and ds_sm at key 32wk + 16m + g + 8hr, chunk wq·QW/8 + n, byte 4t (swz<kRowS>)
+      // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: per 16 queries np, with dropout Z from dropout_words for each key tile m (query q0 + 16np + 2t + e, key key0 + 16m: word 2nb + hr is query block nb, key row hr); per C column n = 2np + nb the lane's two queries' L and D (Ls, Ds at 8n + 2t), then for each key tile m pv = exp2(fma(s, sl2, −L)), s = pv·Z and dp = pv·(dp·Z − D), both packed (pack2) into pt_sm and ds_sm at key 32wk + 16m + g + 8hr, chunk wq·QW/8 + n, byte 4t (swz<kRowS>)
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
+      for (int np = 0; np < QW / 16; ++np) {
+        float z[2][2][4];  // [key tile m][block 2np + nb][element]: Z of the lane's elements
+        if constexpr (Drop) {
+          // Call e of key tile m is the 2 × 2 block of query q0 + 16np + 2t + e and key key0 + 16m:
+          // its word 2·nb + hr belongs to 8-query block 2np + nb, key row hr (common/dropout.hpp,
+          // [dropout-block]).
 #pragma unroll
-        for (int np = 0; np < QW / 16; ++np) {
-          float z[2][4];  // [block 2np + nb][element]: Z of the lane's elements
-          if constexpr (Drop) {
-            // Call e is the 2 × 2 block of query q0 + 16np + 2t + e and key key0 + 16m: its word
-            // 2·nb + hr belongs to 8-query block 2np + nb, key row hr (common/dropout.hpp, [dropout-block]).
+          for (int m = 0; m < 2; ++m)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const DropoutWords w = dropout_words(f.dropout_seed, f.dropout_offset, bh, q0 + 16 * np + 2 * t + e, key0 + 16 * m);
 #pragma unroll
               for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-                for (int hr = 0; hr < 2; ++hr) z[nb][2 * hr + e] = w.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
+                for (int hr = 0; hr < 2; ++hr) z[m][nb][2 * hr + e] = w.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
             }
-          }
+        }
 #pragma unroll
-          for (int nb = 0; nb < 2; ++nb) {
-            const int n = 2 * np + nb;
-            const float2 l2v = *reinterpret_cast<const float2*>(Ls + 8 * n + 2 * t);
-            const float2 dd2 = *reinterpret_cast<const float2*>(Ds + 8 * n + 2 * t);
+        for (int nb = 0; nb < 2; ++nb) {
+          const int n = 2 * np + nb;
+          const float2 l2v = *reinterpret_cast<const float2*>(Ls + 8 * n + 2 * t);  // one load for both key tiles
+          const float2 dd2 = *reinterpret_cast<const float2*>(Ds + 8 * n + 2 * t);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
             float* sv = s[m][n];
             float* dv2 = dp[m][n];
 #pragma unroll
@@ -407,8 +392,8 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
               const float lv = (x % 2) ? l2v.y : l2v.x, dval = (x % 2) ? dd2.y : dd2.x;
               const float pv = fast_exp2(fmaf(sv[x], sl2, -lv));
               if constexpr (Drop) {
-                sv[x] = pv * z[nb][x];
-                dv2[x] = pv * (dv2[x] * z[nb][x] - dval);
+                sv[x] = pv * z[m][nb][x];
+                dv2[x] = pv * (dv2[x] * z[m][nb][x] - dval);
               } else {
                 sv[x] = pv;
                 dv2[x] = pv * (dv2[x] - dval);
@@ -422,6 +407,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
             }
           }
         }
+      }
       // lab:end
       __syncthreads();  // [two-barriers] Pᵀ and dSᵀ of tile i are whole
 
@@ -492,23 +478,26 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
 }
 
 // [dq-convert] dQ = scale · Σ_k accumulator_k (k = 0 .. splits − 1, in that order), 8 elements per
-// thread, 16-byte stores.
-template <class T, int D>
+// thread, 16-byte stores. The accumulator is in the main kernel's warp order ([dq-layout]): the 8
+// columns of a row are four pairs of consecutive floats there, 16 bytes apart.
+template <class T, int D, int Tl>
 __global__ void step13_dq_convert(BwdParams p, int splits) {
+  constexpr Schedule S = schedule_for(D, Tl);
   const Ws ws(p, D);
   const int64_t e8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, rows = int64_t(p.f.B) * p.f.H * p.f.N;
   if (e8 >= rows * (D / 8)) return;
   const int64_t row = e8 / (D / 8);
   const int c0 = int(e8 % (D / 8)) * 8, bh = int(row / p.f.N), i = int(row % p.f.N), b = bh / p.f.H, h = bh % p.f.H;
-  const float* a = ws.acc + (int64_t(bh) * ws.Np + i) * D + c0;
+  const float* a = ws.acc + (int64_t(bh) * ws.Np + (i / S.Br) * S.Br) * D;  // the Q tile's accumulator
   float v[8];
 #pragma unroll
   for (int x = 0; x < 8; ++x) v[x] = 0.0f;
-  for (int k = 0; k < splits; ++k) {
-    const float4 lo = *reinterpret_cast<const float4*>(a + k * ws.split_stride);
-    const float4 hi = *reinterpret_cast<const float4*>(a + k * ws.split_stride + 4);
-    v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w, v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
-  }
+  for (int k = 0; k < splits; ++k)
+#pragma unroll
+    for (int x = 0; x < 8; x += 2) {
+      const float2 two = *reinterpret_cast<const float2*>(a + k * ws.split_stride + acc_offset(S, D, i % S.Br, c0 + x));
+      v[x] += two.x, v[x + 1] += two.y;
+    }
   uint4 out;
   out.x = pack2<T>(p.f.scale * v[0], p.f.scale * v[1]);
   out.y = pack2<T>(p.f.scale * v[2], p.f.scale * v[3]);
@@ -541,6 +530,9 @@ void launch_kv(const BwdParams& p, int splits, cudaStream_t st) {
   const dim3 grid(unsigned(Det ? splits : num_tiles(p.f.Nk, S.Bc)), unsigned(p.f.B * p.f.H));
   step13_bwd_kv<T, D, Det, Drop, Tl, Xp><<<grid, S.warps() * 32, smem, st>>>(p);
   CUDA_CHECK_LAUNCH("step13_bwd_kv");
+  // [dq-convert] through the same tiles' accumulator layout
+  step13_dq_convert<T, D, Tl><<<blocks_for(int64_t(p.f.B) * p.f.H * p.f.N * (D / 8), 256), 256, 0, st>>>(p, splits);
+  CUDA_CHECK_LAUNCH("step13_dq_convert");
 }
 
 template <class T, int D>
@@ -584,8 +576,6 @@ void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, int xp, cu
   } else {
     drop ? launch_kv<T, D, false, true, kAuto>(p, 1, st) : launch_kv<T, D, false, false, kAuto>(p, 1, st);
   }
-  step13_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p, splits);
-  CUDA_CHECK_LAUNCH("step13_dq_convert");
 }
 
 template <class T>

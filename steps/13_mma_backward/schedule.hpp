@@ -68,10 +68,10 @@ FA_HD constexpr Schedule schedule_for(int d, int tiles) {
 // [tune] Changes of the main kernel measured against it (--experiment; compiled as --tiles is: fp16,
 // d = 64 and 128, the default tiles, without --deterministic or --dropout). They change when and how
 // dQ's atomics leave, not what is computed or counted:
-//   dq-end  dQ of tile i − 1 formed at the end of step i, after dK and dV, rather than right after
-//           the barrier where all warps start it together (their reductions then leave staggered);
-//   red64   two 8-byte reductions per C tile (no lane-pair swap) instead of one 16-byte one;
-//   red32   four 4-byte reductions per C tile, as step 08 and FlashAttention-2 issue them.
+//   dq-end  dQ_i formed after dK and dV rather than right after the second barrier, where all warps
+//           start it together (their reductions then leave staggered, and cannot drain behind dK/dV);
+//   red64   two 8-byte reductions per lane and C tile instead of one 16-byte one;
+//   red32   four 4-byte reductions per lane and C tile, as step 08 and FlashAttention-2 issue them.
 enum Experiment : int { kAsBuilt = 0, kDqEnd, kRed64, kRed32, kExperiments };
 inline constexpr const char* kExperimentNames[kExperiments] = {"none", "dq-end", "red64", "red32"};
 
@@ -111,6 +111,19 @@ FA_HD constexpr int64_t first_q_tile(int64_t j0, int64_t N, int64_t Nk, int64_t 
 FA_HD constexpr int64_t det_splits(int64_t BH, int64_t Tc) {
   const int64_t want = (kDetBlocks + BH - 1) / BH;
   return want < 1 ? 1 : (want < Tc ? want : Tc);
+}
+
+// [dq-layout] The fp32 dQ accumulator of a Q tile (Br rows × d, at the tile's rows of the workspace)
+// is kept in the order the main kernel's dQ warps hold it, not by rows: C tile (m, n) of warp w is
+// 128 consecutive floats, lane l's four elements at 4l .. 4l + 3. Each warp's 16-byte reductions of
+// one C tile then cover 512 consecutive bytes, four 128-byte lines, where rows of d floats would
+// spread them over 16 rows. The convert kernel reads the accumulator back through this map.
+// Offset, within the tile's Br·d floats, of its element (row r, column c).
+FA_HD constexpr int64_t acc_offset(const Schedule& s, int d, int r, int c) {
+  const int QM = s.qm(d), kDims = s.dq_dims(d), mt = r / 16;
+  const int w = mt / QM + s.rgroups(d) * (c / kDims), m = mt % QM, n = (c % kDims) / 8;  // warp: rg + RG·cg
+  const int lane = 4 * (r % 8) + (c % 8) / 2, e = 2 * ((r % 16) / 8) + c % 2;                // c_elem's inverse
+  return ((int64_t(w) * QM + m) * (kDims / 8) + n) * 128 + 4 * lane + e;
 }
 
 // Workspace: per head and per row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32
