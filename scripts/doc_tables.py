@@ -454,6 +454,35 @@ def bwd_target():
     return head + "\n\n" + table_ + "\n\n" + " ".join(lines)
 
 
+def bwd_first():
+    """Step 13's first kernel (each warp owning 16 keys and every query, Pᵀ and dSᵀ from registers;
+    history/target_*_step13_<commit>.csv) against the kernel as built (target_*_step13.csv), per point
+    of the target matrix both measured: TFLOP/s and their ratio."""
+    old = [r for r in rows(os.path.join("history", "target_*_step13_*.csv"))
+           if r["step"] == "13" and r["variant"] == "deterministic=off" and r.get("bwd_ms")]
+    new = step13_rows()
+    if not (old and new):
+        return provenance([], "scripts/bwd_target.sh")
+    by_old = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in old}
+    body, xs = [], []
+    for r in new:
+        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        o = by_old.get(key)
+        if not o or (o["B"], o["H"]) != (r["B"], r["H"]):
+            continue
+        x = float(o["bwd_ms"]) / float(r["bwd_ms"])
+        xs.append(x)
+        body.append([key[0], key[1], "yes" if key[2] else "no", key[3], f"{float(o['bwd_tflops']):.1f}",
+                     f"{float(r['bwd_tflops']):.1f}", f"{x:.3f}"])
+    head = provenance(old + new) + (" _The first kernel's rows: `plots/data/history/`; a ratio is the first "
+                                    "kernel's time over the kernel's as built (above 1: faster now)._")
+    geo = math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+    return (head + "\n\n" + table(["dtype", "d", "causal", "N", "first kernel bwd TFLOP/s",
+                                    "as built bwd TFLOP/s", "speed-up"], body)
+            + f"\n\nOver the {len(xs)} points both runs measured: geometric mean speed-up {geo:.3f}, "
+              f"range {min(xs):.3f}–{max(xs):.3f}.")
+
+
 def bwd_ledger(step08="08", d=128, n=4096):
     """The backward's ledger beside step 08's fused one at one shape (fp16, no mask), both from the
     CSVs' ledger columns (the closed forms, as the programs report them with their measured rows)."""
@@ -607,6 +636,7 @@ TABLES = {
     "step12-target": lambda: target("12"),
     "step13-target": bwd_target,
     "step13-ledger": bwd_ledger,
+    "step13-first": bwd_first,
     "step13-variants": bwd_variants,
     "step13-tiles": bwd_tiles,
     "all-steps-ncu": lambda: ncu_stalls(tuple(f"{i:02d}" for i in range(1, 13))),
