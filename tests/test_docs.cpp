@@ -130,7 +130,7 @@ TEST_CASE("no test case name contains a semicolon") {
 // docs/13_mma_backward.md, "The prediction": per warp and Q tile at d = 128 (Br = 64, Bc = 128) the
 // kernel on FlashAttention-2's grid of warps issues 144 ldmatrix.x4 for 320 m16n8k16 products (the
 // first kernel, each warp owning 16 keys and every query, issued 176; the first design's count was 184). One head, one K/V tile, one Q tile: the closed form's shared-memory reads
-// less the lanes' L and D (16 bytes per C tile) and the staged dK/dV, over 512 bytes per fragment.
+// less the lanes' L and D (16 bytes per C column of Sᵀ) and the staged dK/dV, over 512 bytes per fragment.
 TEST_CASE("docs/13: fragments and products per warp and Q tile at d = 128, from the closed form") {
   fa::Shape s;
   s.B = s.H = 1;
@@ -141,7 +141,7 @@ TEST_CASE("docs/13: fragments and products per warp and Q tile at d = 128, from 
   REQUIRE(sc.Br == 64);
   REQUIRE(sc.Bc == 128);
   const fa::Ledger kv = fa::step13::closed_form(s, sc, false).kernels[1].second;
-  const int64_t W = sc.warps(), lane_ld = W * (sc.Br / 8) * 32 * 16, staged = s.Nk * s.d * 2 * 2;
+  const int64_t W = sc.warps(), lane_ld = W * (sc.sdp_queries() / 8) * 32 * 16, staged = s.Nk * s.d * 2 * 2;
   CHECK(kv.tiles_computed == 1);
   CHECK((kv.smem_read - lane_ld - staged) % (512 * W) == 0);
   CHECK((kv.smem_read - lane_ld - staged) / 512 / W == 144);

@@ -280,22 +280,27 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               // the lane is the block of query i0 + q_w + 16np + 2t + e and key key_w + 16m + g; its
               // word 2nb + hr is element (key row hr, query block nb); Pᵀ∘Z feeds dV,
               // dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D). [pt-smem] Both into the Pt and dSt tiles (rounded there).
-              // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: for each key tile m, lane and C tile n = 2np + nb, the lane's two queries' L·log2 e and D from Lt and Dt (columns q_w + 8n + 2t, + 1), then per element x: pv = exp2(fma(s, sl2, −L)), sT = pv and dpT = pv·(dp − D); with dropout (drop) Z drawn by dropout_words exactly as kernel.cu does (docs/13_mma_backward.md); each element then written to Pt and dSt at (32wk + 16m + row, q_w + 8n + col)
-              for (int m = 0; m < 2; ++m)
-                for (int lane = 0; lane < 32; ++lane) {
-                  const int g = mf::group(lane), t = mf::thread_in_group(lane);
-                  for (int64_t np = 0; np < QW / 16; ++np) {
-                    float z[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}};  // z[nb][element]: Z of the lane's elements
-                    if (drop)
-                      for (int e = 0; e < 2; ++e) {
-                        const DropoutWords wd =
-                            dropout_words(s.dropout_seed, s.dropout_offset, bh, i0 + q_w + 16 * np + 2 * t + e, key_w + 16 * m + g);
+              // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: for each lane, 16 queries np and C column n = 2np + nb, the lane's two queries' L·log2 e and D from Lt and Dt (columns q_w + 8n + 2t, + 1: read once for both key tiles), then per key tile m and element x: pv = exp2(fma(s, sl2, −L)), sT = pv and dpT = pv·(dp − D); with dropout (drop) Z drawn by dropout_words exactly as kernel.cu does (docs/13_mma_backward.md); each element then written to Pt and dSt at (32wk + 16m + row, q_w + 8n + col)
+              for (int lane = 0; lane < 32; ++lane) {
+                const int g = mf::group(lane), t = mf::thread_in_group(lane);
+                for (int64_t np = 0; np < QW / 16; ++np) {
+                  float z[2][2][4] = {};  // z[m][nb][element]: Z of the lane's elements
+                  for (int m = 0; m < 2; ++m)
+                    for (int e = 0; e < 2; ++e) {
+                      if (!drop) {
                         for (int nb = 0; nb < 2; ++nb)
-                          for (int hr = 0; hr < 2; ++hr) z[nb][2 * hr + e] = wd.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
+                          for (int hr = 0; hr < 2; ++hr) z[m][nb][2 * hr + e] = 1.0f;
+                        continue;
                       }
-                    for (int nb = 0; nb < 2; ++nb) {
-                      const int64_t n = 2 * np + nb, qc = q_w + 8 * n + 2 * t;
-                      const float l2v[2] = {Lt.read(0, qc), Lt.read(0, qc + 1)}, dd2[2] = {Dt.read(0, qc), Dt.read(0, qc + 1)};
+                      const DropoutWords wd =
+                          dropout_words(s.dropout_seed, s.dropout_offset, bh, i0 + q_w + 16 * np + 2 * t + e, key_w + 16 * m + g);
+                      for (int nb = 0; nb < 2; ++nb)
+                        for (int hr = 0; hr < 2; ++hr) z[m][nb][2 * hr + e] = wd.w[2 * nb + hr] >= keep_below ? rescale : 0.0f;
+                    }
+                  for (int nb = 0; nb < 2; ++nb) {
+                    const int64_t n = 2 * np + nb, qc = q_w + 8 * n + 2 * t;
+                    const float l2v[2] = {Lt.read(0, qc), Lt.read(0, qc + 1)}, dd2[2] = {Dt.read(0, qc), Dt.read(0, qc + 1)};
+                    for (int m = 0; m < 2; ++m)
                       for (int x = 0; x < 4; ++x) {
                         const mf::Coord c = mf::c_elem(lane, x);  // its query column: 2t + x % 2
                         const float lv = l2v[c.col - 2 * t], dval = dd2[c.col - 2 * t];
@@ -303,8 +308,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                         float& dpv = dpT[size_t(m)][size_t(n)][size_t(lane)][size_t(x)];
                         const float pv = std::exp2(std::fma(sv, sl2, -lv));
                         if (drop) {
-                          sv = pv * z[nb][x];
-                          dpv = pv * (dpv * z[nb][x] - dval);
+                          sv = pv * z[m][nb][x];
+                          dpv = pv * (dpv * z[m][nb][x] - dval);
                         } else {
                           sv = pv;
                           dpv = pv * (dpv - dval);
@@ -312,9 +317,9 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                         Pt.write(32 * wk + 16 * m + c.row, q_w + 8 * n + c.col, sv);
                         dSt.write(32 * wk + 16 * m + c.row, q_w + 8 * n + c.col, dpv);
                       }
-                    }
                   }
                 }
+              }
               // lab:end
               Lkv.nonmatmul_ops += 32 * QW * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));
             }
@@ -402,7 +407,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // first_q_tile(j) .. Tr − 1: `pairs` in all, `q_rows` of their rows inside N, `masked` needing the
 // per-element mask, `diagonal` holding the diagonal, `skipped` Q tiles before the first. Per pair and
 // warp: Sᵀ and dPᵀ read (d/16)·(4 + 2·QW/16) fragments (two key tiles of K and of V as A; Q, dO as
-// B) and issue (d/16)·(QW/16)·8 products; the lane's L and D, 16 bytes per C tile; 2·32·QW elements
+// B) and issue (d/16)·(QW/16)·8 products; the lane's L and D, 16 bytes per C column (both key
+// tiles share it); 2·32·QW elements
 // of Pᵀ and dSᵀ written; dV and dK read (Br/16)·(2·KD/16 + 2·DW/16) fragments for
 // (Br/16)·(DW/16)·(KD/16)·4 products; one dq_step per pair reads (Bc/16)·(QM + kDims/16) fragments
 // for (Bc/16)·(kDims/16)·QM·2 products. dQ's partial sums cover every row of the Q tile (Br·d per
@@ -445,7 +451,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
                         + Tc * 2 * Bc * d * 2);                    // dK_j, dV_j staged in the K/V tiles
   const int64_t frags_pair =
       W * ((d / 16) * (4 + 2 * (QW / 16)) + (Br / 16) * (2 * (KD / 16) + 2 * (DW / 16)) + (Bc / 16) * (QM + kDims / 16));
-  kv.smem_read = BH * (pairs * (frags_pair * kFragElems * 2 + W * (Br / 8) * 32 * 4 * 4) + Nk * d * 2 * 2);
+  kv.smem_read = BH * (pairs * (frags_pair * kFragElems * 2 + W * (QW / 8) * 32 * 4 * 4) + Nk * d * 2 * 2);
   kv.barriers = BH * (2 * pairs + Tc * (2 + (det ? 1 : 0)));
   kv.matmul_flops = BH * pairs * W *
                     ((d / 16) * (QW / 16) * 8 + (Br / 16) * (DW / 16) * (KD / 16) * 4 + (Bc / 16) * (kDims / 16) * QM * 2) * kMmaFlops;
