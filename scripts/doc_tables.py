@@ -144,10 +144,14 @@ def versus_peers():
             ours[("fwd", int(r["d"]), int(r["causal"]), int(r["N"]))] = r
         if r["step"] == "08" and r["variant"] == "bwd=fused":
             ours[("bwd", int(r["d"]), int(r["causal"]), int(r["N"]))] = r
-    peers = {}
-    for r in rows("peers_*.csv"):
-        if r["dtype"] == "fp16" and r["status"] == "ok":
-            peers[(r["backend"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    ok = [r for r in rows("peers_*.csv") if r["dtype"] == "fp16" and r["status"] == "ok"]
+    # One peer run for the whole table (the one with the most points; the latest of those), so that no
+    # table mixes two runs' peers unannounced.
+    count = {}
+    for r in ok:
+        count[r["commit"]] = count.get(r["commit"], 0) + 1
+    best = max(count, key=lambda c: (count[c], max(r["date"] for r in ok if r["commit"] == c))) if count else None
+    peers = {(r["backend"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in ok if r["commit"] == best}
     keys = sorted({k[1:] for k in ours if k[0] == "fwd"} | {k[1:] for k in ours if k[0] == "bwd"}, key=lambda k: (-k[0], k[1], k[2]))
     body = []
     for d, c, n in keys:
@@ -454,6 +458,29 @@ def bwd_target():
     return head + "\n\n" + table_ + "\n\n" + " ".join(lines)
 
 
+def step12_dropout():
+    """Step 12's forward with --dropout against the same run without it (dropout_*_step12.csv, written by
+    scripts/bwd_target.sh): per point, both times and their ratio (above 1: dropout costs that much)."""
+    rs = [r for r in rows("dropout_*_step12.csv") if r["step"] == "12" and r.get("ms")]
+    base = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if "dropout" not in r["variant"]}
+    body, used = [], []
+    for r in rs:
+        if "dropout" not in r["variant"]:
+            continue
+        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        b = base.get(key)
+        if not b:
+            continue
+        used += [b, r]
+        ok = "" if r["pass"] == "1" else " (FAIL)"
+        body.append([r["variant"], key[0], key[1], "yes" if key[2] else "no", key[3], f"{r['B']}×{r['H']}",
+                     f"{float(b['ms']):.3f}", f"{float(r['ms']):.3f}{ok}", f"{float(r['ms']) / float(b['ms']):.2f}"])
+    if not body:
+        return provenance([], "scripts/bwd_target.sh")
+    return provenance(used) + "\n\n" + table(
+        ["variant", "dtype", "d", "causal", "N", "B×H", "forward ms", "with dropout ms", "time ratio"], body)
+
+
 def bwd_first():
     """Step 13's first kernel (each warp owning 16 keys and every query, Pᵀ and dSᵀ from registers;
     history/target_*_step13_<commit>.csv) against the kernel as built (target_*_step13.csv), per point
@@ -637,6 +664,7 @@ TABLES = {
     "step13-target": bwd_target,
     "step13-ledger": bwd_ledger,
     "step13-first": bwd_first,
+    "step12-dropout": step12_dropout,
     "step13-variants": bwd_variants,
     "step13-tiles": bwd_tiles,
     "all-steps-ncu": lambda: ncu_stalls(tuple(f"{i:02d}" for i in range(1, 13))),
