@@ -664,6 +664,8 @@ TABLES = {
     "step13-target": bwd_target,
     "step13-ledger": bwd_ledger,
     "step13-first": bwd_first,
+    "step13-ncu": lambda: ncu_stalls(("13",)),
+    "step13-ncu-bytes": lambda: step_ncu("13"),
     "step12-dropout": step12_dropout,
     "step13-variants": bwd_variants,
     "step13-tiles": bwd_tiles,
