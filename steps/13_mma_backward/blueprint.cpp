@@ -41,6 +41,21 @@ int tiles_of(const StepOptions& o) { return choice_index(o, "tiles", kTileNames,
 
 int experiment_of(const StepOptions& o) { return choice_index(o, "experiment", kExperimentNames, kExperiments, "step13"); }
 
+std::string refusal(bool fp16, int d, int tiles, int xp, bool det, bool drop) {
+  const bool compiled = fp16 && (d == 64 || d == 128);
+  if (xp != kAsBuilt && (!compiled || tiles != kAuto || det || drop))
+    return std::string("step13: --experiment ") + kExperimentNames[xp] +
+           " is compiled for fp16 at d = 64 and 128 only, with the default tiles, without --deterministic and --dropout";
+  if (tiles == kAuto) return "";
+  if (!compiled) return std::string("step13: --tiles ") + kTileNames[tiles] + " is compiled for fp16 at d = 64 and 128 only";
+  if (det || drop) return "step13: --tiles is compiled without --deterministic and --dropout";
+  const int64_t need = smem_bytes(schedule_for(d, tiles), d);
+  if (need > kSmemBudget)
+    return std::string("step13: --tiles ") + kTileNames[tiles] + " needs " + std::to_string(need) +
+           " bytes of shared memory per block at d = " + std::to_string(d) + ", over the budget of " + std::to_string(kSmemBudget);
+  return "";
+}
+
 namespace {
 
 namespace mf = fa::m16n8k16;
@@ -68,28 +83,10 @@ AFrag ldmatrix_x4_a_trans(const SmemTile& t, int64_t k0, int64_t m0) {
   return a;
 }
 
-// [tune] --tiles other than auto: what kernel.cu compiles (fp16, d = 64 and 128, neither
-// --deterministic nor --dropout), refused on the CPU as on the GPU; and any tile shape whose block
-// exceeds the shared-memory budget of schedule.hpp (128x128 at d = 128).
-// [tune] --experiment changes when and how dQ's reductions leave, not the schedule or its ledger; it
-// is refused where kernel.cu does not compile it.
-void require_experiment_supported(const Shape& s, int xp, int tiles, bool det) {
-  if (xp == kAsBuilt) return;
-  if (s.dtype != DType::f16 || (s.d != 64 && s.d != 128) || tiles != kAuto || det || s.dropout > 0.0)
-    throw Unsupported(std::string("step13: --experiment ") + kExperimentNames[xp] +
-                      " is compiled for fp16 at d = 64 and 128 only, with the default tiles, without --deterministic and --dropout");
-}
-
-void require_tiles_supported(const Shape& s, int tiles, bool det) {
-  if (tiles == kAuto) return;
-  if (s.dtype != DType::f16 || (s.d != 64 && s.d != 128))
-    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " is compiled for fp16 at d = 64 and 128 only");
-  if (det || s.dropout > 0.0) throw Unsupported("step13: --tiles is compiled without --deterministic and --dropout");
-  const int64_t need = smem_bytes(schedule_for(int(s.d), tiles), int(s.d));
-  if (need > kSmemBudget)
-    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " needs " + std::to_string(need) +
-                      " bytes of shared memory per block at d = " + std::to_string(s.d) + ", over the budget of " +
-                      std::to_string(kSmemBudget));
+// [tune] --tiles and --experiment are refused on the CPU exactly where the GPU refuses them.
+void require_supported(const Shape& s, const StepOptions& o) {
+  const std::string why = refusal(s.dtype == DType::f16, int(s.d), tiles_of(o), experiment_of(o), deterministic(o), s.dropout > 0.0);
+  if (!why.empty()) throw Unsupported(why);
 }
 
 }  // namespace
@@ -470,16 +467,12 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
 
 namespace {
 BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const StepOptions& o) {
-  const int tiles = tiles_of(o);
-  require_tiles_supported(s, tiles, deterministic(o));
-  require_experiment_supported(s, experiment_of(o), tiles, deterministic(o));
-  return blueprint(s, in, fwd, dO, schedule_for(int(s.d), tiles), deterministic(o));
+  require_supported(s, o);
+  return blueprint(s, in, fwd, dO, schedule_for(int(s.d), tiles_of(o)), deterministic(o));
 }
 LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
-  const int tiles = tiles_of(o);
-  require_tiles_supported(s, tiles, deterministic(o));
-  require_experiment_supported(s, experiment_of(o), tiles, deterministic(o));
-  return closed_form(s, schedule_for(int(s.d), tiles), deterministic(o));
+  require_supported(s, o);
+  return closed_form(s, schedule_for(int(s.d), tiles_of(o)), deterministic(o));
 }
 // [arch] Shared memory per block of the backward's main kernel (schedule.hpp): 161 KB at d = 128
 // and 162 KB at d = 64 — within sm_80's and sm_90's limits, over sm_86's and sm_89's 99 KB except

@@ -264,18 +264,19 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
             *reinterpret_cast<float4*>(at) = v;
           } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            if constexpr (Xp == kRed64) {  // [tune] two 8-byte reductions instead of one 16-byte one
+            constexpr bool kWide = Xp != kRed32;  // sm_90 has 8- and 16-byte float reductions
+#else
+            constexpr bool kWide = false;
+#endif
+            if constexpr (kWide && Xp == kRed64) {  // [tune] two 8-byte reductions instead of one 16-byte one
               atomicAdd(reinterpret_cast<float2*>(at), make_float2(c[0], c[1]));
               atomicAdd(reinterpret_cast<float2*>(at + 2), make_float2(c[2], c[3]));
-              continue;
-            }
-            if constexpr (Xp != kRed32) {
+            } else if constexpr (kWide) {
               atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[0], c[1], c[2], c[3]));  // one RED.128
-              continue;
-            }
-#endif
+            } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[e]);  // red32, and every reduction before sm_90
+              for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[e]);  // red32, and every reduction before sm_90
+            }
           }
         }
     };
@@ -539,17 +540,10 @@ template <class T, int D>
 void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, int xp, cudaStream_t st) {
   const AttnParams& f = p.f;
   const int splits = det ? int(det_splits(int64_t(f.B) * f.H, num_tiles(f.Nk, schedule_for(D, tiles).Bc))) : 1;
-  // [tune] What --tiles is not compiled for is refused before anything is launched.
+  // [tune] What --tiles and --experiment are not compiled for is refused before anything is launched.
   constexpr bool kTuned = std::is_same_v<T, __half> && (D == 64 || D == 128);
-  if (tiles != kAuto && !kTuned)
-    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " is compiled for fp16 at d = 64 and 128 only");
-  if (tiles != kAuto && (det || drop)) throw Unsupported("step13: --tiles is compiled without --deterministic and --dropout");
-  if (xp != kAsBuilt && (!kTuned || tiles != kAuto || det || drop))
-    throw Unsupported(std::string("step13: --experiment ") + kExperimentNames[xp] +
-                      " is compiled for fp16 at d = 64 and 128 only, with the default tiles, without --deterministic and --dropout");
-  if (tiles != kAuto && smem_bytes(schedule_for(D, tiles), D) > kSmemBudget)
-    throw Unsupported(std::string("step13: --tiles ") + kTileNames[tiles] + " needs more shared memory than any GPU offers at d = " +
-                      std::to_string(D));
+  const std::string why = refusal(std::is_same_v<T, __half>, D, tiles, xp, det, drop);
+  if (!why.empty()) throw Unsupported(why);
   step13_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, splits);
   CUDA_CHECK_LAUNCH("step13_bwd_pre");
   if (xp != kAsBuilt) {

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "attn_params.hpp"
 #include "causal.hpp"
@@ -74,6 +75,12 @@ FA_HD constexpr Schedule schedule_for(int d, int tiles) {
 //   red32   four 4-byte reductions per lane and C tile, as step 08 and FlashAttention-2 issue them.
 enum Experiment : int { kAsBuilt = 0, kDqEnd, kRed64, kRed32, kExperiments };
 inline constexpr const char* kExperimentNames[kExperiments] = {"none", "dq-end", "red64", "red32"};
+
+// [tune] Where kernel.cu compiles --tiles and --experiment (fp16, d = 64 and 128, without
+// --deterministic and --dropout; --experiment with the default tiles), and which tile shapes fit the
+// shared-memory budget: the reason a choice is refused, or "" when it runs. One rule for the CPU
+// blueprint and the GPU launch, so that both refuse alike.
+std::string refusal(bool fp16, int d, int tiles, int xp, bool det, bool drop);
 
 FA_HD constexpr bool valid(const Schedule& s, int d) {
   return s.Bc % 32 == 0 && s.Br % 32 == 0 && s.Br <= s.Bc && s.warps() % s.rgroups(d) == 0 &&
