@@ -16,6 +16,7 @@
 #include "dropout.hpp"
 #include "dropout_probe.hpp"
 #include "reference.hpp"
+#include "runner.hpp"
 #include "rng.hpp"
 #include "shapes.hpp"
 
@@ -54,6 +55,25 @@ Shape with_dropout(Shape s, double p, uint64_t seed = 0x9e3779b97f4a7c15ull, uin
 }
 
 bool same_bits(const Grads& a, const Grads& b) { return a.dq.v == b.dq.v && a.dk.v == b.dk.v && a.dv.v == b.dv.v; }
+
+// [tune] A --tiles or --experiment choice runs where kernel.cu compiles it (fp16, d = 128 and 64) and
+// is refused elsewhere: in bf16, at d = 32, with --deterministic, with dropout.
+void check_refused_where_not_compiled(const StepInfo& st, const StepOptions& x) {
+  CAPTURE(variant_name(x));
+  Shape s;
+  s.N = s.Nk = 64;
+  CHECK_NOTHROW(st.backward_closed_form(s, x));
+  s.dtype = DType::bf16;
+  CHECK_THROWS_AS(st.backward_closed_form(s, x), Unsupported);
+  s.dtype = DType::f16;
+  s.d = 32;
+  CHECK_THROWS_AS(st.backward_closed_form(s, x), Unsupported);
+  s.d = 64;
+  StepOptions det = x;
+  det["deterministic"] = "on";
+  CHECK_THROWS_AS(st.backward_closed_form(s, det), Unsupported);
+  CHECK_THROWS_AS(st.backward_closed_form(with_dropout(s, 0.1), x), Unsupported);
+}
 
 }  // namespace
 
@@ -259,18 +279,7 @@ TEST_CASE("step 13: --tiles passes where kernel.cu compiles it (fp16, d = 64 and
       CHECK(r.ledger.diff(st.backward_closed_form(c.shape, o)).empty());
       CHECK(r.ledger.kernels[1].second.smem_peak == step13::smem_bytes(sc, int(d)));
     }
-  Shape s;
-  s.N = s.Nk = 64;
-  const StepOptions t64{{"tiles", "64x64"}};
-  CHECK_NOTHROW(st.backward_closed_form(s, t64));
-  s.dtype = DType::bf16;
-  CHECK_THROWS_AS(st.backward_closed_form(s, t64), Unsupported);
-  s.dtype = DType::f16;
-  s.d = 32;
-  CHECK_THROWS_AS(st.backward_closed_form(s, t64), Unsupported);
-  s.d = 64;
-  CHECK_THROWS_AS(st.backward_closed_form(s, {{"tiles", "64x64"}, {"deterministic", "on"}}), Unsupported);
-  CHECK_THROWS_AS(st.backward_closed_form(with_dropout(s, 0.1), t64), Unsupported);
+  check_refused_where_not_compiled(st, {{"tiles", "64x64"}});
   CHECK_THROWS_AS(step13::tiles_of({{"tiles", "96x96"}}), std::invalid_argument);
 }
 
@@ -290,19 +299,12 @@ TEST_CASE("step 13: --experiment changes neither the gradients' check nor the le
       CHECK(r.ledger.diff(st.backward_closed_form(c.shape, o)).empty());
       CHECK(r.ledger.diff(st.backward_closed_form(c.shape, {})).empty());  // the same schedule, the same ledger
     }
+  check_refused_where_not_compiled(st, {{"experiment", "red32"}});
+  check_refused_where_not_compiled(st, {{"experiment", "dq-end"}});
   Shape s;
   s.N = s.Nk = 64;
-  const StepOptions x{{"experiment", "red32"}};
-  CHECK_NOTHROW(st.backward_closed_form(s, x));
-  s.dtype = DType::bf16;
-  CHECK_THROWS_AS(st.backward_closed_form(s, x), Unsupported);
-  s.dtype = DType::f16;
-  s.d = 32;
-  CHECK_THROWS_AS(st.backward_closed_form(s, x), Unsupported);
   s.d = 64;
-  CHECK_THROWS_AS(st.backward_closed_form(s, {{"experiment", "dq-end"}, {"deterministic", "on"}}), Unsupported);
   CHECK_THROWS_AS(st.backward_closed_form(s, {{"experiment", "dq-end"}, {"tiles", "64x64"}}), Unsupported);
-  CHECK_THROWS_AS(st.backward_closed_form(with_dropout(s, 0.1), x), Unsupported);
   CHECK_THROWS_AS(step13::experiment_of({{"experiment", "red16"}}), std::invalid_argument);
 }
 
