@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "dropout.hpp"
 #include "parallel.hpp"
@@ -165,10 +166,14 @@ int64_t visible(const Shape& s, int64_t i) { return std::clamp<int64_t>(s.last_v
 //   pass 1, over blocks of query rows:  S, P (with the row's L), O = P V, D, D̂, dP, dS  ->  dQ, dq_mag
 //   pass 2, over blocks of keys:        S, P = exp(S − L), dP, dS (with pass 1's D, D̂)  ->  dK, dV, mags
 // Pass 2 recomputes S for its keys (as the GPU kernels do) instead of keeping P between the passes.
-Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
+void require_heads(const Shape& s, const std::vector<int64_t>& heads, const char* who) {
   for (size_t x = 0; x < heads.size(); ++x)
     if (heads[x] < 0 || heads[x] >= s.B * s.H || (x > 0 && heads[x] <= heads[x - 1]))
-      throw std::invalid_argument("reference_backward: heads must be ascending, distinct and in [0, B·H)");
+      throw std::invalid_argument(std::string(who) + ": heads must be ascending, distinct and in [0, B·H)");
+}
+
+Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
+  require_heads(s, heads, "reference_backward");
   const int64_t nh = static_cast<int64_t>(heads.size()), N = s.N, Nk = s.Nk, d = s.d;
   Gradients g;
   g.heads = heads;

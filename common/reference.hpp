@@ -72,6 +72,9 @@ std::vector<int64_t> pick_heads(const Shape& s, double budget = 2.0e9);
 // Exactly min(count, B·H) heads: the first ⌈count/2⌉ and the last ⌊count/2⌋ (--check-heads).
 std::vector<int64_t> first_last_heads(const Shape& s, int64_t count);
 
+// Throws std::invalid_argument, naming `who`, unless `heads` are ascending, distinct and in [0, B·H).
+void require_heads(const Shape& s, const std::vector<int64_t>& heads, const char* who);
+
 Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
 inline Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO) {
   std::vector<int64_t> all(static_cast<size_t>(s.B * s.H));

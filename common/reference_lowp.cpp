@@ -51,9 +51,7 @@ struct Dropout {
 // Both passes form S and dPd by the same fp32 products, so P and dS are the same numbers in both
 // (up to the summation order of an fp32 dot product of length d).
 LowpGradients naive_backward_lowp(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
-  for (size_t x = 0; x < heads.size(); ++x)
-    if (heads[x] < 0 || heads[x] >= s.B * s.H || (x > 0 && heads[x] <= heads[x - 1]))
-      throw std::invalid_argument("naive_backward_lowp: heads must be ascending, distinct and in [0, B·H)");
+  require_heads(s, heads, "naive_backward_lowp");
   const int64_t nh = static_cast<int64_t>(heads.size()), N = s.N, Nk = s.Nk, d = s.d;
   LowpGradients g;
   g.heads = heads;
