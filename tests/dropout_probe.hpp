@@ -34,6 +34,12 @@ inline int64_t probe_visible(const Shape& s, int64_t i) {
   return std::max<int64_t>(0, std::min<int64_t>(s.Nk, s.last_visible_key(i) + 1));
 }
 
+// The weight (b, h, i, j) a probe expects to survive: key j visible to query i and kept by
+// dropout_keep (common/dropout.hpp) under s's seed and offset (`threshold`: dropout_threshold(P)).
+inline bool probe_keeps(const Shape& s, int64_t b, int64_t h, int64_t i, int64_t j, uint32_t threshold) {
+  return j < probe_visible(s, i) && dropout_keep(s.dropout_seed, s.dropout_offset, b * s.H + h, i, j, threshold);
+}
+
 struct RecoveredMask {
   int64_t B = 0, H = 0, N = 0, Nk = 0;
   std::vector<uint8_t> keep;  // [B, H, N, Nk]: 1 where O says the weight was kept
@@ -73,8 +79,7 @@ inline int64_t dropout_mask_mismatches(const Shape& s, const RecoveredMask& m) {
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t i = 0; i < s.N; ++i)
         for (int64_t j = 0; j < s.Nk; ++j) {
-          const bool want = j < probe_visible(s, i) && dropout_keep(s.dropout_seed, s.dropout_offset, b * s.H + h, i, j, threshold);
-          bad += m.at(b, h, i, j) != want;
+          bad += m.at(b, h, i, j) != probe_keeps(s, b, h, i, j, threshold);
         }
   return bad;
 }
@@ -101,9 +106,7 @@ inline int64_t dv_mask_mismatches(const Shape& want, const Tensor4& dv) {
       for (int64_t i = 0; i < want.N; ++i)
         for (int64_t j = 0; j < want.Nk; ++j) {
           const float x = dv.at(b, h, j, i);
-          const bool keep = j <= want.last_visible_key(i) &&
-                            dropout_keep(want.dropout_seed, want.dropout_offset, b * want.H + h, i, j, threshold);
-          bad += !std::isfinite(x) || (x != 0.0f) != keep;
+          bad += !std::isfinite(x) || (x != 0.0f) != probe_keeps(want, b, h, i, j, threshold);
         }
   return bad;
 }
