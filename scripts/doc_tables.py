@@ -26,6 +26,11 @@ def rows(pattern):
     return out
 
 
+def point(r):
+    """A row's point of a target matrix: (dtype, d, causal, N)."""
+    return (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+
+
 def mb(x):
     return f"{float(x) / 1e6:,.0f}" if x not in ("", None) else "–"
 
@@ -267,7 +272,7 @@ def target(step):
     ours.sort(key=lambda r: (dtypes.get(r["dtype"], 2), r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"])))
     body, ratios, used = [], [], []
     for r in ours:
-        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        key = point(r)
         fl, cu = peers.get(("flash",) + key), peers.get(("cudnn",) + key)
         if not fl:
             continue
@@ -399,7 +404,7 @@ def bwd_target():
         return provenance([], "scripts/bwd_target.sh")
     commits = {r["commit"] for r in ours}
     peers = peer_rows(next(iter(commits)) if len(commits) == 1 else None)
-    by = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in ours}
+    by = {point(r): r for r in ours}
     body, vs_flash, vs_cudnn, missing, used_peers = [], [], [], [], []
     for key in BWD_TARGET_POINTS:
         dt, d, c, n = key
@@ -462,12 +467,12 @@ def step12_dropout():
     """Step 12's forward with --dropout against the same run without it (dropout_*_step12.csv, written by
     scripts/bwd_target.sh): per point, both times and their ratio (above 1: dropout costs that much)."""
     rs = [r for r in rows("dropout_*_step12.csv") if r["step"] == "12" and r.get("ms")]
-    base = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if "dropout" not in r["variant"]}
+    base = {point(r): r for r in rs if "dropout" not in r["variant"]}
     body, used = [], []
     for r in rs:
         if "dropout" not in r["variant"]:
             continue
-        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        key = point(r)
         b = base.get(key)
         if not b:
             continue
@@ -490,10 +495,10 @@ def bwd_first():
     new = step13_rows()
     if not (old and new):
         return provenance([], "scripts/bwd_target.sh")
-    by_old = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in old}
+    by_old = {point(r): r for r in old}
     body, xs = [], []
     for r in new:
-        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        key = point(r)
         o = by_old.get(key)
         if not o or (o["B"], o["H"]) != (r["B"], r["H"]):
             continue
@@ -536,12 +541,12 @@ def bwd_ledger(step08="08", d=128, n=4096):
 def bwd_variants():
     """--deterministic and --dropout against the racing, undropped backward at the same point
     (target_*_step13.csv): time ratio (above 1: slower)."""
-    base = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in step13_rows()}
+    base = {point(r): r for r in step13_rows()}
     other = [r for r in rows("target_*_step13.csv") if r["step"] == "13" and r.get("bwd_ms")
              and r["variant"] != "deterministic=off"]
     body, used = [], []
     for r in sorted(other, key=lambda r: (r["variant"], r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"]))):
-        key = (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+        key = point(r)
         b = base.get(key)
         if not b:
             continue
