@@ -174,8 +174,11 @@ def versus_peers():
     if not body:
         return provenance([])
     torch = next(iter(peers.values()))
-    return provenance([r for r in ours.values()]) + f" _Peers: PyTorch {torch['torch']} SDPA on the same GPU (`scripts/peers.py`, " \
-        f"commit `{torch['commit']}`, {torch['date']})._\n\n" + table(
+    same = torch["commit"] in {r["commit"] for r in ours.values()}
+    return provenance([r for r in ours.values()]) + f" _Peers: PyTorch {torch['torch']} SDPA on the same kind of GPU " \
+        f"(`scripts/peers.py`, commit `{torch['commit']}`, {torch['date']})" + \
+        ("; the same run as ours._" if same else " — another run than ours: the ratios are across two runs, "
+         "so they say where the steps stand, not a measured target._") + "\n\n" + table(
         ["d", "causal", "N", "step 07 fwd ms", "flash fwd ms", "cuDNN fwd ms", "flash/ours fwd",
          "step 08 bwd ms", "flash bwd ms", "cuDNN bwd ms", "flash/ours bwd"], body)
 
