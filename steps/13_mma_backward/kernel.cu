@@ -263,17 +263,15 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
             v.x += c[0], v.y += c[1], v.z += c[2], v.w += c[3];
             *reinterpret_cast<float4*>(at) = v;
           } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            constexpr bool kWide = Xp != kRed32;  // sm_90 has 8- and 16-byte float reductions
-#else
-            constexpr bool kWide = false;
-#endif
-            if constexpr (kWide && Xp == kRed64) {  // [tune] two 8-byte reductions instead of one 16-byte one
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // sm_90 has 8- and 16-byte float reductions
+            if constexpr (Xp == kRed64) {  // [tune] two 8-byte reductions instead of one 16-byte one
               atomicAdd(reinterpret_cast<float2*>(at), make_float2(c[0], c[1]));
               atomicAdd(reinterpret_cast<float2*>(at + 2), make_float2(c[2], c[3]));
-            } else if constexpr (kWide) {
+            } else if constexpr (Xp != kRed32) {
               atomicAdd(reinterpret_cast<float4*>(at), make_float4(c[0], c[1], c[2], c[3]));  // one RED.128
-            } else {
+            } else
+#endif
+            {
 #pragma unroll
               for (int e = 0; e < 4; ++e) atomicAdd(at + e, c[e]);  // red32, and every reduction before sm_90
             }
