@@ -1,5 +1,6 @@
 #include "arch.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -94,6 +95,15 @@ std::string unsupported_reason(const StepInfo& step, const Shape& s, const StepO
     return who + "needs " + (step.needs.empty() ? std::string("its kernels' instructions") : step.needs) +
            " (compute capability " + cc_string(step.min_cc) + ", sm_" + std::to_string(step.min_cc) +
            ", or later); " + describe(gpu);
+  if (step.max_cc > 0 && gpu.cc > step.max_cc)
+    return who + "needs " + step.needs + ", which only compute capability " + cc_string(step.max_cc) + " has (sm_" +
+           std::to_string(step.max_cc) + "a: an architecture-specific instruction set, not carried forward); " + describe(gpu);
+  if (!step.head_dims.empty() && std::find(step.head_dims.begin(), step.head_dims.end(), int(s.d)) == step.head_dims.end()) {
+    std::string dims;
+    for (int d : step.head_dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    return who + "head dimension " + std::to_string(s.d) + " is not compiled for the GPU (d = " + dims + ")" +
+           (step.head_dims_why.empty() ? "" : ": " + step.head_dims_why) + "; the blueprint (--backend cpu) runs it";
+  }
   if (s.dtype == DType::bf16 && cc < step.bf16_min_cc)
     return who + "bf16 needs compute capability " + cc_string(step.bf16_min_cc) + " (sm_" +
            std::to_string(step.bf16_min_cc) + ": bf16 tensor-core operands) or later; " + describe(gpu) +

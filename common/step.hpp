@@ -66,6 +66,13 @@ struct StepInfo {
   int min_cc = 75;
   std::string needs;      // what sets min_cc: "mma.sync.m16n8k16 and cp.async"
   int bf16_min_cc = 80;   // what --dtype bf16 needs: sm_80 wherever the kernels feed bf16 to tensor cores
+  // An architecture-specific instruction set (wgmma, setmaxnreg: sm_90a) runs on that compute
+  // capability alone, not on later ones: max_cc = 90 (0: no upper bound).
+  int max_cc = 0;
+  // The head dimensions the GPU side is compiled for (empty: every one the project has); others are
+  // refused, with head_dims_why as the reason. The blueprint runs every head dimension.
+  std::vector<int> head_dims;
+  std::string head_dims_why;
   // Shared memory per block of the step's largest kernel for a shape, from its schedule (bytes);
   // above the device's opt-in limit the shape is refused. The backward's, for a step that has one.
   int64_t (*smem_bytes)(const Shape&, const StepOptions&) = nullptr;

@@ -35,7 +35,8 @@ GpuCaps gpu(int cc) { return with_fake_cc(GpuCaps{}, cc); }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-bool uses_mma_sync(const StepInfo& st) { return st.id >= "09"; }
+bool uses_mma_sync(const StepInfo& st) { return st.id >= "09" && st.id < "14"; }
+bool uses_wgmma(const StepInfo& st) { return st.id >= "14"; }  // the Hopper steps (sm_90a)
 
 }  // namespace
 
@@ -46,9 +47,11 @@ TEST_CASE("arch: every step declares its shared memory per block, and what sets 
     CHECK(smem);
     CHECK(backward_smem == st->has_backward());
     CHECK(st->min_cc >= 75);
-    CHECK(st->min_cc == (uses_mma_sync(*st) ? 80 : 75));
-    if (st->min_cc > 75) CHECK(contains(st->needs, "mma.sync.m16n8k16"));
-    if (st->id >= "11") CHECK(contains(st->needs, "cp.async"));
+    CHECK(st->min_cc == (uses_wgmma(*st) ? 90 : uses_mma_sync(*st) ? 80 : 75));
+    CHECK(st->max_cc == (uses_wgmma(*st) ? 90 : 0));
+    if (uses_mma_sync(*st)) CHECK(contains(st->needs, "mma.sync.m16n8k16"));
+    if (uses_mma_sync(*st) && st->id >= "11") CHECK(contains(st->needs, "cp.async"));
+    if (uses_wgmma(*st)) CHECK(contains(st->needs, "(sm_90a)"));
   }
 }
 
@@ -57,10 +60,10 @@ TEST_CASE("arch: sm_75 runs the WMMA steps in fp16, refuses bf16 and mma.sync, a
     CAPTURE(st->id);
     const std::string f16 = unsupported_reason(*st, shape(64, DType::f16), st->default_options(), gpu(75), true);
     const std::string bf16 = unsupported_reason(*st, shape(64, DType::bf16), st->default_options(), gpu(75), true);
-    if (uses_mma_sync(*st)) {
+    if (uses_mma_sync(*st) || uses_wgmma(*st)) {
       CHECK(contains(f16, "step" + st->id + ":"));
       CHECK(contains(f16, st->needs));
-      CHECK(contains(f16, "compute capability 8.0"));
+      CHECK(contains(f16, uses_wgmma(*st) ? "compute capability 9.0" : "compute capability 8.0"));
       CHECK(contains(f16, "is 7.5 (FA_FAKE_CC=75)"));
       CHECK(bf16 == f16);  // the instructions are named first
     } else if (st->id == "02") {
@@ -74,7 +77,7 @@ TEST_CASE("arch: sm_75 runs the WMMA steps in fp16, refuses bf16 and mma.sync, a
   }
 }
 
-TEST_CASE("arch: compute capability 8.0 and 9.0 run every step, variant, dtype and head dimension, 8.6 and 8.9 all but step 13's backward at d >= 32") {
+TEST_CASE("arch: compute capability 8.0 and 9.0 run every step before the Hopper steps, every variant, dtype and head dimension, 8.6 and 8.9 all but step 13's backward at d >= 32") {
   // The only refusal from 8.0 on is shared memory: step 13's backward block (161 KB at d = 128, 162 KB
   // at d = 64, 114 KB at d = 32, 90 KB at d = 16) against the 99 KB of 8.6 and 8.9. Its forward
   // (step 12's) runs there at every d; the refusal is per shape, by backward_smem_bytes.
@@ -84,6 +87,7 @@ TEST_CASE("arch: compute capability 8.0 and 9.0 run every step, variant, dtype a
       for (const StepOptions& opt : st->all_variants())
         for (int64_t d : kHeadDims)
           for (DType t : {DType::f16, DType::bf16}) {
+            if (uses_wgmma(*st)) continue;  // sm_90a only, d = 64 and 128: tests/test_step14.cpp
             CAPTURE(cc);
             CAPTURE(st->id);
             CAPTURE(d);
