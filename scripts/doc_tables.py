@@ -466,6 +466,97 @@ def bwd_target():
     return head + "\n\n" + table_ + "\n\n" + " ".join(lines)
 
 
+# The Hopper steps' target matrix, as scripts/fwd_target.sh runs it (steps 12, 14 and 15 beside flash
+# and cuDNN): every point the table should have.
+FWD_TARGET_POINTS = [(dt, d, c, n) for dt in ("fp16", "bf16") for d in (128, 64) for c in (0, 1)
+                     for n in (1024, 2048, 4096, 8192, 16384)]
+
+
+def fwd_target(show):
+    """The forward of steps 12, 14 and 15 (target_*_fwd.csv) against PyTorch's flash (FlashAttention-2)
+    and cuDNN backends of the same run, per point: TFLOP/s (4·B·H·N²·d, halved with the mask), and the
+    ratios of times. `show` is the step the table is about ("14" or "15"): its ratio to the step before
+    and to both peers. Closing lines: the targets of docs/15 (step 15 / flash geometric mean >= 1.5; 14
+    and 15 each faster than the step before at every d = 128 point), the cuDNN range, missing points."""
+    ours = [r for r in rows("target_*_fwd.csv") if r.get("ms")]
+    if not ours:
+        return provenance([], "scripts/fwd_target.sh")
+    commits = {r["commit"] for r in ours}
+    peers = peer_rows(next(iter(commits)) if len(commits) == 1 else None)
+    by = {(r["step"],) + point(r): r for r in ours}
+    prev = {"14": "12", "15": "14"}[show]
+    body, vs_flash, vs_cudnn, vs_prev, missing, used = [], [], [], [], [], []
+    slower = {"14": [], "15": []}
+    for key in FWD_TARGET_POINTS:
+        dt, d, c, n = key
+        r, rp = by.get((show,) + key), by.get((prev,) + key)
+        fl, cu = peers.get(("flash",) + key), peers.get(("cudnn",) + key)
+        for st, pv in (("14", "12"), ("15", "14")):
+            a, b = by.get((st,) + key), by.get((pv,) + key)
+            if d == 128 and a and b and float(a["ms"]) >= float(b["ms"]):
+                slower[st].append(key)
+        if not r:
+            missing.append(key)
+            body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 7)
+            continue
+        ok = "" if r["pass"] == "1" else " (FAIL)"
+        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}",
+               f"{float(rp['tflops']):.1f}" if rp else "–", f"{float(r['tflops']):.1f}{ok}"]
+        if rp:
+            x = float(rp["ms"]) / float(r["ms"])
+            vs_prev.append(x)
+            row.append(f"{x:.3f}")
+        else:
+            row.append("–")
+        for peer, acc in ((fl, vs_flash), (cu, vs_cudnn)):
+            if peer and (peer["B"], peer["H"]) == (r["B"], r["H"]):
+                used.append(peer)
+                x = float(peer["fwd_ms"]) / float(r["ms"])
+                acc.append((x, key))
+                row += [f"{float(peer['fwd_tflops']):.1f}", f"{x:.3f}"]
+            else:
+                row += ["–", "–"]
+        body.append(row)
+    head = provenance(ours)
+    if used:
+        p = used[0]
+        runs = sorted({(x["commit"], x["date"]) for x in used}, key=lambda cd: cd[1])
+        when = "; ".join(f"commit `{cm}`, {dd}" for cm, dd in runs)
+        same = {cm for cm, _ in runs} <= commits
+        head += (f" _Peers: PyTorch {p['torch']} SDPA on the same kind of GPU (`scripts/peers.py`, {when})"
+                 + ("; the same run as the steps'._" if same else " — **another run than the steps'**: the ratios are across two runs._"))
+    head += (f" _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides; a ratio is the other's time over "
+             f"step {show}'s (above 1: step {show} is faster)._")
+    t = table(["dtype", "d", "causal", "N", "B×H", f"step {prev} TFLOP/s", f"step {show} TFLOP/s",
+               f"step {show} / step {prev}", "flash (FA2) TFLOP/s", f"step {show} / flash", "cuDNN TFLOP/s",
+               f"step {show} / cuDNN"], body)
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+    lines = []
+    if vs_flash:
+        xs = [x for x, _ in vs_flash]
+        low, (dt, d, c, n) = min(vs_flash)
+        lines.append(f"Over the {len(xs)} points: step {show} / flash geometric mean **{geo(xs):.3f}**"
+                     + (" (target ≥ 1.5)" if show == "15" else "") + f", minimum {low:.3f} ({dt}, d = {d}, "
+                     f"{'causal' if c else 'no mask'}, N = {n}).")
+    if vs_prev:
+        lines.append(f"Step {show} / step {prev}: geometric mean {geo(vs_prev):.3f}, range {min(vs_prev):.3f}–{max(vs_prev):.3f}.")
+    for st, pv in (("14", "12"), ("15", "14")):
+        if st == show or show == "15":
+            k = slower[st]
+            lines.append(f"d = 128 points where step {st} is not faster than step {pv}: **{len(k)}**"
+                         + (" (target: none)." if not k else " (" + "; ".join(f"{a} {'causal' if c else 'no mask'} N = {n}" for a, _, c, n in k) + ")."))
+    if vs_cudnn:
+        xs = [x for x, _ in vs_cudnn]
+        lines.append(f"Step {show} / cuDNN: geometric mean {geo(xs):.3f}, range {min(xs):.3f}–{max(xs):.3f}; "
+                     f"{sum(x >= 1.0 for x in xs)} of {len(xs)} points at or above 1.")
+    if missing:
+        lines.append(f"**Not measured: {len(missing)} of the {len(FWD_TARGET_POINTS)} points.**")
+    fails = sum(r["pass"] != "1" for r in ours)
+    lines.append(f"{fails} row(s) FAILED the check." if fails else
+                 f"Every row of the run ({len(ours)}: steps 12, 14 and 15) passed its check against the reference.")
+    return head + "\n\n" + t + "\n\n" + " ".join(lines)
+
+
 def step12_dropout():
     """Step 12's forward with --dropout against the same run without it (dropout_*_step12.csv, written by
     scripts/bwd_target.sh): per point, both times and their ratio (above 1: dropout costs that much)."""
@@ -670,6 +761,9 @@ TABLES = {
     "step12-ablation": lambda: ablation("12"),
     "step12-target": lambda: target("12"),
     "step13-target": bwd_target,
+    "step14-target": lambda: fwd_target("14"),
+    "step15-target": lambda: fwd_target("15"),
+    "step15-ncu": lambda: ncu_stalls(("14", "15")),
     "step13-ledger": bwd_ledger,
     "step13-first": bwd_first,
     "step13-ncu": lambda: ncu_stalls(("13",)),
