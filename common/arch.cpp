@@ -94,7 +94,7 @@ std::string unsupported_reason(const StepInfo& step, const Shape& s, const StepO
   if (cc < step.min_cc)
     return who + "needs " + (step.needs.empty() ? std::string("its kernels' instructions") : step.needs) +
            " (compute capability " + cc_string(step.min_cc) + ", sm_" + std::to_string(step.min_cc) +
-           ", or later); " + describe(gpu);
+           (step.max_cc == step.min_cc ? "a, and no other" : ", or later") + "); " + describe(gpu);
   if (step.max_cc > 0 && gpu.cc > step.max_cc)
     return who + "needs " + step.needs + ", which only compute capability " + cc_string(step.max_cc) + " has (sm_" +
            std::to_string(step.max_cc) + "a: an architecture-specific instruction set, not carried forward); " + describe(gpu);

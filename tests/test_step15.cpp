@@ -97,6 +97,12 @@ TEST_CASE("step 15: a second tile configuration (128 x 64, twice the stages) pas
     REQUIRE(sc.Bc == 64);
     CHECK(sc.stages == 2 * step15::schedule_for(d).stages);
   }
+  // Two stages of 64 keys: the matrix's longest rows (255 keys, four tiles) refill each stage, so
+  // the ring's refills run; the default stages hold every tile of the matrix at once.
+  const step15::Schedule ring{128, 64, 2};
+  REQUIRE(step15::valid(ring));
+  test::check_second_config("step15 128x64, 2 stages", [&](const Shape& s, const Inputs& in) { return step15::blueprint(s, in, ring); },
+                            [&](const Shape& s) { return step15::closed_form(s, ring); });
   const step15::Schedule sc = step15::schedule_for(128, step15::kTiles128x64);
   test::check_second_config("step15 128x64", [&](const Shape& s, const Inputs& in) { return step15::blueprint(s, in, sc); },
                             [&](const Shape& s) { return step15::closed_form(s, sc); });
