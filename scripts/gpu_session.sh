@@ -32,6 +32,8 @@
 #   FA_ABLATIONS=1 FA_TARGET=1 FA_PEERS=1   the optional measurements of step 6
 #   FA_ABLATION_STEPS="12 13" whose ablations (bench --variants ablations) FA_ABLATIONS runs (default 12)
 #   FA_BWD_TARGET=1           scripts/bwd_target.sh: step 13's backward beside flash and cuDNN in one run
+#   FA_FWD_TARGET=1           scripts/fwd_target.sh: steps 12, 14, 15's forward beside flash and cuDNN in one
+#                             run, then Nsight on 14 and 15 (an sm_90 GPU: elsewhere 14 and 15 refuse)
 #   FA_COMMIT=abc1234         the commit, when the tree has no .git
 #   FA_BUNDLE=1               pack everything written into OUTDIR/session.tgz at the end, even after a
 #                             failure or an interrupt (for machines that return only a few files)
@@ -195,6 +197,10 @@ fi
 if [ "${FA_BWD_TARGET:-0}" = 1 ]; then
   say "target: step 13's backward beside flash and cuDNN (scripts/bwd_target.sh)"
   FA_BUILD="$B" FA_COMMIT="$commit" bash "$root/scripts/bwd_target.sh" "$out" 2>>"$log" || say "bwd_target.sh: a check failed or a run broke (see session.log)"
+fi
+if [ "${FA_FWD_TARGET:-0}" = 1 ]; then
+  say "target: the Hopper steps' forward beside flash and cuDNN (scripts/fwd_target.sh)"
+  FA_BUILD="$B" FA_COMMIT="$commit" bash "$root/scripts/fwd_target.sh" "$out" 2>>"$log" || say "fwd_target.sh: a check failed or a run broke (see session.log)"
 fi
 if [ "${FA_TARGET:-0}" = 1 ]; then
   say "target: step 12 over N = 1k ... 16k, d = 64 and 128, both masks, fp16 and bf16"
