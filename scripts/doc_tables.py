@@ -303,18 +303,19 @@ def target(step):
          f"step {step} / flash"], body) + "\n\n" + summary
 
 
-def ablation(step):
+def ablation(step, label="without"):
     """The step with each of its changes taken out alone (bench --variants ablations -> ablation_*_stepNN.csv):
     per (d, causal, N), the full step's time and, per ablation, its time over the full step's (above 1:
     the change helped). Closing line: per ablation, the geometric mean of that ratio over the points
-    and its range."""
+    and its range. `label` heads each column ("without" a change; "--tiles" for a step whose only
+    experiment is another tile: above 1, the default tile is faster)."""
     rs = [r for r in rows(f"ablation_*_step{step}.csv") if r["step"] == step]
     if not rs:
         return provenance(rs)
     by = {(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"]): r for r in rs}
     names = sorted({r["variant"] for r in rs if r["variant"] != "-"}, key=lambda v: [r["variant"] for r in rs].index(v))
     keys = sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2]))
-    header = ["d", "causal", "N", "step ms"] + [f"without `{v.split('=')[-1]}`" for v in names]
+    header = ["d", "causal", "N", "step ms"] + [f"{label} `{v.split('=')[-1]}`" for v in names]
     body, ratios = [], {v: [] for v in names}
     for d, c, n in keys:
         full = by.get((d, c, n, "-"))
@@ -761,6 +762,10 @@ TABLES = {
     "step12-ablation": lambda: ablation("12"),
     "step12-target": lambda: target("12"),
     "step13-target": bwd_target,
+    "step14-sweep": lambda: step_sweep("14"),
+    "step15-sweep": lambda: step_sweep("15"),
+    "step14-tiles": lambda: ablation("14", "--tiles"),
+    "step15-tiles": lambda: ablation("15", "--tiles"),
     "step14-target": lambda: fwd_target("14"),
     "step15-target": lambda: fwd_target("15"),
     "step15-ncu": lambda: ncu_stalls(("14", "15")),
