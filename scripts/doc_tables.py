@@ -396,6 +396,29 @@ def peer_rows(commit=None):
     return out
 
 
+def peer_cells(peer, r, acc, key, used, pass_, ms):
+    """The two cells of one peer beside our row r (its TFLOP/s and its time over ours), where the peer
+    timed the same B and H; the ratio goes to acc with the point's key, the peer row to used. pass_:
+    "fwd" or "bwd" (the peer's columns); ms: our time column."""
+    if peer and (peer["B"], peer["H"]) == (r["B"], r["H"]):
+        used.append(peer)
+        x = float(peer[f"{pass_}_ms"]) / float(r[ms])
+        acc.append((x, key))
+        return [f"{float(peer[f'{pass_}_tflops']):.1f}", f"{x:.3f}"]
+    return ["–", "–"]
+
+
+def peers_note(used, commits, ours_name, other_run):
+    """The peers' provenance: PyTorch's version, the runs that timed them, and whether that is the run of
+    ours (commits); other_run is what to say when it is not."""
+    p = used[0]
+    runs = sorted({(x["commit"], x["date"]) for x in used}, key=lambda cd: cd[1])
+    when = "; ".join(f"commit `{cm}`, {dd}" for cm, dd in runs)
+    same = {cm for cm, _ in runs} <= commits
+    return (f" _Peers: PyTorch {p['torch']} SDPA on the same kind of GPU (`scripts/peers.py`, {when})"
+            + (f"; the same run as {ours_name}._" if same else f" — **another run than {ours_name}**: {other_run}_"))
+
+
 def bwd_target():
     """Step 13's backward against PyTorch's flash (FlashAttention-2) and cuDNN backends, per point of
     the target matrix: TFLOP/s on FlashAttention's convention (2.5 × the forward's 4·B·H·N²·d, halved
@@ -422,24 +445,12 @@ def bwd_target():
         ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
         row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{float(r['bwd_tflops']):.1f}{ok}"]
         for peer, acc in ((fl, vs_flash), (cu, vs_cudnn)):
-            if peer and (peer["B"], peer["H"]) == (r["B"], r["H"]):
-                used_peers.append(peer)
-                x = float(peer["bwd_ms"]) / float(r["bwd_ms"])
-                acc.append((x, key))
-                row += [f"{float(peer['bwd_tflops']):.1f}", f"{x:.3f}"]
-            else:
-                row += ["–", "–"]
+            row += peer_cells(peer, r, acc, key, used_peers, "bwd", "bwd_ms")
         body.append(row)
     head = provenance(ours)
     if used_peers:
-        p = used_peers[0]
-        runs = sorted({(x["commit"], x["date"]) for x in used_peers}, key=lambda cd: cd[1])
-        when = "; ".join(f"commit `{cm}`, {dd}" for cm, dd in runs)
-        same = {cm for cm, _ in runs} <= commits
-        head += (f" _Peers: PyTorch {p['torch']} SDPA on the same kind of GPU (`scripts/peers.py`, {when})"
-                 + ("; the same run as step 13's._" if same else
-                    f" — **another run than step 13's**: the ratios below are across two runs, which the "
-                    f"target does not allow, so they do not establish it._"))
+        head += peers_note(used_peers, commits, "step 13's", "the ratios below are across two runs, which the "
+                           "target does not allow, so they do not establish it.")
     else:
         head += " _No peer run covers these points: no ratios._"
     head += (" _TFLOP/s on FlashAttention's convention (2.5 × 4·B·H·N²·d, halved with the mask) on both "
@@ -510,22 +521,12 @@ def fwd_target(show):
         else:
             row.append("–")
         for peer, acc in ((fl, vs_flash), (cu, vs_cudnn)):
-            if peer and (peer["B"], peer["H"]) == (r["B"], r["H"]):
-                used.append(peer)
-                x = float(peer["fwd_ms"]) / float(r["ms"])
-                acc.append((x, key))
-                row += [f"{float(peer['fwd_tflops']):.1f}", f"{x:.3f}"]
-            else:
-                row += ["–", "–"]
+            row += peer_cells(peer, r, acc, key, used, "fwd", "ms")
         body.append(row)
     head = provenance(ours)
     if used:
-        p = used[0]
-        runs = sorted({(x["commit"], x["date"]) for x in used}, key=lambda cd: cd[1])
-        when = "; ".join(f"commit `{cm}`, {dd}" for cm, dd in runs)
-        same = {cm for cm, _ in runs} <= commits
-        head += (f" _Peers: PyTorch {p['torch']} SDPA on the same kind of GPU (`scripts/peers.py`, {when})"
-                 + ("; the same run as the steps'._" if same else " — **another run than the steps'**: the ratios are across two runs._"))
+        head += peers_note(used, commits, "the steps'", "the ratios are across two runs, which the target does not "
+                           "allow, so they do not establish it.")
     head += (f" _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides; a ratio is the other's time over "
              f"step {show}'s (above 1: step {show} is faster)._")
     t = table(["dtype", "d", "causal", "N", "B×H", f"step {prev} TFLOP/s", f"step {show} TFLOP/s",
