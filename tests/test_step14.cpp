@@ -97,7 +97,7 @@ TEST_CASE("step 14: a second tile configuration (128 x 128) passes and counts it
                             [&](const Shape& s) { return step14::closed_form(s, sc); });
 }
 
-TEST_CASE("step 14: with step 12's tiles the same HBM bytes and products; K and V read from shared memory once per warpgroup, not per warp") {
+TEST_CASE("step 14: with step 12's tiles the same HBM bytes and products, and K and V read from shared memory once per warpgroup, not per warp") {
   for (bool causal : {false, true}) {
     Shape s;
     s.N = 1000;

@@ -108,7 +108,7 @@ TEST_CASE("step 15: a second tile configuration (128 x 64, twice the stages) pas
                             [&](const Shape& s) { return step15::closed_form(s, sc); });
 }
 
-TEST_CASE("step 15: with step 14's tiles the same bytes and products; one block-wide barrier per block instead of one per tile") {
+TEST_CASE("step 15: with step 14's tiles the same bytes and products, and one block-wide barrier per block instead of one per tile") {
   for (bool causal : {false, true}) {
     Shape s;
     s.N = 1000;
