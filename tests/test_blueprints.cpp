@@ -44,7 +44,8 @@ TEST_CASE("counted ledger equals the closed form on many small shapes") {
 }
 
 TEST_CASE("the shape matrix covers what docs/anatomy.md asks for") {
-  bool ragged = false, tiny = false, nk_gt = false, nk_lt = false, causal = false, bh = false, big_logits = false;
+  bool ragged = false, tiny = false, nk_gt = false, nk_lt = false, causal = false, bh = false, big_logits = false,
+       many_tiles = false;
   for (const test::Case& c : test::shape_matrix(true)) {
     const Shape& s = c.shape;
     ragged |= s.N % 16 != 0;
@@ -54,6 +55,7 @@ TEST_CASE("the shape matrix covers what docs/anatomy.md asks for") {
     causal |= s.causal;
     bh |= s.B > 1 && s.H > 1;
     big_logits |= c.inputs.qk_spread > 1;
+    many_tiles |= s.Nk > 4 * 128;  // more 128-key tiles than step 15's deepest default ring (four stages)
   }
   CHECK(ragged);
   CHECK(tiny);
@@ -62,4 +64,5 @@ TEST_CASE("the shape matrix covers what docs/anatomy.md asks for") {
   CHECK(causal);
   CHECK(bh);
   CHECK(big_logits);
+  CHECK(many_tiles);
 }
