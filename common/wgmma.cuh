@@ -8,7 +8,8 @@
 //   wait<N>()    blocks until at most N groups are still in flight; only then may ordinary code
 //                read or write the accumulators of the groups that finished
 // An instruction that touches an accumulator while its wgmma may be in flight is a race; ptxas then
-// serializes every wgmma of the kernel (warning C7510/C7519: "wgmma ... serialized") — the slow path.
+// inserts waits of its own or serializes the wgmmas, and warns (C7519 for the first, seen with a
+// probe kernel) — the slow path.
 //
 // [sm90a] wgmma exists only in the architecture-specific target sm_90a (-gencode
 // arch=compute_90a,code=sm_90a; CMakeLists.txt gives it to the Hopper steps alone). Compiled for
