@@ -12,15 +12,8 @@
 # keeps the CPU side of a long run short); a failed check is a
 # row with pass = 0, and the script's exit status is 1.
 set -uo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-out="$(realpath -m "${1:?usage: scripts/bwd_target.sh OUTDIR}")"
-build="${FA_BUILD:-$root/build}"
-mkdir -p "$out"
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
-[ -n "$gpu" ] || { echo "bwd_target.sh: no GPU visible (nvidia-smi)" >&2; exit 2; }
-slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/_/g; s/^_//; s/_$//')
-commit="${FA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
+me=bwd_target.sh
+source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 fail=0
 # run CSV STEP ARGS...: one checked run, its --csv row appended (the header once).
 run() {

@@ -1,0 +1,14 @@
+# Shared set-up of scripts/fwd_target.sh and scripts/bwd_target.sh — source it after setting `me` (the
+# script's name): the output folder from the script's first argument, the build (FA_BUILD, default
+# build/), the GPU's name and its file-name slug ("h200"), the commit (FA_COMMIT, else git) and the
+# date. Without a visible GPU the script exits 2.
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+[ -n "${1:-}" ] || { echo "usage: scripts/$me OUTDIR" >&2; exit 2; }
+out="$(realpath -m "$1")"
+build="${FA_BUILD:-$root/build}"
+mkdir -p "$out"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+[ -n "$gpu" ] || { echo "$me: no GPU visible (nvidia-smi)" >&2; exit 2; }
+slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/_/g; s/^_//; s/_$//')
+commit="${FA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
