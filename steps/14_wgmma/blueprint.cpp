@@ -1,223 +1,52 @@
-// Step 14 — the blueprint: the kernel's schedule on the CPU. Q in shared memory, K/V tiles in two
-// stages (step 12's pipeline: tile j + 1 loaded while tile j is multiplied, one barrier per tile),
-// two warpgroups of 64 rows; each multiplies with warpgroup MMAs — S = Q·K_jᵀ from shared memory,
-// P·V with P from registers — and runs step 12's softmax on each warp's 16 rows of S. O is staged
-// through the Q tile on its way out, after one more barrier. (wgmma_emu reads each shared operand
-// once per instruction, as the warpgroup does; the swizzled addresses are the kernel's business and
-// tests/test_step14.cpp checks them.)
-#include <algorithm>
-#include <array>
-#include <cmath>
-#include <limits>
+// Step 14 — the blueprint: the kernel's schedule on the CPU. The schedule is common/wgmma_forward.cpp
+// (shared with step 15) with step 12's pipeline (Loads::Pipeline): Q in shared memory, K/V tiles in
+// two stages, tile j + 1 loaded while tile j is multiplied, one barrier per tile; two warpgroups of
+// 64 rows, each multiplying with warpgroup MMAs — S = Q·K_jᵀ from shared memory, P·V with P from
+// registers — and running step 12's softmax on each warp's 16 rows of S; O staged through the Q
+// tile after one more barrier. The two products are this step's own (its lab). (wgmma_emu reads
+// each shared operand once per instruction, as the warpgroup does; the swizzled addresses are the
+// kernel's business and tests/test_step14.cpp checks them.)
 #include <stdexcept>
-#include <vector>
 
 #include "schedule.hpp"
-#include "wgmma_emu.hpp"
+#include "wgmma_forward.hpp"
 
 namespace fa::step14 {
 
 namespace {
 
-namespace mf = fa::m16n8k16;
-constexpr float kInf = std::numeric_limits<float>::infinity();
+// [s-wgmma] S = Q K_jᵀ for warpgroup g: per 16 dims one 64 × Bc × 16 wgmma on its Q rows.
+void s_product(wgmma::Acc& S, const SmemTile& Qs, int64_t g, const SmemTile& Ks, int64_t d, Ledger& led) {
+  // lab:begin s-wgmma: [s-wgmma]: S = Q·K_jᵀ for the warpgroup's 64 rows (Qs rows 64g ..): one wgmma::mma_ss per 16 dims (kk), the first overwriting S (docs/14_wgmma.md)
+  for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(S, Qs, 64 * g, Ks, 0, kk, kk > 0, led);
+  // lab:end
+}
 
-// One warpgroup across the K/V loop: O as 64-column accumulators, and per warp and lane the
-// running max (log2 domain) and the lane's part of the sum, for rows g and g + 8.
-struct WarpGroup {
-  std::vector<wgmma::Acc> o;                            // [panel]
-  std::vector<std::vector<std::array<float, 2>>> m, l;  // [warp][lane][row half]
-};
+// [pv-wgmma] Õ += P V_j for keys 16kk .. 16kk + 15: per panel of O one wgmma with P from registers,
+// V read as stored.
+void pv_product(std::vector<wgmma::Acc>& O, const std::vector<m16n8k16::AFrag>& pa, const SmemTile& Vs, int64_t kk, Ledger& led) {
+  // lab:begin pv-wgmma: [pv-wgmma]: Õ += P·V_j for keys 16kk .. 16kk + 15: one wgmma::mma_rs per panel pn of O (columns O[pn].n·pn ..), B = V_j read as stored (docs/14_wgmma.md)
+  for (size_t pn = 0; pn < O.size(); ++pn) wgmma::mma_rs(O[pn], pa, Vs, kk, O[pn].n * int64_t(pn), true, led);
+  // lab:end
+}
 
-// Columns of O per P·V wgmma: a 64-column panel (fewer for d < 64, which only the blueprint runs).
-int64_t panel_cols(int64_t d) { return std::min<int64_t>(d, wgmma::kPanel); }
+wgmma_bp::Tiles tiles(const Schedule& sc, int64_t d) {
+  return {sc.Br, sc.Bc, kStages, wgmma_bp::Loads::Pipeline, kSmemBudget, smem_bytes(sc, int(d))};
+}
 
 }  // namespace
 
 BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) {
   if (!valid(sc)) throw std::invalid_argument("step14: Br must be 64 per warpgroup and Bc a multiple of 64 up to 128");
-  BlueprintResult res;
-  res.out.o = Tensor4(s.B, s.H, s.N, s.d);
-  res.out.lse = Tensor4(s.B, s.H, s.N, 1);
-  Ledger& led = res.ledger["wgmma"];
-  const Store st = Store::of(s.dtype), f32 = Store::f32();
-  const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), G = sc.G;
-  const int64_t PC = panel_cols(d), panels = d / PC;
-  const float sl2 = static_cast<float>(s.softmax_scale()) * kLog2e;
-
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
-          V(in.v.head(b, h), s.Nk, d, d, st, led);
-      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
-      for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
-        const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
-        Smem smem(kSmemBudget, led);
-        SmemTile Qs = smem.tile(sc.Br, d, st);
-        std::vector<SmemTile> Ks, Vs;  // [stages]
-        for (int stage = 0; stage < kStages; ++stage) {
-          Ks.push_back(smem.tile(sc.Bc, d, st));
-          Vs.push_back(smem.tile(sc.Bc, d, st));
-        }
-        std::vector<WarpGroup> wgs(static_cast<size_t>(G));
-        for (auto& g : wgs) {
-          g.o.assign(size_t(panels), wgmma::Acc(int(PC)));
-          g.m.assign(4, std::vector<std::array<float, 2>>(32, {-kInf, -kInf}));
-          g.l.assign(4, std::vector<std::array<float, 2>>(32, {0.0f, 0.0f}));
-        }
-        const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
-        // [pipeline] Q and tile 0 before the loop; tile j + 1 into the other stage once every warp
-        // is past tile j − 1 (the barrier at the top of step j).
-        if (Tend > 0) {
-          Qs.load_from(Q, i0, 0);
-          Ks[0].load_from(K, 0, 0);
-          Vs[0].load_from(V, 0, 0);
-        }
-        for (int64_t j = 0; j < Tend; ++j) {
-          const int64_t j0 = j * sc.Bc;
-          const size_t stage = size_t(j % kStages);
-          barrier(led);  // after the wait for tile j
-          if (j + 1 < Tend) {
-            Ks[size_t((j + 1) % kStages)].load_from(K, j0 + sc.Bc, 0);
-            Vs[size_t((j + 1) % kStages)].load_from(V, j0 + sc.Bc, 0);
-          }
-          const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
-          for (int64_t g = 0; g < G; ++g) {
-            WarpGroup& wg = wgs[size_t(g)];
-            // [s-wgmma] S = Q K_jᵀ: per 16 dims one 64 × Bc × 16 wgmma on the warpgroup's Q rows.
-            wgmma::Acc S(sc.Bc);
-            // lab:begin s-wgmma: [s-wgmma]: S = Q·K_jᵀ for the warpgroup's 64 rows (Qs rows 64g ..): one wgmma::mma_ss per 16 dims (kk), the first overwriting S (docs/14_wgmma.md)
-            for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(S, Qs, 64 * g, Ks[stage], 0, kk, kk > 0, led);
-            // lab:end
-            for (int w = 0; w < 4; ++w) {
-              // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it.
-              if (masked)
-                for (int lane = 0; lane < 32; ++lane)
-                  for (int r = 0; r < sc.Bc / 2; ++r) {
-                    const mf::Coord c = wgmma::acc_elem(w, lane, r);
-                    if (j0 + c.col >= visible_keys(i0 + 64 * g + c.row, s.N, s.Nk, s.causal)) S.reg(w, lane, r) = -kInf;
-                  }
-              // [softmax-regs] Step 12's, on the warp's 16 rows: the row max over the four lanes of
-              // a group, scaled once into the log2 domain; p = exp2(s·scale·log2 e − m).
-              std::vector<std::array<float, 2>> gmax(32, {-kInf, -kInf});
-              for (int lane = 0; lane < 32; ++lane)
-                for (int hr = 0; hr < 2; ++hr)
-                  for (int q = 4 * mf::group(lane); q < 4 * mf::group(lane) + 4; ++q)
-                    for (int n = 0; n < sc.Bc / 8; ++n)
-                      gmax[size_t(lane)][size_t(hr)] =
-                          std::max({gmax[size_t(lane)][size_t(hr)], S.reg(w, q, 4 * n + 2 * hr), S.reg(w, q, 4 * n + 2 * hr + 1)});
-              for (int lane = 0; lane < 32; ++lane)
-                for (int hr = 0; hr < 2; ++hr) {
-                  float& m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
-                  const float m_new = std::max(m, gmax[size_t(lane)][size_t(hr)] * sl2);
-                  const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
-                  const float alpha = std::exp2(m - m_use);
-                  m = m_new;
-                  float rs = 0.0f;
-                  for (int n = 0; n < sc.Bc / 8; ++n)
-                    for (int e = 0; e < 2; ++e) {
-                      float& v = S.reg(w, lane, 4 * n + 2 * hr + e);
-                      v = std::exp2(std::fma(v, sl2, -m_use));
-                      rs += v;
-                    }
-                  float& l = wg.l[size_t(w)][size_t(lane)][size_t(hr)];
-                  l = l * alpha + rs;
-                  for (auto& op : wg.o)  // [deferred] Õ *= alpha for the row
-                    for (int n = 0; n < op.n / 8; ++n) op.reg(w, lane, 4 * n + 2 * hr) *= alpha, op.reg(w, lane, 4 * n + 2 * hr + 1) *= alpha;
-                }
-              led.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
-            }
-            // [c-to-a] P in the storage type, as each warp's A fragment of 16 keys; then [pv-wgmma]
-            // Õ += P V_j: per 16 keys and per panel of O one wgmma with P from registers.
-            for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) {
-              std::vector<mf::AFrag> pa(4, mf::AFrag(32));
-              for (int w = 0; w < 4; ++w)
-                for (int lane = 0; lane < 32; ++lane)
-                  for (int i = 0; i < 8; ++i)
-                    pa[size_t(w)][size_t(lane)][size_t(i)] =
-                        round_to(s.dtype, S.reg(w, lane, 4 * int(2 * kk + mf::a_from_c_tile(i)) + mf::a_from_c_elem(i)));
-              // lab:begin pv-wgmma: [pv-wgmma]: Õ += P·V_j for keys 16kk .. 16kk + 15: one wgmma::mma_rs per panel pn of O (columns PC·pn ..), B = V_j read as stored (docs/14_wgmma.md)
-              for (int64_t pn = 0; pn < panels; ++pn) wgmma::mma_rs(wg.o[size_t(pn)], pa, Vs[stage], kk, PC * pn, true, led);
-              // lab:end
-            }
-          }
-          led.tiles_computed += 1;
-          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
-                              TileKind::Diagonal;
-        }
-        led.tiles_skipped += Tc - Tend;
-        barrier(led);  // [o-staging] every warpgroup has read Q before O is written over it
-        // [final-divide] l summed over the group's four lanes; O = Õ / l into the warp's rows of
-        // the Q tile; L = (m + log2 l)·ln 2; then the tile out to HBM, the rows inside N.
-        for (int64_t g = 0; g < G; ++g)
-          for (int w = 0; w < 4; ++w) {
-            const WarpGroup& wg = wgs[size_t(g)];
-            for (int lane = 0; lane < 32; ++lane) {
-              const int g0 = 4 * mf::group(lane);
-              float lsum[2];
-              for (int hr = 0; hr < 2; ++hr)
-                lsum[hr] = (wg.l[size_t(w)][size_t(g0)][size_t(hr)] + wg.l[size_t(w)][size_t(g0 + 1)][size_t(hr)]) +
-                           (wg.l[size_t(w)][size_t(g0 + 2)][size_t(hr)] + wg.l[size_t(w)][size_t(g0 + 3)][size_t(hr)]);
-              for (int64_t pn = 0; pn < panels; ++pn)
-                for (int r = 0; r < int(PC) / 2; ++r) {
-                  const mf::Coord c = wgmma::acc_elem(w, lane, r);
-                  const int64_t row = 64 * g + c.row;  // in the tile
-                  const float li = lsum[(r % 4) / 2];
-                  Qs.write(row, PC * pn + c.col, li > 0.0f ? wg.o[size_t(pn)].reg(w, lane, r) * (1.0f / li) : 0.0f);
-                  if (i0 + row < s.N) ++led.nonmatmul_ops;
-                }
-              if (mf::thread_in_group(lane) == 0)
-                for (int hr = 0; hr < 2; ++hr) {
-                  const int64_t row = i0 + 64 * g + 16 * w + mf::group(lane) + 8 * hr;
-                  if (row >= s.N) continue;
-                  const float m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
-                  Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr])) * kLn2 : kInf);
-                  led.nonmatmul_ops += 2;
-                }
-            }
-          }
-        Qs.store_to(O, i0, 0);
-      }
-    }
-  return res;
+  wgmma_bp::Ops ops;
+  ops.s_product = s_product;
+  ops.pv_product = pv_product;
+  return wgmma_bp::forward(s, in, tiles(sc, s.d), "wgmma", ops);
 }
 
-// The ledger in closed form (docs/14_wgmma.md). One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits its
-// first T_i K/V tiles, `pairs` in all, `masked` of them with the per-element mask; `qtiles` blocks
-// load Q. Per pair and warpgroup: d/16 wgmmas of S reading 64·16 elements of Q and Bc·16 of K
-// each, Bc/16 · d/64 wgmmas of P·V reading 16·64 elements of V each — every K/V element once per
-// warpgroup, where step 12 read it once per warp; 2·(2·64·Bc·d) FLOPs. Barriers: one per pair and
-// one per block before O is staged.
-LedgerSet closed_form(const Shape& s, const Schedule& sc) {
-  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, G = sc.G, W = sc.warps();
-  const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
-  int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0, qtiles = 0, q_rows = 0;
-  for (int64_t i = 0; i < Tr; ++i) {
-    const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
-    pairs += T;
-    qtiles += T > 0;
-    if (T > 0) q_rows += i1 - i0;
-    for (int64_t j = 0; j < T; ++j) {
-      masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);
-      diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal) == TileKind::Diagonal;
-      kv_rows += std::min(Bc, Nk - j * Bc);
-    }
-  }
-  LedgerSet ls;
-  Ledger& led = ls["wgmma"];
-  led.gmem_read = BH * (q_rows * d * 2 + kv_rows * 2 * d * 2);
-  led.gmem_write = BH * (N * d * 2 + N * 4);
-  led.smem_write = BH * (qtiles * Br * d * 2 + pairs * 2 * Bc * d * 2 + Tr * Br * d * 2);
-  led.smem_read = BH * (pairs * G * ((64 + Bc) * d + Bc * d) * 2 + N * d * 2);
-  led.barriers = BH * (pairs + Tr);
-  led.matmul_flops = BH * pairs * G * 2 * (2 * 64 * Bc * d);
-  led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d) + masked * W * 16 * Bc + N * d + 2 * N);
-  led.tiles_computed = BH * pairs;
-  led.tiles_masked = BH * diagonal;
-  led.tiles_skipped = BH * (Tr * Tc - pairs);
-  led.smem_peak = smem_bytes(sc, int(d));
-  return ls;
-}
+// The ledger in closed form (docs/14_wgmma.md): wgmma_bp::closed_form with step 12's pipeline —
+// one barrier per pair and one per block before O is staged.
+LedgerSet closed_form(const Shape& s, const Schedule& sc) { return wgmma_bp::closed_form(s, tiles(sc, s.d), "wgmma"); }
 
 namespace {
 BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions& o) {

@@ -1,0 +1,248 @@
+#include "wgmma_forward.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "causal.hpp"
+#include "wgmma_layout.hpp"
+
+namespace fa::wgmma_bp {
+
+namespace {
+
+namespace mf = fa::m16n8k16;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// One warpgroup across the K/V loop: O as 64-column accumulators, and per warp and lane the
+// running max (log2 domain) and the lane's part of the sum, for rows g and g + 8.
+struct WarpGroup {
+  std::vector<wgmma::Acc> o;                            // [panel]
+  std::vector<std::vector<std::array<float, 2>>> m, l;  // [warp][lane][row half]
+};
+
+// Columns of O per P·V wgmma: a 64-column panel (fewer for d < 64, which only the blueprints run).
+int64_t panel_cols(int64_t d) { return std::min<int64_t>(d, wgmma::kPanel); }
+
+}  // namespace
+
+void s_product(wgmma::Acc& S, const SmemTile& Qs, int64_t g, const SmemTile& Ks, int64_t d, Ledger& led) {
+  for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(S, Qs, 64 * g, Ks, 0, kk, kk > 0, led);
+}
+
+void pv_product(std::vector<wgmma::Acc>& O, const std::vector<m16n8k16::AFrag>& pa, const SmemTile& Vs, int64_t kk, Ledger& led) {
+  for (size_t pn = 0; pn < O.size(); ++pn) wgmma::mma_rs(O[pn], pa, Vs, kk, O[pn].n * int64_t(pn), true, led);
+}
+
+void first_loads(int64_t Tend, int64_t i0, const Tiles& t, SmemTile& Qs, Stages& kv, const GlobalMat& Q, const GlobalMat& K,
+                 const GlobalMat& V) {
+  if (Tend > 0) Qs.load_from(Q, i0, 0);
+  const int64_t first = t.loads == Loads::Ring ? std::min(Tend, t.stages) : std::min<int64_t>(Tend, 1);
+  for (int64_t j = 0; j < first; ++j) {
+    kv.k[size_t(j)].load_from(K, j * t.Bc, 0);
+    kv.v[size_t(j)].load_from(V, j * t.Bc, 0);
+  }
+}
+
+BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const std::string& kernel, const Ops& ops) {
+  if (sc.Br % 64 != 0 || sc.Br <= 0 || sc.Bc % 64 != 0 || sc.Bc > 256 || sc.stages < 2)
+    throw std::invalid_argument("wgmma forward: Br a multiple of 64 (a warpgroup each), Bc a multiple of 64 up to 256, two stages or more");
+  const auto s_prod = ops.s_product ? ops.s_product : s_product;
+  const auto pv_prod = ops.pv_product ? ops.pv_product : pv_product;
+  const auto first = ops.first_loads ? ops.first_loads : first_loads;
+  const bool ring = sc.loads == Loads::Ring;
+  BlueprintResult res;
+  res.out.o = Tensor4(s.B, s.H, s.N, s.d);
+  res.out.lse = Tensor4(s.B, s.H, s.N, 1);
+  Ledger& led = res.ledger[kernel];
+  const Store st = Store::of(s.dtype), f32 = Store::f32();
+  const int64_t d = s.d, Tc = num_tiles(s.Nk, sc.Bc), Tr = num_tiles(s.N, sc.Br), G = sc.warpgroups();
+  const int64_t PC = panel_cols(d), panels = d / PC;
+  const float sl2 = static_cast<float>(s.softmax_scale()) * kLog2e;
+
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
+          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
+      for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
+        const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
+        Smem smem(sc.smem_budget, led);
+        SmemTile Qs = smem.tile(sc.Br, d, st);
+        Stages kv;  // [stages]
+        for (int64_t stage = 0; stage < sc.stages; ++stage) {
+          kv.k.push_back(smem.tile(sc.Bc, d, st));
+          kv.v.push_back(smem.tile(sc.Bc, d, st));
+        }
+        if (ring) {
+          smem.tile(1, 256, Store::f32());  // [mbarrier] the 1 KB that holds the barriers (never read by the products)
+          barrier(led);                     // the block's one __syncthreads: the barriers are initialized
+        }
+        std::vector<WarpGroup> wgs(static_cast<size_t>(G));
+        for (auto& g : wgs) {
+          g.o.assign(size_t(panels), wgmma::Acc(int(PC)));
+          g.m.assign(4, std::vector<std::array<float, 2>>(32, {-kInf, -kInf}));
+          g.l.assign(4, std::vector<std::array<float, 2>>(32, {0.0f, 0.0f}));
+        }
+        const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
+        // [pipeline] Q and tile 0 before the loop, tile j + 1 into the other stage once every warp is
+        // past tile j − 1 (the barrier at the top of step j). [producer] Q and the first `stages`
+        // tiles, then tile j + stages into the stage tile j freed.
+        first(Tend, i0, sc, Qs, kv, Q, K, V);
+        for (int64_t j = 0; j < Tend; ++j) {
+          const int64_t j0 = j * sc.Bc;
+          const size_t stage = size_t(j % sc.stages);  // [consumer] ring: full(stage), phase j / stages
+          if (!ring) {
+            barrier(led);  // after the wait for tile j
+            if (j + 1 < Tend) {
+              kv.k[size_t((j + 1) % sc.stages)].load_from(K, j0 + sc.Bc, 0);
+              kv.v[size_t((j + 1) % sc.stages)].load_from(V, j0 + sc.Bc, 0);
+            }
+          }
+          const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
+          for (int64_t g = 0; g < G; ++g) {
+            WarpGroup& wg = wgs[size_t(g)];
+            // [s-wgmma] S = Q K_jᵀ: per 16 dims one 64 × Bc × 16 wgmma on the warpgroup's Q rows.
+            wgmma::Acc S(int(sc.Bc));
+            s_prod(S, Qs, g, kv.k[stage], d, led);
+            for (int w = 0; w < 4; ++w) {
+              // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it.
+              if (masked)
+                for (int lane = 0; lane < 32; ++lane)
+                  for (int r = 0; r < sc.Bc / 2; ++r) {
+                    const mf::Coord c = wgmma::acc_elem(w, lane, r);
+                    if (j0 + c.col >= visible_keys(i0 + 64 * g + c.row, s.N, s.Nk, s.causal)) S.reg(w, lane, r) = -kInf;
+                  }
+              // [softmax-regs] Step 12's, on the warp's 16 rows: the row max over the four lanes of
+              // a group, scaled once into the log2 domain; p = exp2(s·scale·log2 e − m).
+              std::vector<std::array<float, 2>> gmax(32, {-kInf, -kInf});
+              for (int lane = 0; lane < 32; ++lane)
+                for (int hr = 0; hr < 2; ++hr)
+                  for (int q = 4 * mf::group(lane); q < 4 * mf::group(lane) + 4; ++q)
+                    for (int n = 0; n < sc.Bc / 8; ++n)
+                      gmax[size_t(lane)][size_t(hr)] =
+                          std::max({gmax[size_t(lane)][size_t(hr)], S.reg(w, q, 4 * n + 2 * hr), S.reg(w, q, 4 * n + 2 * hr + 1)});
+              for (int lane = 0; lane < 32; ++lane)
+                for (int hr = 0; hr < 2; ++hr) {
+                  float& m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
+                  const float m_new = std::max(m, gmax[size_t(lane)][size_t(hr)] * sl2);
+                  const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
+                  const float alpha = std::exp2(m - m_use);
+                  m = m_new;
+                  float rs = 0.0f;
+                  for (int n = 0; n < sc.Bc / 8; ++n)
+                    for (int e = 0; e < 2; ++e) {
+                      float& v = S.reg(w, lane, 4 * n + 2 * hr + e);
+                      v = std::exp2(std::fma(v, sl2, -m_use));
+                      rs += v;
+                    }
+                  float& l = wg.l[size_t(w)][size_t(lane)][size_t(hr)];
+                  l = l * alpha + rs;
+                  for (auto& op : wg.o)  // [deferred] Õ *= alpha for the row
+                    for (int n = 0; n < op.n / 8; ++n) op.reg(w, lane, 4 * n + 2 * hr) *= alpha, op.reg(w, lane, 4 * n + 2 * hr + 1) *= alpha;
+                }
+              led.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
+            }
+            // [c-to-a] P in the storage type, as each warp's A fragment of 16 keys; then [pv-wgmma]
+            // Õ += P V_j: per 16 keys and per panel of O one wgmma with P from registers.
+            for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) {
+              std::vector<mf::AFrag> pa(4, mf::AFrag(32));
+              for (int w = 0; w < 4; ++w)
+                for (int lane = 0; lane < 32; ++lane)
+                  for (int i = 0; i < 8; ++i)
+                    pa[size_t(w)][size_t(lane)][size_t(i)] =
+                        round_to(s.dtype, S.reg(w, lane, 4 * int(2 * kk + mf::a_from_c_tile(i)) + mf::a_from_c_elem(i)));
+              pv_prod(wg.o, pa, kv.v[stage], kk, led);
+            }
+          }
+          // [consumer] ring: both warpgroups arrived on empty(stage); [producer] refills it with tile j + stages.
+          if (ring && j + sc.stages < Tend) {
+            kv.k[stage].load_from(K, (j + sc.stages) * sc.Bc, 0);
+            kv.v[stage].load_from(V, (j + sc.stages) * sc.Bc, 0);
+          }
+          led.tiles_computed += 1;
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
+                              TileKind::Diagonal;
+        }
+        led.tiles_skipped += Tc - Tend;
+        // [o-staging] every warpgroup has read Q before O is written over it: a block-wide barrier
+        // (pipeline) or each consumer warpgroup's own named barrier (ring, not counted).
+        if (!ring) barrier(led);
+        // [final-divide] l summed over the group's four lanes; O = Õ / l into the warp's rows of
+        // the Q tile; L = (m + log2 l)·ln 2; then the tile out to HBM, the rows inside N.
+        for (int64_t g = 0; g < G; ++g)
+          for (int w = 0; w < 4; ++w) {
+            const WarpGroup& wg = wgs[size_t(g)];
+            for (int lane = 0; lane < 32; ++lane) {
+              const int g0 = 4 * mf::group(lane);
+              float lsum[2];
+              for (int hr = 0; hr < 2; ++hr)
+                lsum[hr] = (wg.l[size_t(w)][size_t(g0)][size_t(hr)] + wg.l[size_t(w)][size_t(g0 + 1)][size_t(hr)]) +
+                           (wg.l[size_t(w)][size_t(g0 + 2)][size_t(hr)] + wg.l[size_t(w)][size_t(g0 + 3)][size_t(hr)]);
+              for (int64_t pn = 0; pn < panels; ++pn)
+                for (int r = 0; r < int(PC) / 2; ++r) {
+                  const mf::Coord c = wgmma::acc_elem(w, lane, r);
+                  const int64_t row = 64 * g + c.row;  // in the tile
+                  const float li = lsum[(r % 4) / 2];
+                  Qs.write(row, PC * pn + c.col, li > 0.0f ? wg.o[size_t(pn)].reg(w, lane, r) * (1.0f / li) : 0.0f);
+                  if (i0 + row < s.N) ++led.nonmatmul_ops;
+                }
+              if (mf::thread_in_group(lane) == 0)
+                for (int hr = 0; hr < 2; ++hr) {
+                  const int64_t row = i0 + 64 * g + 16 * w + mf::group(lane) + 8 * hr;
+                  if (row >= s.N) continue;
+                  const float m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
+                  Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr])) * kLn2 : kInf);
+                  led.nonmatmul_ops += 2;
+                }
+            }
+          }
+        Qs.store_to(O, i0, 0);
+      }
+    }
+  return res;
+}
+
+// The ledger in closed form. One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits its first T_i K/V
+// tiles, `pairs` in all, `masked` of them with the per-element mask; `qtiles` blocks load Q. Per
+// pair and warpgroup: d/16 wgmmas of S reading 64·16 elements of Q and Bc·16 of K each, Bc/16 · d/64
+// wgmmas of P·V reading 16·64 elements of V each — every K/V element once per warpgroup, where
+// step 12 read it once per warp; 2·(2·64·Bc·d) FLOPs. Barriers: Pipeline one per pair and one per
+// block before O is staged; Ring one per block (the mbarriers' handshakes are not block-wide).
+LedgerSet closed_form(const Shape& s, const Tiles& sc, const std::string& kernel) {
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, G = sc.warpgroups(), W = 4 * G;
+  const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
+  int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0, qtiles = 0, q_rows = 0;
+  for (int64_t i = 0; i < Tr; ++i) {
+    const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
+    pairs += T;
+    qtiles += T > 0;
+    if (T > 0) q_rows += i1 - i0;
+    for (int64_t j = 0; j < T; ++j) {
+      masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);
+      diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal) == TileKind::Diagonal;
+      kv_rows += std::min(Bc, Nk - j * Bc);
+    }
+  }
+  LedgerSet ls;
+  Ledger& led = ls[kernel];
+  led.gmem_read = BH * (q_rows * d * 2 + kv_rows * 2 * d * 2);
+  led.gmem_write = BH * (N * d * 2 + N * 4);
+  led.smem_write = BH * (qtiles * Br * d * 2 + pairs * 2 * Bc * d * 2 + Tr * Br * d * 2);
+  led.smem_read = BH * (pairs * G * ((64 + Bc) * d + Bc * d) * 2 + N * d * 2);
+  led.barriers = BH * (sc.loads == Loads::Ring ? Tr : pairs + Tr);
+  led.matmul_flops = BH * pairs * G * 2 * (2 * 64 * Bc * d);
+  led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d) + masked * W * 16 * Bc + N * d + 2 * N);
+  led.tiles_computed = BH * pairs;
+  led.tiles_masked = BH * diagonal;
+  led.tiles_skipped = BH * (Tr * Tc - pairs);
+  led.smem_peak = sc.smem_peak;
+  return ls;
+}
+
+
+}  // namespace fa::wgmma_bp
