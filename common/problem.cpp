@@ -39,8 +39,8 @@ std::string validate(const Shape& s) {
   if (!os.str().empty()) return os.str();
   bool d_ok = false;
   for (int d : kHeadDims) d_ok = d_ok || s.d == d;
-  if (!d_ok) {
-    os << "--d must be one of 16, 32, 64, 128 (got " << s.d
+  if (!d_ok && s.d != kWideHeadDim) {
+    os << "--d must be one of 16, 32, 64, 128, 256 (got " << s.d
        << "); the head dimension is a template parameter of the kernels";
     return os.str();
   }

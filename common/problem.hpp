@@ -14,6 +14,9 @@ namespace fa {
 
 // Head dimensions the kernels are instantiated for (a template parameter of every kernel).
 inline constexpr int kHeadDims[] = {16, 32, 64, 128};
+// d = 256 as well, for the steps whose StepInfo::head_dims list it (the Hopper steps 14-16); every
+// other step refuses it, on every backend (StepInfo::takes_d).
+inline constexpr int kWideHeadDim = 256;
 
 struct Shape {
   int64_t B = 1, H = 1, N = 1, Nk = 1, d = 64;

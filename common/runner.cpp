@@ -292,6 +292,11 @@ int run_step_main(const StepInfo& step, int argc, char** argv, const StepInfo* p
     std::cerr << step.program() << ": error: " << e.what() << "\n";
     return 2;
   }
+  if (!step.takes_d(o.shape.d)) {
+    std::cerr << step.program() << ": error: --d " << o.shape.d
+              << " is for steps 14-16 (their Hopper kernels and blueprints); this step's tiles are sized for d <= 128\n";
+    return 2;
+  }
 
   if (!o.csv) {
     std::cout << step.program() << " — " << step.title << "\n";

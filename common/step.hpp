@@ -73,6 +73,14 @@ struct StepInfo {
   // refused, with head_dims_why as the reason. The blueprint runs every head dimension.
   std::vector<int> head_dims;
   std::string head_dims_why;
+  // d = 256 (kWideHeadDim) is a head dimension only for a step whose head_dims list it: the others'
+  // tiles, on the CPU too, are sized for d <= 128, and they refuse it on every backend.
+  bool takes_d(int64_t d) const {
+    if (d != 256) return true;
+    for (int x : head_dims)
+      if (x == 256) return true;
+    return false;
+  }
   // Shared memory per block of the step's largest kernel for a shape, from its schedule (bytes);
   // above the device's opt-in limit the shape is refused. The backward's, for a step that has one.
   int64_t (*smem_bytes)(const Shape&, const StepOptions&) = nullptr;

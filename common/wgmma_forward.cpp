@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "causal.hpp"
 #include "wgmma_layout.hpp"
@@ -23,6 +24,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 struct WarpGroup {
   std::vector<wgmma::Acc> o;                            // [panel]
   std::vector<std::vector<std::array<float, 2>>> m, l;  // [warp][lane][row half]
+  wgmma::Acc s{64};                                     // S of tile s_tile (P once its softmax ran)
+  std::vector<std::vector<m16n8k16::AFrag>> pa;         // [kk][warp]: P of tile p_tile as A fragments
+  int64_t s_tile = -1, p_tile = -1;
 };
 
 // Columns of O per P·V wgmma: a 64-column panel (fewer for d < 64, which only the blueprints run).
@@ -93,77 +97,102 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
         // past tile j − 1 (the barrier at the top of step j). [producer] Q and the first `stages`
         // tiles, then tile j + stages into the stage tile j freed.
         first(Tend, i0, sc, Qs, kv, Q, K, V);
-        for (int64_t j = 0; j < Tend; ++j) {
+        Consumer con;
+        // [s-wgmma] S = Q K_jᵀ: per 16 dims one 64 × Bc × 16 wgmma on the warpgroup's Q rows.
+        con.s = [&](int64_t g, int64_t j) {
+          WarpGroup& wg = wgs[size_t(g)];
+          wg.s = wgmma::Acc(int(sc.Bc));
+          wg.s_tile = j;
+          s_prod(wg.s, Qs, g, kv.k[size_t(j % sc.stages)], d, led);
+        };
+        con.softmax = [&](int64_t g, int64_t j) {
+          WarpGroup& wg = wgs[size_t(g)];
+          if (wg.s_tile != j) throw std::logic_error("wgmma forward: the softmax of tile " + std::to_string(j) + " before its S");
+          wgmma::Acc& S = wg.s;
           const int64_t j0 = j * sc.Bc;
-          const size_t stage = size_t(j % sc.stages);  // [consumer] ring: full(stage), phase j / stages
-          if (!ring) {
-            barrier(led);  // after the wait for tile j
-            if (j + 1 < Tend) {
-              kv.k[size_t((j + 1) % sc.stages)].load_from(K, j0 + sc.Bc, 0);
-              kv.v[size_t((j + 1) % sc.stages)].load_from(V, j0 + sc.Bc, 0);
-            }
-          }
           const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
-          for (int64_t g = 0; g < G; ++g) {
-            WarpGroup& wg = wgs[size_t(g)];
-            // [s-wgmma] S = Q K_jᵀ: per 16 dims one 64 × Bc × 16 wgmma on the warpgroup's Q rows.
-            wgmma::Acc S(int(sc.Bc));
-            s_prod(S, Qs, g, kv.k[stage], d, led);
-            for (int w = 0; w < 4; ++w) {
-              // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it.
-              if (masked)
-                for (int lane = 0; lane < 32; ++lane)
-                  for (int r = 0; r < sc.Bc / 2; ++r) {
-                    const mf::Coord c = wgmma::acc_elem(w, lane, r);
-                    if (j0 + c.col >= visible_keys(i0 + 64 * g + c.row, s.N, s.Nk, s.causal)) S.reg(w, lane, r) = -kInf;
-                  }
-              // [softmax-regs] Step 12's, on the warp's 16 rows: the row max over the four lanes of
-              // a group, scaled once into the log2 domain; p = exp2(s·scale·log2 e − m).
-              std::vector<std::array<float, 2>> gmax(32, {-kInf, -kInf});
+          for (int w = 0; w < 4; ++w) {
+            // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it.
+            if (masked)
               for (int lane = 0; lane < 32; ++lane)
-                for (int hr = 0; hr < 2; ++hr)
-                  for (int q = 4 * mf::group(lane); q < 4 * mf::group(lane) + 4; ++q)
-                    for (int n = 0; n < sc.Bc / 8; ++n)
-                      gmax[size_t(lane)][size_t(hr)] =
-                          std::max({gmax[size_t(lane)][size_t(hr)], S.reg(w, q, 4 * n + 2 * hr), S.reg(w, q, 4 * n + 2 * hr + 1)});
-              for (int lane = 0; lane < 32; ++lane)
-                for (int hr = 0; hr < 2; ++hr) {
-                  float& m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
-                  const float m_new = std::max(m, gmax[size_t(lane)][size_t(hr)] * sl2);
-                  const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
-                  const float alpha = std::exp2(m - m_use);
-                  m = m_new;
-                  float rs = 0.0f;
-                  for (int n = 0; n < sc.Bc / 8; ++n)
-                    for (int e = 0; e < 2; ++e) {
-                      float& v = S.reg(w, lane, 4 * n + 2 * hr + e);
-                      v = std::exp2(std::fma(v, sl2, -m_use));
-                      rs += v;
-                    }
-                  float& l = wg.l[size_t(w)][size_t(lane)][size_t(hr)];
-                  l = l * alpha + rs;
-                  for (auto& op : wg.o)  // [deferred] Õ *= alpha for the row
-                    for (int n = 0; n < op.n / 8; ++n) op.reg(w, lane, 4 * n + 2 * hr) *= alpha, op.reg(w, lane, 4 * n + 2 * hr + 1) *= alpha;
+                for (int r = 0; r < sc.Bc / 2; ++r) {
+                  const mf::Coord c = wgmma::acc_elem(w, lane, r);
+                  if (j0 + c.col >= visible_keys(i0 + 64 * g + c.row, s.N, s.Nk, s.causal)) S.reg(w, lane, r) = -kInf;
                 }
-              led.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
-            }
-            // [c-to-a] P in the storage type, as each warp's A fragment of 16 keys; then [pv-wgmma]
-            // Õ += P V_j: per 16 keys and per panel of O one wgmma with P from registers.
-            for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) {
-              std::vector<mf::AFrag> pa(4, mf::AFrag(32));
-              for (int w = 0; w < 4; ++w)
-                for (int lane = 0; lane < 32; ++lane)
-                  for (int i = 0; i < 8; ++i)
-                    pa[size_t(w)][size_t(lane)][size_t(i)] =
-                        round_to(s.dtype, S.reg(w, lane, 4 * int(2 * kk + mf::a_from_c_tile(i)) + mf::a_from_c_elem(i)));
-              pv_prod(wg.o, pa, kv.v[stage], kk, led);
-            }
+            // [softmax-regs] Step 12's, on the warp's 16 rows: the row max over the four lanes of
+            // a group, scaled once into the log2 domain; p = exp2(s·scale·log2 e − m).
+            std::vector<std::array<float, 2>> gmax(32, {-kInf, -kInf});
+            for (int lane = 0; lane < 32; ++lane)
+              for (int hr = 0; hr < 2; ++hr)
+                for (int q = 4 * mf::group(lane); q < 4 * mf::group(lane) + 4; ++q)
+                  for (int n = 0; n < sc.Bc / 8; ++n)
+                    gmax[size_t(lane)][size_t(hr)] =
+                        std::max({gmax[size_t(lane)][size_t(hr)], S.reg(w, q, 4 * n + 2 * hr), S.reg(w, q, 4 * n + 2 * hr + 1)});
+            for (int lane = 0; lane < 32; ++lane)
+              for (int hr = 0; hr < 2; ++hr) {
+                float& m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
+                const float m_new = std::max(m, gmax[size_t(lane)][size_t(hr)] * sl2);
+                const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
+                const float alpha = std::exp2(m - m_use);
+                m = m_new;
+                float rs = 0.0f;
+                for (int n = 0; n < sc.Bc / 8; ++n)
+                  for (int e = 0; e < 2; ++e) {
+                    float& v = S.reg(w, lane, 4 * n + 2 * hr + e);
+                    v = std::exp2(std::fma(v, sl2, -m_use));
+                    rs += v;
+                  }
+                float& l = wg.l[size_t(w)][size_t(lane)][size_t(hr)];
+                l = l * alpha + rs;
+                for (auto& op : wg.o)  // [deferred] Õ *= alpha for the row
+                  for (int n = 0; n < op.n / 8; ++n) op.reg(w, lane, 4 * n + 2 * hr) *= alpha, op.reg(w, lane, 4 * n + 2 * hr + 1) *= alpha;
+              }
+            led.nonmatmul_ops += 16 * sc.Bc * (masked ? 6 : 5) + 3 * 16 + 16 * d;
           }
-          // [consumer] ring: both warpgroups arrived on empty(stage); [producer] refills it with tile j + stages.
-          if (ring && j + sc.stages < Tend) {
+          // [c-to-a] P in the storage type, as each warp's A fragment of 16 keys (per kk).
+          wg.pa.assign(size_t(sc.Bc / 16), std::vector<mf::AFrag>(4, mf::AFrag(32)));
+          for (int64_t kk = 0; kk < sc.Bc / 16; ++kk)
+            for (int w = 0; w < 4; ++w)
+              for (int lane = 0; lane < 32; ++lane)
+                for (int i = 0; i < 8; ++i)
+                  wg.pa[size_t(kk)][size_t(w)][size_t(lane)][size_t(i)] =
+                      round_to(s.dtype, S.reg(w, lane, 4 * int(2 * kk + mf::a_from_c_tile(i)) + mf::a_from_c_elem(i)));
+          wg.p_tile = j;
+        };
+        // [pv-wgmma] Õ += P V_j: per 16 keys and per panel of O one wgmma with P from registers.
+        con.pv = [&](int64_t g, int64_t j) {
+          WarpGroup& wg = wgs[size_t(g)];
+          if (wg.p_tile != j) throw std::logic_error("wgmma forward: P·V of tile " + std::to_string(j) + " without its P");
+          for (int64_t kk = 0; kk < sc.Bc / 16; ++kk) pv_prod(wg.o, wg.pa[size_t(kk)], kv.v[size_t(j % sc.stages)], kk, led);
+        };
+        // [consumer] ring: every warpgroup arrived on empty(stage of tile j); [producer] refills it
+        // with tile j + stages.
+        con.release = [&](int64_t j) {
+          if (!ring) throw std::logic_error("wgmma forward: release is the ring's");
+          const size_t stage = size_t(j % sc.stages);
+          if (j + sc.stages < Tend) {
             kv.k[stage].load_from(K, (j + sc.stages) * sc.Bc, 0);
             kv.v[stage].load_from(V, (j + sc.stages) * sc.Bc, 0);
           }
+        };
+        if (ops.turns) {
+          if (!ring) throw std::invalid_argument("wgmma forward: turns need the producer's ring");
+          ops.turns(Tend, G, con);
+        } else {
+          for (int64_t j = 0; j < Tend; ++j) {
+            if (!ring) {
+              barrier(led);  // after the wait for tile j
+              if (j + 1 < Tend) {
+                kv.k[size_t((j + 1) % sc.stages)].load_from(K, (j + 1) * sc.Bc, 0);
+                kv.v[size_t((j + 1) % sc.stages)].load_from(V, (j + 1) * sc.Bc, 0);
+              }
+            }
+            for (int64_t g = 0; g < G; ++g) con.s(g, j), con.softmax(g, j), con.pv(g, j);
+            if (ring) con.release(j);
+          }
+        }
+        for (int64_t j = 0; j < Tend; ++j) {
+          const int64_t j0 = j * sc.Bc;
           led.tiles_computed += 1;
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
                               TileKind::Diagonal;

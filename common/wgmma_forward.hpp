@@ -12,6 +12,7 @@
 // and each step passes the pieces of the schedule its lab blanks (Ops).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,17 @@ struct Stages {
   std::vector<SmemTile> k, v;
 };
 
+// What a consumer warpgroup does with a tile, in the order a schedule calls them: for warpgroup g,
+// s(g, j) multiplies S_j = Q·K_jᵀ; softmax(g, j) masks it, runs the softmax (Õ *= α_j) and packs P_j
+// as the register operand; pv(g, j) adds P_j·V_j into Õ. release(j): every warpgroup is done with
+// the stage of tile j, which the producer refills with tile j + stages (the ring only). Called out of
+// order they fail or give a wrong O: the softmax of a tile whose S is not there, a P·V without its
+// P, or a stage refilled before its last product read it.
+struct Consumer {
+  std::function<void(int64_t g, int64_t j)> s, softmax, pv;
+  std::function<void(int64_t j)> release;
+};
+
 // The pieces a step may write itself (its lab regions); a null one is the default below.
 struct Ops {
   // [s-wgmma] S = Q·K_jᵀ for warpgroup g (rows 64g of the Q tile): d/16 wgmmas.
@@ -49,6 +61,9 @@ struct Ops {
   // Tend > 0), then tile 0 (Pipeline) or tiles 0 .. min(Tend, stages) − 1 (Ring).
   void (*first_loads)(int64_t Tend, int64_t i0, const Tiles& t, SmemTile& Qs, Stages& kv, const GlobalMat& Q,
                       const GlobalMat& K, const GlobalMat& V) = nullptr;
+  // The consumers' schedule over a block's Tend tiles with G warpgroups (the ring only). The default
+  // is steps 14 and 15's: tile by tile, each warpgroup s, softmax, pv in turn; then release.
+  void (*turns)(int64_t Tend, int64_t G, Consumer& c) = nullptr;
 };
 
 void s_product(wgmma::Acc& S, const SmemTile& Qs, int64_t g, const SmemTile& Ks, int64_t d, Ledger& led);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's scaled_dot_product_attention, each backend alone, on the course's benchmark shapes.
 
-  scripts/peers.py OUT.csv [--quick] [--commit HASH]
+  scripts/peers.py OUT.csv [--quick] [--commit HASH] [--backends LIST] [--ns LIST] [--ds LIST] [--fwd-only]
 
 The peers our steps are measured against, in the same session and on the same GPU: flash
 (FlashAttention-2), cudnn, efficient (memory-efficient) and math, forward and backward, over
@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--ns", default="", help="comma-separated N values (default 512 ... 16384; --quick: 1024, 4096)")
     ap.add_argument("--backends", default="", help="comma-separated subset of flash,cudnn,efficient,math (default all)")
+    ap.add_argument("--ds", default="64,128", help="comma-separated head dimensions (default 64,128)")
+    ap.add_argument("--fwd-only", action="store_true", help="time the forward alone (the bwd columns stay empty)")
     args = ap.parse_args()
     try:
         import torch
@@ -81,10 +83,11 @@ def main():
     with open(args.out, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
-        total = len(ns) * 2 * 2 * 2 * len(backends)
+        ds = [int(x) for x in args.ds.split(",")]
+        total = len(ns) * 2 * len(ds) * 2 * len(backends)
         k = 0
         for dtype_name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
-            for d in (64, 128):
+            for d in ds:
                 for causal in (0, 1):
                     for n in ns:
                         B, H = 16384 // n, 2048 // d
@@ -104,14 +107,19 @@ def main():
                                     out = F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal))
                                     fwd = timed(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal)),
                                                 args.reps)
-                                    bwd_total = timed(lambda: torch.autograd.grad(
-                                        F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal)), (q, kk, v), do),
-                                        args.reps)
+                                    if not args.fwd_only:
+                                        bwd_total = timed(lambda: torch.autograd.grad(
+                                            F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal)), (q, kk, v), do),
+                                            args.reps)
                                 del out
-                                bwd = max(bwd_total - fwd, 1e-6)  # backward alone: forward + backward minus forward
-                                w.writerow(row + [f"{fwd:.4f}", f"{flops / fwd / 1e9:.1f}", f"{bwd:.4f}",
-                                                  f"{2.5 * flops / bwd / 1e9:.1f}", "ok"])
-                                msg = f"{fwd:.3f} ms fwd, {bwd:.3f} ms bwd"
+                                if args.fwd_only:
+                                    w.writerow(row + [f"{fwd:.4f}", f"{flops / fwd / 1e9:.1f}", "", "", "ok"])
+                                    msg = f"{fwd:.3f} ms fwd"
+                                else:
+                                    bwd = max(bwd_total - fwd, 1e-6)  # backward alone: forward + backward minus forward
+                                    w.writerow(row + [f"{fwd:.4f}", f"{flops / fwd / 1e9:.1f}", f"{bwd:.4f}",
+                                                      f"{2.5 * flops / bwd / 1e9:.1f}", "ok"])
+                                    msg = f"{fwd:.3f} ms fwd, {bwd:.3f} ms bwd"
                             except Exception as e:  # a backend that does not support the shape, or OOM
                                 reason = str(e).strip().splitlines()[0][:160].replace(",", ";") if str(e).strip() else type(e).__name__
                                 w.writerow(row + ["", "", "", "", f"failed: {reason}"])

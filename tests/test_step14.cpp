@@ -124,23 +124,28 @@ TEST_CASE("step 14: --tiles names exist, unknown ones are refused, and the tiles
   CHECK(step14::tiles_of(StepOptions{}) == step14::kTilesAuto);
   CHECK_THROWS(step14::tiles_of(StepOptions{{"tiles", "256x256"}}));
   CHECK(step14::smem_bytes(step14::schedule_for(128), 128) == 96 * 1024);  // two blocks per SM
-  CHECK(step14::blocks_per_sm(step14::schedule_for(128)) == 2);
+  CHECK(step14::blocks_per_sm(step14::schedule_for(128), 128) == 2);
   CHECK(step14::smem_bytes(step14::schedule_for(128, step14::kTiles128x128), 128) == 160 * 1024);
-  CHECK(step14::blocks_per_sm(step14::schedule_for(128, step14::kTiles128x128)) == 1);
+  CHECK(step14::blocks_per_sm(step14::schedule_for(128, step14::kTiles128x128), 128) == 1);
   CHECK(step14::smem_bytes(step14::schedule_for(64), 64) == 48 * 1024);
+  // d = 256: the same 128 × 64 tile, 192 KB, and one block per SM (Õ alone is 128 floats a thread).
+  CHECK(step14::smem_bytes(step14::schedule_for(256), 256) == 192 * 1024);
+  CHECK(step14::blocks_per_sm(step14::schedule_for(256), 256) == 1);
+  CHECK(step14::smem_bytes(step14::schedule_for(256, step14::kTiles128x128), 256) > step14::kSmemBudget);
 }
 
 TEST_CASE("step 14: refused before sm_90, after it (sm_90a is Hopper's alone), and at head dimensions it does not compile") {
   const StepInfo& st = step14::info();
   Shape s;
   s.N = s.Nk = 256;
-  for (int64_t d : kHeadDims) {
+  for (int64_t d : {16, 32, 64, 128, 256}) {
     s.d = d;
     CAPTURE(d);
-    const bool compiled = d == 64 || d == 128;
+    const bool compiled = d == 64 || d == 128 || d == 256;
+    CHECK(st.takes_d(d));
     const std::string h200 = unsupported_reason(st, s, {}, with_fake_cc(GpuCaps{}, 90));
     CHECK(h200.empty() == compiled);
-    if (!compiled) CHECK(h200.find("step14: head dimension " + std::to_string(d) + " is not compiled for the GPU (d = 64, 128)") == 0);
+    if (!compiled) CHECK(h200.find("step14: head dimension " + std::to_string(d) + " is not compiled for the GPU (d = 64, 128, 256)") == 0);
     const std::string a100 = unsupported_reason(st, s, {}, with_fake_cc(GpuCaps{}, 80));
     CHECK(a100.find("step14: needs wgmma.mma_async (sm_90a) (compute capability 9.0") == 0);
   }

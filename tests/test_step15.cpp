@@ -152,11 +152,12 @@ TEST_CASE("step 15: refused before and after sm_90, and at head dimensions it do
   const StepInfo& st = step15::info();
   Shape s;
   s.N = s.Nk = 256;
-  for (int64_t d : kHeadDims) {
+  for (int64_t d : {16, 32, 64, 128, 256}) {
     s.d = d;
     CAPTURE(d);
+    CHECK(st.takes_d(d));
     const std::string h200 = unsupported_reason(st, s, {}, with_fake_cc(GpuCaps{}, 90));
-    CHECK(h200.empty() == (d == 64 || d == 128));
+    CHECK(h200.empty() == (d == 64 || d == 128 || d == 256));
     CHECK(unsupported_reason(st, s, {}, with_fake_cc(GpuCaps{}, 89)).find("step15: needs wgmma.mma_async, TMA and setmaxnreg (sm_90a)") == 0);
   }
 }

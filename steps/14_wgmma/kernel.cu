@@ -65,7 +65,7 @@ template <int N>
 __device__ inline void cp_async_wait() { FA_SM90A_ONLY(asm volatile("cp.async.wait_group %0;\n" ::"n"(N))); }
 
 template <class T, int D, int Bc>
-__global__ void __launch_bounds__(256, blocks_per_sm(Schedule{128, Bc, 2})) step14_wgmma(AttnParams p) {
+__global__ void __launch_bounds__(256, blocks_per_sm(Schedule{128, Bc, 2}, D)) step14_wgmma(AttnParams p) {
   constexpr Schedule S{128, Bc, 2};
   constexpr int Br = S.Br, kThreads = S.threads(), kPanels = D / wgmma::kPanel;
   static_assert(kThreads == 256 && valid(S) && D % wgmma::kPanel == 0, "two warpgroups, whole panels");
@@ -280,7 +280,8 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
 template <class T, int D>
 void launch_tiles(const AttnParams& p, int tiles, cudaStream_t st) {
   if (tiles == kTilesAuto) return launch_typed<T, D, kSchedule.Bc>(p, st);
-  if constexpr (std::is_same_v<T, __half>) return launch_typed<T, D, schedule_for(D, kTiles128x128).Bc>(p, st);
+  if constexpr (std::is_same_v<T, __half> && D <= 128) return launch_typed<T, D, schedule_for(D, kTiles128x128).Bc>(p, st);
+  if constexpr (D > 128) throw Unsupported("step14: --tiles 128x128 does not fit at d = " + std::to_string(D));
   throw Unsupported(std::string("step14: --tiles ") + kTileNames[tiles] + " is compiled for fp16 only");
 }
 
@@ -289,7 +290,8 @@ void launch_d(const AttnParams& p, int tiles, cudaStream_t st) {
   switch (p.d) {
     case 64: return launch_tiles<T, 64>(p, tiles, st);
     case 128: return launch_tiles<T, 128>(p, tiles, st);
-    default: throw Unsupported("step14: head dimension " + std::to_string(p.d) + " is not compiled (64, 128: [stored-d])");
+    case 256: return launch_tiles<T, 256>(p, tiles, st);
+    default: throw Unsupported("step14: head dimension " + std::to_string(p.d) + " is not compiled (64, 128, 256: [stored-d])");
   }
 }
 

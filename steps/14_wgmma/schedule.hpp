@@ -38,7 +38,8 @@ inline constexpr const char* kTileNames[kTileChoices] = {"auto", "128x128"};
 FA_HD constexpr Schedule schedule_for(int /*d*/, int tiles = kTilesAuto) {
   return tiles == kTiles128x128 ? Schedule{128, 128, 2} : kSchedule;
 }
-FA_HD constexpr int blocks_per_sm(const Schedule& s) { return s.Bc == 64 ? 2 : 1; }  // __launch_bounds__'s minimum
+FA_HD constexpr int blocks_per_sm(const Schedule& s, int d) { return s.Bc == 64 && d <= 128 ? 2 : 1; }  // __launch_bounds__'s minimum
+// (at d = 256, Õ alone is 128 floats per thread: one block per SM, so a thread may hold 255 registers)
 
 inline constexpr int kStages = 2;  // K/V buffers in flight (step 12's pipeline)
 inline constexpr int64_t kSmemBudget = 227 * 1024;
@@ -46,14 +47,16 @@ inline constexpr int64_t kSmemBudget = 227 * 1024;
 // [stored-d] The kernels are compiled for d = 64 and 128: a 128-byte swizzled row holds 64
 // columns, and a row of Q or K shorter than that would need another swizzle mode. The blueprint
 // runs every d (a CPU loop has no swizzle); on the GPU other head dimensions are refused.
-inline constexpr int kHeadDims[] = {64, 128};
+inline constexpr int kHeadDims[] = {64, 128, 256};
 
 // Shared memory per block: the Q tile, then kStages × (K tile, V tile), each in 64-column panels
 // (d·2 bytes per row); the start is 1024-byte aligned, as the swizzle needs (the kernel checks).
 FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) { return (int64_t(s.Br) + int64_t(kStages) * 2 * s.Bc) * d * 2; }
 FA_HD constexpr bool valid(const Schedule& s) { return s.G > 0 && s.Br == 64 * s.G && s.Bc % 64 == 0 && s.Bc <= 128; }
 static_assert(valid(schedule_for(128)) && valid(schedule_for(128, kTiles128x128)), "whole warpgroups, whole panels");
-static_assert(smem_bytes(kSchedule, 128) <= kSmemBudget, "Q and the K/V stages must fit the block");
+static_assert(smem_bytes(kSchedule, 256) <= kSmemBudget && smem_bytes(schedule_for(128, kTiles128x128), 128) <= kSmemBudget &&
+                  smem_bytes(schedule_for(256, kTiles128x128), 256) > kSmemBudget,
+              "Q and the K/V stages must fit the block (128-key tiles do not at d = 256)");
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;

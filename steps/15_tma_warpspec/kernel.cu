@@ -344,8 +344,8 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
 template <class T, int D>
 void launch_tiles(const AttnParams& p, int tiles, cudaStream_t st) {
   constexpr Schedule a = schedule_for(D), t = schedule_for(D, kTiles128x64);
-  if (tiles == kTilesAuto) return launch_typed<T, D, a.Bc, a.stages>(p, st);
-  if constexpr (std::is_same_v<T, __half>) return launch_typed<T, D, t.Bc, t.stages>(p, st);
+  if (tiles == kTilesAuto || t.Bc == a.Bc) return launch_typed<T, D, a.Bc, a.stages>(p, st);  // d = 256: the same tile
+  if constexpr (std::is_same_v<T, __half> && t.Bc != a.Bc) return launch_typed<T, D, t.Bc, t.stages>(p, st);
   throw Unsupported(std::string("step15: --tiles ") + kTileNames[tiles] + " is compiled for fp16 only");
 }
 
@@ -354,7 +354,8 @@ void launch_d(const AttnParams& p, int tiles, cudaStream_t st) {
   switch (p.d) {
     case 64: return launch_tiles<T, 64>(p, tiles, st);
     case 128: return launch_tiles<T, 128>(p, tiles, st);
-    default: throw Unsupported("step15: head dimension " + std::to_string(p.d) + " is not compiled (64, 128: [stored-d])");
+    case 256: return launch_tiles<T, 256>(p, tiles, st);
+    default: throw Unsupported("step15: head dimension " + std::to_string(p.d) + " is not compiled (64, 128, 256: [stored-d])");
   }
 }
 

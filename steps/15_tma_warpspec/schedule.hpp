@@ -34,13 +34,14 @@ struct Schedule {
 enum Tiles : int { kTilesAuto = 0, kTiles128x64, kTileChoices };
 inline constexpr const char* kTileNames[kTileChoices] = {"auto", "128x64"};
 FA_HD constexpr Schedule schedule_for(int d, int tiles = kTilesAuto) {
+  if (d > 128) return Schedule{128, 64, 2};  // d = 256: two 64-key stages are 128 KB beside Q's 64 KB
   return tiles == kTiles128x64 ? Schedule{128, 64, d <= 64 ? 8 : 4} : Schedule{128, 128, d <= 64 ? 4 : 2};
 }
 inline constexpr int64_t kSmemBudget = 227 * 1024;
 
 // [stored-d] As step 14: the kernels are compiled for d = 64 and 128 (a TMA box of 64 columns is
 // one 128-byte swizzled row); the blueprint runs every d.
-inline constexpr int kHeadDims[] = {64, 128};
+inline constexpr int kHeadDims[] = {64, 128, 256};
 
 // [registers] setmaxnreg: the producer warpgroup gives its registers up to 24 per thread, the two
 // consumer warpgroups take 240 — 128·24 + 256·240 = 64512 of the SM's 65536.
@@ -60,7 +61,7 @@ static_assert(valid(schedule_for(64)) && valid(schedule_for(128)) && valid(sched
               "two consumer warpgroups, whole panels");
 static_assert(smem_bytes(schedule_for(128), 128) <= kSmemBudget && smem_bytes(schedule_for(64), 64) <= kSmemBudget &&
                   smem_bytes(schedule_for(128, kTiles128x64), 128) <= kSmemBudget &&
-                  smem_bytes(schedule_for(64, kTiles128x64), 64) <= kSmemBudget,
+                  smem_bytes(schedule_for(64, kTiles128x64), 64) <= kSmemBudget && smem_bytes(schedule_for(256), 256) <= kSmemBudget,
               "Q, the stages and the barriers must fit the block");
 
 // [handshake] A wait names a phase of an mbarrier by its parity: try_wait.parity(P) succeeds once the
