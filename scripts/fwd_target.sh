@@ -70,7 +70,9 @@ if [ "${FA_NCU:-1}" = 1 ]; then
   rm -f "$out/ncu_raw.csv" "$out/ledger.csv" "$out/ncu.log"
 fi
 if [ "${FA_FWD_SET:-16}" = 16 ]; then
+  # FA_DEADLINE (seconds since the epoch): the bench stops starting runs in time (its --budget-s).
+  left=$(( ${FA_DEADLINE:-$(( $(date +%s) + 900 ))} - $(date +%s) - 10 ))
   "$build/bench" --steps 16 --variants ablations --check-heads 1 --dtypes fp16 --ns 16384 --ds 64,128,256 --causal 0,1 \
-    --commit "$commit" --out "$out/ablation_${slug}_step16.csv" >&2 || { echo "fwd_target.sh: step 16's experiments: a run failed" >&2; fail=1; }
+    --budget-s $(( left > 1 ? left : 1 )) --commit "$commit" --out "$out/ablation_${slug}_step16.csv" >&2 || { echo "fwd_target.sh: step 16's experiments: a run failed" >&2; fail=1; }
 fi
 exit $fail
