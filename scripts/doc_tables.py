@@ -303,13 +303,15 @@ def target(step):
          f"step {step} / flash"], body) + "\n\n" + summary
 
 
-def ablation(step, label="without"):
+def ablation(step, label="without", only=None):
     """The step with each of its changes taken out alone (bench --variants ablations -> ablation_*_stepNN.csv):
     per (d, causal, N), the full step's time and, per ablation, its time over the full step's (above 1:
     the change helped). Closing line: per ablation, the geometric mean of that ratio over the points
     and its range. `label` heads each column ("without" a change; "--tiles" for a step whose only
     experiment is another tile: above 1, the default tile is faster)."""
     rs = [r for r in rows(f"ablation_*_step{step}.csv") if r["step"] == step]
+    if only:  # the default and the variants of one flag ("tiles", "ablate")
+        rs = [r for r in rs if r["variant"] == "-" or r["variant"].startswith(only + "=")]
     if not rs:
         return provenance(rs)
     by = {(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"]): r for r in rs}
@@ -339,13 +341,13 @@ def ablation(step, label="without"):
     return provenance(rs) + "\n\n" + table(header, body) + "\n\n" + summary
 
 
-def ncu_stalls(steps, n="4096"):
+def ncu_stalls(steps, n="4096", pattern="ncu_*.csv"):
     """Nsight per kernel at one N (both masks), with the per-operation shared-memory counters: time,
     registers, occupancy, tensor-pipe share, bank conflicts of plain loads (LDS; the hardware counter
     also counts ldmatrix's wavefronts), stores (STS), ldmatrix (LDSM) and cp.async (LDGSTS), all
     load and ldmatrix wavefronts, and the main warp stall reasons (warps stalled per issued
     instruction). Rows without the per-operation columns (older runs) are left out."""
-    rs = [r for r in rows("ncu_*.csv") if r["step"] in steps and r["N"] == n and r.get("wavefronts_ld")]
+    rs = [r for r in rows(pattern) if r["step"] in steps and r["N"] == n and r.get("wavefronts_ld")]
     if not rs:
         return provenance(rs)
     stalls = ["long_scoreboard", "wait", "math_pipe_throttle", "dispatch_stall", "not_selected",
@@ -559,6 +561,112 @@ def fwd_target(show):
     return head + "\n\n" + t + "\n\n" + " ".join(lines)
 
 
+def fwd16_rows():
+    """Step 16's target run (target_*_fwd16.csv: step 16 at d = 64, 128, 256; steps 14, 15 at d = 256) and
+    the peers of that run (peers_*_fwd16.csv), by (step,) + point and (backend,) + point."""
+    ours = [r for r in rows("target_*_fwd16.csv") if r.get("ms")]
+    peers = {}
+    for r in rows("peers_*_fwd16.csv"):
+        if r["status"] == "ok":
+            peers[(r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    return ours, {(r["step"],) + point(r): r for r in ours}, peers
+
+
+def fwd16_target():
+    """Step 16 against PyTorch's flash and cuDNN backends of the same run over the target matrix (d = 64
+    and 128): TFLOP/s and the ratios of times. Closing lines: the targets of docs/16 (step 16 / cuDNN
+    geometric mean >= 1.0, no point below 0.9, >= 1.6x flash), with the points below 0.9 named."""
+    ours, by, peers = fwd16_rows()
+    if not ours:
+        return provenance([], "scripts/fwd_target.sh")
+    commits = {r["commit"] for r in ours}
+    body, vs_flash, vs_cudnn, used, missing = [], [], [], [], []
+    for key in FWD_TARGET_POINTS:
+        dt, d, c, n = key
+        r = by.get(("16",) + key)
+        if not r:
+            missing.append(key)
+            body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 5)
+            continue
+        ok = "" if r["pass"] == "1" else " (FAIL)"
+        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{float(r['tflops']):.1f}{ok}"]
+        for peer, acc in ((peers.get(("flash",) + key), vs_flash), (peers.get(("cudnn",) + key), vs_cudnn)):
+            row += peer_cells(peer, r, acc, key, used, "fwd", "ms")
+        body.append(row)
+    head = provenance(ours)
+    if used:
+        head += peers_note(used, commits, "step 16's", "the ratios are across two runs, which the target does not allow.")
+    head += " _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides; a ratio is the peer's time over step 16's (above 1: step 16 is faster)._"
+    t = table(["dtype", "d", "causal", "N", "B×H", "step 16 TFLOP/s", "flash (FA2) TFLOP/s", "step 16 / flash",
+               "cuDNN TFLOP/s", "step 16 / cuDNN"], body)
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+    name = lambda k: f"{k[0]} d = {k[1]} {'causal' if k[2] else 'no mask'} N = {k[3]}"
+    lines = []
+    if vs_cudnn:
+        xs = [x for x, _ in vs_cudnn]
+        low = sorted((x, k) for x, k in vs_cudnn if x < 0.9)
+        lo, lk = min(vs_cudnn)
+        lines.append(f"Over the {len(xs)} points: step 16 / cuDNN geometric mean **{geo(xs):.3f}** (target ≥ 1.0), "
+                     f"minimum {lo:.3f} ({name(lk)}); {sum(x >= 1.0 for x in xs)} of {len(xs)} points at or above 1; "
+                     f"points below 0.9 (target: none): **{len(low)}**"
+                     + (" — " + "; ".join(f"{name(k)}: {x:.3f}" for x, k in low) + "." if low else "."))
+    if vs_flash:
+        xs = [x for x, _ in vs_flash]
+        lo, lk = min(vs_flash)
+        lines.append(f"Step 16 / flash: geometric mean **{geo(xs):.3f}** (target ≥ 1.6), minimum {lo:.3f} ({name(lk)}).")
+    if missing:
+        lines.append(f"**Not measured: {len(missing)} of the {len(FWD_TARGET_POINTS)} points.**")
+    fails = sum(r["pass"] != "1" for r in ours)
+    lines.append(f"{fails} row(s) FAILED the check." if fails else
+                 f"Every row of the run ({len(ours)}: step 16 at d = 64, 128, 256; steps 14 and 15 at d = 256) passed its check against the reference.")
+    return head + "\n\n" + t + "\n\n" + " ".join(lines)
+
+
+def fwd16_wide():
+    """d = 256: steps 14, 15 and 16 of the same run beside every peer that ran the shape."""
+    ours, by, peers = fwd16_rows()
+    wide = [r for r in ours if r["d"] == "256"]
+    if not wide:
+        return provenance([], "scripts/fwd_target.sh")
+    body, vs15, vsc, vsf, used = [], [], [], [], []
+    for dt in ("fp16", "bf16"):
+        for c in (0, 1):
+            for n in (1024, 2048, 4096, 8192, 16384):
+                key = (dt, 256, c, n)
+                r16, r15, r14 = by.get(("16",) + key), by.get(("15",) + key), by.get(("14",) + key)
+                if not r16:
+                    body.append([dt, "yes" if c else "no", n, "not measured"] + ["–"] * 8)
+                    continue
+                cell = lambda r: (f"{float(r['tflops']):.1f}" + ("" if r["pass"] == "1" else " (FAIL)")) if r else "–"
+                row = [dt, "yes" if c else "no", n, cell(r14), cell(r15), cell(r16)]
+                if r15:
+                    x = float(r15["ms"]) / float(r16["ms"])
+                    vs15.append(x)
+                    row.append(f"{x:.3f}")
+                else:
+                    row.append("–")
+                for peer, acc in ((peers.get(("flash",) + key), vsf), (peers.get(("cudnn",) + key), vsc)):
+                    row += peer_cells(peer, r16, acc, key, used, "fwd", "ms")
+                body.append(row)
+    head = provenance(wide)
+    if used:
+        head += peers_note(used, {r["commit"] for r in wide}, "the steps'", "the ratios are across two runs.")
+    t = table(["dtype", "causal", "N", "step 14 TFLOP/s", "step 15 TFLOP/s", "step 16 TFLOP/s", "step 16 / step 15",
+               "flash (FA2) TFLOP/s", "step 16 / flash", "cuDNN TFLOP/s", "step 16 / cuDNN"], body)
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+    rng = lambda xs: f"geometric mean **{geo(xs):.3f}**, range {min(xs):.3f}–{max(xs):.3f}"
+    vsf, vsc = [x for x, _ in vsf], [x for x, _ in vsc]
+    lines = [f"d = 256 (B·N = 16k, H = 8): step 16 / step 15 {rng(vs15)}" if vs15 else "",
+             f"step 16 / flash {rng(vsf)}" if vsf else "", f"step 16 / cuDNN {rng(vsc)}" if vsc else "",
+             f"{sum(x >= 1.0 for x in vsc)} of {len(vsc)} points at or above cuDNN" if vsc else ""]
+    best = max((r for r in ours if r["step"] == "16" and r["pass"] == "1"), key=lambda r: float(r["tflops"]), default=None)
+    if best:  # over the whole run (d = 64, 128, 256)
+        lines.append(f"step 16's best point of the run: {float(best['tflops']):.1f} TFLOP/s ({best['dtype']}, d = {best['d']}, "
+                     f"{'causal' if best['causal'] == '1' else 'no mask'}, N = {best['N']}), "
+                     f"{100 * float(best['tflops']) / 989.0:.0f} % of the H200's 989 TFLOP/s dense fp16/bf16 (datasheet)")
+    return head + "\n\n" + t + "\n\n" + "; ".join(x for x in lines if x) + "."
+
+
 def step12_dropout():
     """Step 12's forward with --dropout against the same run without it (dropout_*_step12.csv, written by
     scripts/bwd_target.sh): per point, both times and their ratio (above 1: dropout costs that much)."""
@@ -770,6 +878,11 @@ TABLES = {
     "step14-target": lambda: fwd_target("14"),
     "step15-target": lambda: fwd_target("15"),
     "step15-ncu": lambda: ncu_stalls(("14", "15")),
+    "step16-target": fwd16_target,
+    "step16-d256": fwd16_wide,
+    "step16-ablation": lambda: ablation("16", only="ablate"),
+    "step16-tiles": lambda: ablation("16", "--tiles", only="tiles"),
+    "step16-ncu": lambda: ncu_stalls(("15", "16"), pattern="ncu16_*.csv"),
     "step13-ledger": bwd_ledger,
     "step13-first": bwd_first,
     "step13-ncu": lambda: ncu_stalls(("13",)),

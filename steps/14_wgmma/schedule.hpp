@@ -44,7 +44,7 @@ FA_HD constexpr int blocks_per_sm(const Schedule& s, int d) { return s.Bc == 64 
 inline constexpr int kStages = 2;  // K/V buffers in flight (step 12's pipeline)
 inline constexpr int64_t kSmemBudget = 227 * 1024;
 
-// [stored-d] The kernels are compiled for d = 64 and 128: a 128-byte swizzled row holds 64
+// [stored-d] The kernels are compiled for d = 64, 128 and 256: a 128-byte swizzled row holds 64
 // columns, and a row of Q or K shorter than that would need another swizzle mode. The blueprint
 // runs every d (a CPU loop has no swizzle); on the GPU other head dimensions are refused.
 inline constexpr int kHeadDims[] = {64, 128, 256};

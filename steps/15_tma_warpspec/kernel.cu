@@ -344,8 +344,11 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
 template <class T, int D>
 void launch_tiles(const AttnParams& p, int tiles, cudaStream_t st) {
   constexpr Schedule a = schedule_for(D), t = schedule_for(D, kTiles128x64);
-  if (tiles == kTilesAuto || t.Bc == a.Bc) return launch_typed<T, D, a.Bc, a.stages>(p, st);  // d = 256: the same tile
-  if constexpr (std::is_same_v<T, __half> && t.Bc != a.Bc) return launch_typed<T, D, t.Bc, t.stages>(p, st);
+  if (tiles == kTilesAuto) return launch_typed<T, D, a.Bc, a.stages>(p, st);
+  if constexpr (std::is_same_v<T, __half>) {
+    if constexpr (t.Bc == a.Bc) return launch_typed<T, D, a.Bc, a.stages>(p, st);  // d = 256: the same tile
+    else return launch_typed<T, D, t.Bc, t.stages>(p, st);
+  }
   throw Unsupported(std::string("step15: --tiles ") + kTileNames[tiles] + " is compiled for fp16 only");
 }
 

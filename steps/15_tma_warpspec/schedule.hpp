@@ -39,7 +39,7 @@ FA_HD constexpr Schedule schedule_for(int d, int tiles = kTilesAuto) {
 }
 inline constexpr int64_t kSmemBudget = 227 * 1024;
 
-// [stored-d] As step 14: the kernels are compiled for d = 64 and 128 (a TMA box of 64 columns is
+// [stored-d] As step 14: the kernels are compiled for d = 64, 128 and 256 (a TMA box of 64 columns is
 // one 128-byte swizzled row); the blueprint runs every d.
 inline constexpr int kHeadDims[] = {64, 128, 256};
 

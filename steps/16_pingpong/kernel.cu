@@ -272,6 +272,7 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
       issue_s(st);
       issue_pv(prev);
       turn_end();
+      // [overlap] Wait for S_j alone: the softmax of tile j runs under P_{j-1}·V_{j-1}.
       // lab:begin overlap-release: [overlap] [split-ring]: wait for S_j alone (wgmma::wait<1>: P_{j-1}·V_{j-1} may still run; wait<0> without OV), then give K_j's stage back (release(empty_k(st))); after the softmax wait for P_{j-1}·V_{j-1} and give V_{j-1}'s back (docs/16_pingpong.md)
       if (OV) wgmma::wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
       else wgmma::wait<0>();
@@ -422,8 +423,9 @@ void launch_tiles(const AttnParams& p, int tiles, int ablation, cudaStream_t st)
   if (!valid(want))
     throw Unsupported(std::string("step16: --tiles ") + kTileNames[tiles] + " is not offered at d = " + std::to_string(D) +
                       " (shared memory or a consumer's registers would not hold it: [tiles] in steps/16_pingpong/schedule.hpp)");
-  if (want.Br == a.Br && want.Bc == a.Bc && ablation == kFull) return launch_typed<T, D, a.Br, a.Bc, a.stages>(p, st);
+  if (tiles == kTilesAuto && ablation == kFull) return launch_typed<T, D, a.Br, a.Bc, a.stages>(p, st);
   if constexpr (std::is_same_v<T, __half>) {
+    if (want.Br == a.Br && want.Bc == a.Bc && ablation == kFull) return launch_typed<T, D, a.Br, a.Bc, a.stages>(p, st);
     if (ablation == kNoPingPong) return launch_typed<T, D, a.Br, a.Bc, a.stages, false, true>(p, st);
     if (ablation == kNoOverlap) return launch_typed<T, D, a.Br, a.Bc, a.stages, true, false>(p, st);
     if (ablation == kNoBoth) return launch_typed<T, D, a.Br, a.Bc, a.stages, false, false>(p, st);
