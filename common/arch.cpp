@@ -104,6 +104,8 @@ std::string unsupported_reason(const StepInfo& step, const Shape& s, const StepO
     return who + "head dimension " + std::to_string(s.d) + " is not compiled for the GPU (d = " + dims + ")" +
            (step.head_dims_why.empty() ? "" : ": " + step.head_dims_why) + "; the blueprint (--backend cpu) runs it";
   }
+  if (step.options_reason)
+    if (const std::string why = step.options_reason(s, opts); !why.empty()) return who + why;
   if (s.dtype == DType::bf16 && cc < step.bf16_min_cc)
     return who + "bf16 needs compute capability " + cc_string(step.bf16_min_cc) + " (sm_" +
            std::to_string(step.bf16_min_cc) + ": bf16 tensor-core operands) or later; " + describe(gpu) +

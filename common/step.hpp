@@ -73,6 +73,9 @@ struct StepInfo {
   // refused, with head_dims_why as the reason. The blueprint runs every head dimension.
   std::vector<int> head_dims;
   std::string head_dims_why;
+  // A choice of the step's flags that its kernels do not offer at this shape (step 16's --tiles
+  // 192x128 at d = 128): the reason, or empty. Held against the GPU with the rules above.
+  std::string (*options_reason)(const Shape&, const StepOptions&) = nullptr;
   // d = 256 (kWideHeadDim) is a head dimension only for a step whose head_dims list it: the others'
   // tiles, on the CPU too, are sized for d <= 128, and they refuse it on every backend.
   bool takes_d(int64_t d) const {

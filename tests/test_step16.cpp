@@ -248,6 +248,12 @@ TEST_CASE("step 16: refused off sm_90, at head dimensions it does not compile, a
     CHECK(unsupported_reason(st, s, {}, with_fake_cc(GpuCaps{}, 89)).find("step16: needs wgmma.mma_async, TMA and setmaxnreg (sm_90a)") == 0);
     CHECK(!unsupported_reason(st, s, {}, with_fake_cc(GpuCaps{}, 100)).empty());
   }
+  // a --tiles choice a d does not offer is refused before any launch
+  s.d = 128;
+  CHECK(unsupported_reason(st, s, StepOptions{{"tiles", "192x128"}}, with_fake_cc(GpuCaps{}, 90)).find("step16: --tiles 192x128 is not offered at d = 128") == 0);
+  s.d = 256;
+  CHECK(!unsupported_reason(st, s, StepOptions{{"tiles", "128x128"}}, with_fake_cc(GpuCaps{}, 90)).empty());
+  CHECK(unsupported_reason(st, s, StepOptions{{"tiles", "128x64"}}, with_fake_cc(GpuCaps{}, 90)).empty());
   CHECK_FALSE(step12::info().takes_d(256));
   CHECK(step12::info().takes_d(128));
 }

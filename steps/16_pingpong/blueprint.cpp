@@ -54,6 +54,13 @@ BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOption
 }
 LedgerSet run_closed_form(const Shape& s, const StepOptions& o) { return closed_form(s, schedule_for(int(s.d), tiles_of(o))); }
 int64_t run_smem_bytes(const Shape& s, const StepOptions& o) { return smem_bytes(schedule_for(int(s.d), tiles_of(o)), int(s.d)); }
+// [tiles] A --tiles choice this d does not offer (192x128 above d = 64, 128x128 at d = 256).
+std::string run_options_reason(const Shape& s, const StepOptions& o) {
+  const int t = tiles_of(o);
+  if (valid(schedule_for(int(s.d), t))) return "";
+  return std::string("--tiles ") + kTileNames[t] + " is not offered at d = " + std::to_string(s.d) +
+         " (shared memory or a consumer's registers would not hold it: [tiles] in steps/16_pingpong/schedule.hpp)";
+}
 }  // namespace
 
 int tiles_of(const StepOptions& opts) { return choice_index(opts, "tiles", kTileNames, kTileChoices, "step16"); }
@@ -78,6 +85,7 @@ const StepInfo& info() {
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;
+    i.options_reason = run_options_reason;
     i.min_cc = 90;
     i.max_cc = 90;
     i.needs = "wgmma.mma_async, TMA and setmaxnreg (sm_90a)";
