@@ -157,3 +157,9 @@ TEST_CASE("step 14: refused before sm_90, after it (sm_90a is Hopper's alone), a
   const std::string later = unsupported_reason(st, s, {}, blackwell);
   CHECK(later.find("step14: needs wgmma.mma_async (sm_90a), which only compute capability 9.0 has") == 0);
 }
+
+TEST_CASE("step 14: d = 256 on the blueprint matches the reference and counts its closed form") {
+  const step14::Schedule wide = step14::schedule_for(256);
+  test::check_wide_d("step14", [&](const Shape& s, const Inputs& in) { return step14::blueprint(s, in, wide); },
+                     [&](const Shape& s) { return step14::closed_form(s, wide); });
+}

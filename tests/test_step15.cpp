@@ -161,3 +161,9 @@ TEST_CASE("step 15: refused before and after sm_90, and at head dimensions it do
     CHECK(unsupported_reason(st, s, {}, with_fake_cc(GpuCaps{}, 89)).find("step15: needs wgmma.mma_async, TMA and setmaxnreg (sm_90a)") == 0);
   }
 }
+
+TEST_CASE("step 15: d = 256 on the blueprint matches the reference and counts its closed form") {
+  const step15::Schedule wide = step15::schedule_for(256);
+  test::check_wide_d("step15", [&](const Shape& s, const Inputs& in) { return step15::blueprint(s, in, wide); },
+                     [&](const Shape& s) { return step15::closed_form(s, wide); });
+}

@@ -139,32 +139,9 @@ TEST_CASE("step 16: tiles per head dimension fit the block, and the consumers' r
 }
 
 TEST_CASE("step 16: d = 256 and the other tiles on the blueprint match the reference and count their closed form") {
-  // d = 256 is not in the shape matrix (only steps 14-16 take it): its own cases, with refills of
-  // the two 64-key stages (600 keys: ten tiles), ragged N and Nk, both masks, both dtypes.
-  for (const auto& [n, nk] : std::vector<std::pair<int64_t, int64_t>>{{1, 600}, {130, 77}, {77, 300}, {300, 300}})
-    for (bool causal : {false, true})
-      for (DType t : {DType::f16, DType::bf16}) {
-        Shape s;
-        s.B = 1;
-        s.H = 2;
-        s.N = n;
-        s.Nk = nk;
-        s.d = 256;
-        s.causal = causal;
-        s.dtype = t;
-        CAPTURE(n);
-        CAPTURE(nk);
-        CAPTURE(causal);
-        const Inputs in = make_inputs(s);
-        const step16::Schedule sc = step16::schedule_for(256);
-        const BlueprintResult r = step16::blueprint(s, in, sc);
-        const Check chk = check_forward(s, in, reference_forward(s, in), r.out);
-        INFO(chk.summary());
-        CHECK(chk.pass);
-        const std::string diff = r.ledger.diff(step16::closed_form(s, sc));
-        INFO(diff);
-        CHECK(diff.empty());
-      }
+  const step16::Schedule wide = step16::schedule_for(256);
+  test::check_wide_d("step16", [&](const Shape& s, const Inputs& in) { return step16::blueprint(s, in, wide); },
+                     [&](const Shape& s) { return step16::closed_form(s, wide); });
   for (int t : {step16::kTiles128x64, step16::kTiles128x128}) {
     const step16::Schedule sc = step16::schedule_for(128, t);
     test::check_second_config(std::string("step16 ") + step16::kTileNames[t], [&](const Shape& s, const Inputs& in) { return step16::blueprint(s, in, sc); },
