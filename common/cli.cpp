@@ -58,6 +58,8 @@ std::string usage(const StepInfo& step) {
      << "  --nk NK          key/value length (default N)\n"
      << "  --d D            head dimension: 16, 32, 64 or 128\n"
      << "  --causal         causal mask, bottom-right aligned when NK != N (query i sees keys j <= i + NK - N)\n"
+     << "  --hkv HKV        key/value heads (default H): H/HKV query heads share each (GQA; 1 is MQA)\n"
+     << "  --window W       sliding window, with --causal: query i sees keys i + NK - N - W < j <= i + NK - N\n"
      << "  --dtype T        storage type of Q, K, V, P, O: fp16 (default) or bf16\n"
      << "  --scale X        softmax scale (default 1/sqrt(d))\n"
      << "  --dropout P      drop each attention weight with probability P, scale the kept ones by\n"
@@ -119,6 +121,8 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     else if (a == "--n") { o.shape.N = parse_int(a, next(), 1, kBig); o.n_given = true; }
     else if (a == "--nk") { o.shape.Nk = parse_int(a, next(), 1, kBig); o.nk_given = true; }
     else if (a == "--d") { o.shape.d = parse_int(a, next(), 1, 1024); o.d_given = true; }
+    else if (a == "--hkv") o.shape.Hkv = parse_int(a, next(), 1, kBig);
+    else if (a == "--window") o.shape.window = parse_int(a, next(), 1, kBig);
     else if (a == "--causal") {
       if (has_inline) o.shape.causal = parse_int(a, value, 0, 1) == 1;
       else o.shape.causal = true;
@@ -202,6 +206,10 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     if (o.dropout_seed_given && !o.dropout_given) throw CliError("--dropout-seed goes with --dropout");
     if (o.shape.dropout > 0.0 && !step.supports_dropout)
       throw CliError("--dropout: " + step.program() + " does not apply dropout (" + kDropoutSteps + " do)");
+    if (o.shape.Hkv > 0 && o.shape.Hkv != o.shape.H && !step.supports_gqa)
+      throw CliError("--hkv: " + step.program() + " gives every query head its own keys and values (--hkv must equal --h)");
+    if (o.shape.window > 0 && !step.supports_window)
+      throw CliError("--window: " + step.program() + " has no sliding window");
   }
   // --grade's own flags need it, and it picks backends and prints its own report.
   if (!o.grade && o.grade_case < 0) {

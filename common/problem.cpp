@@ -13,6 +13,7 @@ namespace fa {
 double Shape::softmax_scale() const { return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)); }
 
 int64_t Shape::last_visible_key(int64_t i) const { return causal ? i + (Nk - N) : Nk - 1; }
+int64_t Shape::first_visible_key(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i + (Nk - N) - window + 1) : 0; }
 
 double Shape::flops_fa_convention() const {
   const double f = 4.0 * double(B) * double(H) * double(N) * double(Nk) * double(d);
@@ -24,6 +25,8 @@ std::string Shape::str() const {
   os << "B=" << B << " H=" << H << " N=" << N << " Nk=" << Nk << " d=" << d
      << " causal=" << (causal ? 1 : 0) << " " << dtype_name(dtype);
   if (dropout > 0.0) os << " dropout=" << dropout;
+  if (Hkv > 0 && Hkv != H) os << " Hkv=" << Hkv;
+  if (window > 0) os << " window=" << window;
   return os.str();
 }
 
@@ -44,6 +47,12 @@ std::string validate(const Shape& s) {
        << "); the head dimension is a template parameter of the kernels";
     return os.str();
   }
+  if (s.Hkv < 0 || s.H % s.hkv() != 0) {
+    os << "--hkv must divide --h (got H = " << s.H << ", HKV = " << s.Hkv << "): each key/value head serves H / HKV query heads";
+    return os.str();
+  }
+  if (s.window < 0) return "--window must be a positive number of keys";
+  if (s.window > 0 && !s.causal) return "--window needs --causal: the window's right edge is the causal diagonal";
   if (!(s.scale >= 0.0) || !std::isfinite(s.scale)) return "--scale must be a finite number >= 0 (0 means 1/sqrt(d))";
   // In float too: the kernels get P as a float (AttnParams), and 1 − P must not round to 0 there.
   if (!(s.dropout >= 0.0 && float(s.dropout) < 1.0f)) {  // NaN fails too
@@ -78,7 +87,7 @@ enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamDO = 4
 }  // namespace
 
 Inputs make_inputs(const Shape& s, const InputSpec& spec) {
-  Inputs in{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)};
+  Inputs in{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};
   fill_randn(in.q, s.dtype, spec.seed, kStreamQ, spec.offset, spec.qk_spread);
   fill_randn(in.k, s.dtype, spec.seed, kStreamK, spec.offset, spec.qk_spread);
   fill_randn(in.v, s.dtype, spec.seed, kStreamV, spec.offset, spec.v_spread);

@@ -21,6 +21,12 @@ inline constexpr int kWideHeadDim = 256;
 struct Shape {
   int64_t B = 1, H = 1, N = 1, Nk = 1, d = 64;
   bool causal = false;
+  // [gqa] Key/value heads (0: as many as query heads). Query head h reads key/value head
+  // h / (H / Hkv): H / Hkv query heads share one (grouped-query attention; Hkv = 1 is MQA).
+  int64_t Hkv = 0;
+  // [window] Sliding window (0: none; needs causal): query i sees keys j with
+  // i + (Nk − N) − window < j <= i + (Nk − N), the bottom-right aligned band of `window` keys.
+  int64_t window = 0;
   DType dtype = DType::f16;
   double scale = 0.0;  // 0 means 1/sqrt(d)
   // Dropout on the attention weights (common/dropout.hpp): probability P of dropping a weight
@@ -30,10 +36,14 @@ struct Shape {
 
   double softmax_scale() const;
   int64_t q_elems() const { return B * H * N * d; }
-  int64_t kv_elems() const { return B * H * Nk * d; }
+  int64_t hkv() const { return Hkv > 0 ? Hkv : H; }
+  int64_t kv_head(int64_t h) const { return h / (H / hkv()); }
+  int64_t kv_elems() const { return B * hkv() * Nk * d; }
   int64_t rows() const { return B * H * N; }
   // The last key query i may see (bottom-right aligned); < 0 means none. Nk-1 when not causal.
   int64_t last_visible_key(int64_t i) const;
+  // The first key query i may see: 0 without a window.
+  int64_t first_visible_key(int64_t i) const;
   // FlashAttention's FLOP convention: 4·B·H·N·Nk·d for QKᵀ and PV, halved when causal.
   double flops_fa_convention() const;
   std::string str() const;  // "B=2 H=4 N=128 Nk=128 d=64 causal=0 fp16"
@@ -68,7 +78,7 @@ struct InputSpec {
 };
 
 struct Inputs {
-  Tensor4 q, k, v;  // [B,H,N,d], [B,H,Nk,d], [B,H,Nk,d], values exactly representable in dtype
+  Tensor4 q, k, v;  // [B,H,N,d], [B,Hkv,Nk,d], [B,Hkv,Nk,d], values exactly representable in dtype
 };
 
 Inputs make_inputs(const Shape& s, const InputSpec& spec = {});

@@ -81,22 +81,23 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < s.d; ++c) Q(r, c) = in.q.at(b, h, rows[static_cast<size_t>(r)], c);
       for (int64_t j = 0; j < s.Nk; ++j)
-        for (int64_t c = 0; c < s.d; ++c) { K(j, c) = in.k.at(b, h, j, c); V(j, c) = in.v.at(b, h, j, c); }
+        for (int64_t c = 0; c < s.d; ++c) { K(j, c) = in.k.at(b, s.kv_head(h), j, c); V(j, c) = in.v.at(b, s.kv_head(h), j, c); }
 
       MatD S = scale * (Q * K.transpose());  // [R, Nk]
       MatD P = MatD::Zero(R, s.Nk);
       for (int64_t r = 0; r < R; ++r) {
-        const int64_t last = s.last_visible_key(rows[static_cast<size_t>(r)]);  // keys 0..last are visible
-        const int64_t n_vis = std::min<int64_t>(last + 1, s.Nk);
-        if (n_vis <= 0) { ref.lse[static_cast<size_t>(bh * R + r)] = inf; continue; }  // O row stays 0
-        const double m = S.row(r).head(n_vis).maxCoeff();
+        const int64_t i = rows[static_cast<size_t>(r)];
+        const int64_t last = s.last_visible_key(i);  // keys j0..last are visible ([window]: j0 > 0)
+        const int64_t n_vis = std::min<int64_t>(last + 1, s.Nk), j0 = std::min(s.first_visible_key(i), n_vis);
+        if (n_vis - j0 <= 0) { ref.lse[static_cast<size_t>(bh * R + r)] = inf; continue; }  // O row stays 0
+        const double m = S.row(r).segment(j0, n_vis - j0).maxCoeff();
         double l = 0.0;
-        for (int64_t j = 0; j < n_vis; ++j) { P(r, j) = std::exp(S(r, j) - m); l += P(r, j); }
-        P.row(r).head(n_vis) /= l;
+        for (int64_t j = j0; j < n_vis; ++j) { P(r, j) = std::exp(S(r, j) - m); l += P(r, j); }
+        P.row(r).segment(j0, n_vis - j0) /= l;
         ref.lse[static_cast<size_t>(bh * R + r)] = m + std::log(l);
         // [dropout] O = (P ∘ Z) V; L above is that of the weights before dropout.
         if (drop.on)
-          for (int64_t j = 0; j < n_vis; ++j) P(r, j) *= drop.z(bh, rows[static_cast<size_t>(r)], j);
+          for (int64_t j = j0; j < n_vis; ++j) P(r, j) *= drop.z(bh, i, j);
       }
       MatD O = P * V;  // [R, d]
       for (int64_t r = 0; r < R; ++r)
@@ -172,8 +173,16 @@ void require_heads(const Shape& s, const std::vector<int64_t>& heads, const char
       throw std::invalid_argument(std::string(who) + ": heads must be ascending, distinct and in [0, B·H)");
 }
 
+// [gqa] [window] The forward's shapes alone, so far: no step's backward takes them yet (each refuses
+// --hkv and --window first), and the group's sum of dK and dV is not written.
+void require_plain(const Shape& s, const char* who) {
+  if (s.hkv() != s.H || s.window > 0)
+    throw std::invalid_argument(std::string(who) + ": --hkv below --h and --window have a forward reference only");
+}
+
 Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
   require_heads(s, heads, "reference_backward");
+  require_plain(s, "reference_backward");
   const int64_t nh = static_cast<int64_t>(heads.size()), N = s.N, Nk = s.Nk, d = s.d;
   Gradients g;
   g.heads = heads;

@@ -51,6 +51,7 @@ struct Dropout {
 // Both passes form S and dPd by the same fp32 products, so P and dS are the same numbers in both
 // (up to the summation order of an fp32 dot product of length d).
 LowpGradients naive_backward_lowp(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
+  require_plain(s, "naive_backward_lowp");
   require_heads(s, heads, "naive_backward_lowp");
   const int64_t nh = static_cast<int64_t>(heads.size()), N = s.N, Nk = s.Nk, d = s.d;
   LowpGradients g;

@@ -96,6 +96,9 @@ struct StepInfo {
   // --dropout P (common/dropout.hpp): the steps whose forward (and backward) apply it; any other
   // step refuses a nonzero P with a message.
   bool supports_dropout = false;
+  // [gqa] [window] Whether the step takes --hkv below --h and --window (the reference does; a step
+  // that does not refuses them with exit 2).
+  bool supports_gqa = false, supports_window = false;
 
   // The backward pass, for steps that have one (null otherwise). Inputs: Q, K, V, the forward's O
   // and L, and dO. The launcher gets BwdParams; its scratch is backward_workspace_bytes().

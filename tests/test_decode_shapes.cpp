@@ -1,0 +1,142 @@
+// The shapes of decoding (issue: step 17): grouped-query attention (--hkv) and sliding windows
+// (--window) in the shape, its validation, the inputs and the reference forward; every step so far
+// refuses them.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "cli.hpp"
+#include "reference.hpp"
+#include "registry.hpp"
+
+using namespace fa;
+
+TEST_CASE("decode shapes: --hkv must divide --h, --window needs --causal, and both show in the shape's name") {
+  Shape s;
+  s.H = 8;
+  s.Hkv = 3;
+  CHECK(validate(s).find("--hkv must divide --h") == 0);
+  s.Hkv = 2;
+  CHECK(validate(s).empty());
+  CHECK(s.hkv() == 2);
+  CHECK(s.kv_head(3) == 0);
+  CHECK(s.kv_head(4) == 1);
+  CHECK(s.str().find("Hkv=2") != std::string::npos);
+  s.window = 16;
+  CHECK(validate(s).find("--window needs --causal") == 0);
+  s.causal = true;
+  CHECK(validate(s).empty());
+  s.N = 10;
+  s.Nk = 100;  // δ = 90: query 0 sees keys 75 .. 90
+  CHECK(s.first_visible_key(0) == 75);
+  CHECK(s.last_visible_key(0) == 90);
+  s.window = 0;
+  CHECK(s.first_visible_key(0) == 0);
+  const Inputs in = make_inputs([] {
+    Shape t;
+    t.B = 2;
+    t.H = 6;
+    t.Hkv = 2;
+    t.N = 5;
+    t.Nk = 7;
+    return t;
+  }());
+  CHECK(in.k.H == 2);
+  CHECK(in.v.H == 2);
+  CHECK(in.q.H == 6);
+}
+
+TEST_CASE("decode shapes: the reference with shared key/value heads equals the reference on the heads repeated") {
+  Shape g;
+  g.B = 2;
+  g.H = 6;
+  g.Hkv = 2;
+  g.N = 9;
+  g.Nk = 40;
+  g.d = 16;
+  g.causal = true;
+  const Inputs in = make_inputs(g);
+  Shape full = g;
+  full.Hkv = 0;
+  Inputs rep = in;
+  rep.k = Tensor4(g.B, g.H, g.Nk, g.d);
+  rep.v = Tensor4(g.B, g.H, g.Nk, g.d);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.H; ++h)
+      for (int64_t j = 0; j < g.Nk; ++j)
+        for (int64_t c = 0; c < g.d; ++c) {
+          rep.k.at(b, h, j, c) = in.k.at(b, g.kv_head(h), j, c);
+          rep.v.at(b, h, j, c) = in.v.at(b, g.kv_head(h), j, c);
+        }
+  const Reference a = reference_forward(g, in), r = reference_forward(full, rep);
+  REQUIRE(a.o.size() == r.o.size());
+  for (size_t i = 0; i < a.o.size(); ++i) CHECK(a.o[i] == r.o[i]);
+  for (size_t i = 0; i < a.lse.size(); ++i) CHECK(a.lse[i] == r.lse[i]);
+  // and a head's keys matter: another group's keys give another output
+  bool differs = false;
+  for (int64_t c = 0; c < g.d && !differs; ++c) differs = a.o_at(0, 0, c) != a.o_at(3, 0, c);
+  CHECK(differs);
+}
+
+TEST_CASE("decode shapes: the reference with a window is the softmax over the window's keys alone") {
+  Shape s;
+  s.B = 1;
+  s.H = 1;
+  s.N = 12;
+  s.Nk = 30;
+  s.d = 16;
+  s.causal = true;
+  s.window = 5;
+  const Inputs in = make_inputs(s);
+  const Reference ref = reference_forward(s, in);
+  const double scale = s.softmax_scale();
+  for (int64_t i = 0; i < s.N; ++i) {
+    CAPTURE(i);
+    const int64_t lo = i + (s.Nk - s.N) - s.window + 1, hi = i + (s.Nk - s.N);
+    double m = -std::numeric_limits<double>::infinity();
+    std::vector<double> sc;
+    for (int64_t j = lo; j <= hi; ++j) {
+      double x = 0.0;
+      for (int64_t c = 0; c < s.d; ++c) x += double(in.q.at(0, 0, i, c)) * double(in.k.at(0, 0, j, c));
+      sc.push_back(scale * x);
+      m = std::max(m, scale * x);
+    }
+    double l = 0.0;
+    for (double x : sc) l += std::exp(x - m);
+    CHECK(ref.lse_at(0, i) == doctest::Approx(m + std::log(l)).epsilon(1e-12));
+    for (int64_t c = 0; c < s.d; ++c) {
+      double o = 0.0;
+      for (int64_t j = lo; j <= hi; ++j) o += std::exp(sc[size_t(j - lo)] - m) / l * double(in.v.at(0, 0, j, c));
+      CHECK(ref.o_at(0, i, c) == doctest::Approx(o).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("decode shapes: the backward reference refuses them (a forward-only shape, so far)") {
+  Shape s;
+  s.H = 4;
+  s.Hkv = 2;
+  s.N = s.Nk = 8;
+  s.d = 16;
+  const Inputs in = make_inputs(s);
+  CHECK_THROWS_AS(reference_backward(s, in, make_grad_output(s, 1)), std::invalid_argument);
+  s.Hkv = 0;
+  s.causal = true;
+  s.window = 4;
+  const Inputs in2 = make_inputs(s);
+  CHECK_THROWS_AS(reference_backward(s, in2, make_grad_output(s, 1)), std::invalid_argument);
+  s.window = 0;
+  CHECK_NOTHROW(reference_backward(s, in2, make_grad_output(s, 1)));
+}
+
+TEST_CASE("decode shapes: every step so far refuses --hkv below --h and --window, with exit 2's message naming the flag") {
+  for (const StepInfo* st : all_steps()) {
+    CAPTURE(st->id);
+    CHECK_THROWS_WITH_AS(parse_cli(*st, {"--h", "8", "--hkv", "2"}), doctest::Contains("--hkv"), CliError);
+    CHECK_THROWS_WITH_AS(parse_cli(*st, {"--causal", "--window", "64"}), doctest::Contains("--window"), CliError);
+    CHECK_NOTHROW(parse_cli(*st, {"--h", "8", "--hkv", "8"}));  // HKV = H is ordinary attention
+  }
+}
