@@ -3,12 +3,14 @@
 // refuses them.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "cli.hpp"
+#include "decode.hpp"
 #include "reference.hpp"
 #include "registry.hpp"
 
@@ -139,4 +141,101 @@ TEST_CASE("decode shapes: every step so far refuses --hkv below --h and --window
     CHECK_THROWS_WITH_AS(parse_cli(*st, {"--causal", "--window", "64"}), doctest::Contains("--window"), CliError);
     CHECK_NOTHROW(parse_cli(*st, {"--h", "8", "--hkv", "8"}));  // HKV = H is ordinary attention
   }
+}
+
+namespace {
+// One split's partial result by hand, in double: row i of head 0 against keys [j0, j1).
+decode::Partial partial(const Shape& s, const Inputs& in, int64_t i, int64_t j0, int64_t j1) {
+  decode::Partial p;
+  p.o.assign(static_cast<size_t>(s.d), 0.0);
+  p.lse = -std::numeric_limits<double>::infinity();
+  if (j1 <= j0) return p;
+  std::vector<double> sc;
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = j0; j < j1; ++j) {
+    double x = 0.0;
+    for (int64_t c = 0; c < s.d; ++c) x += double(in.q.at(0, 0, i, c)) * double(in.k.at(0, 0, j, c));
+    sc.push_back(s.softmax_scale() * x);
+    m = std::max(m, sc.back());
+  }
+  double l = 0.0;
+  for (double x : sc) l += std::exp(x - m);
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t c = 0; c < s.d; ++c) p.o[size_t(c)] += std::exp(sc[size_t(j - j0)] - m) / l * double(in.v.at(0, 0, j, c));
+  p.lse = m + std::log(l);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("decode: the key ranges of a split cover the cache once, in whole tiles, never empty") {
+  for (int64_t nk : {1, 5, 64, 65, 1000, 4096})
+    for (int64_t splits : {1, 2, 3, 7, 64, 1000}) {
+      CAPTURE(nk);
+      CAPTURE(splits);
+      const std::vector<decode::Range> r = decode::split_keys(nk, splits, 64);
+      const int64_t tiles = (nk + 63) / 64;
+      CHECK(int64_t(r.size()) == std::min(splits, tiles));
+      int64_t at = 0;
+      for (const decode::Range& x : r) {
+        CHECK(x.begin == at);
+        CHECK(x.end > x.begin);
+        CHECK((x.begin % 64 == 0 && (x.end % 64 == 0 || x.end == nk)));
+        at = x.end;
+      }
+      CHECK(at == nk);
+    }
+  CHECK(decode::split_keys(0, 4, 64).empty());
+  CHECK_THROWS_AS(decode::split_keys(100, 0, 64), std::invalid_argument);
+}
+
+TEST_CASE("decode: merging the splits' partial results by log-sum-exp gives the reference, for one split and many") {
+  Shape s;
+  s.B = 1;
+  s.H = 1;
+  s.N = 3;
+  s.Nk = 700;
+  s.d = 32;
+  const Inputs in = make_inputs(s, InputSpec{7, 0.5, 3.0, 1.0});  // large logits: the maxima differ by split
+  const Reference ref = reference_forward(s, in);
+  for (int64_t i = 0; i < s.N; ++i)
+    for (int64_t splits : {1, 2, 5, 11}) {
+      CAPTURE(i);
+      CAPTURE(splits);
+      std::vector<decode::Partial> parts;
+      for (const decode::Range& r : decode::split_keys(s.Nk, splits, 64)) parts.push_back(partial(s, in, i, r.begin, r.end));
+      parts.push_back(partial(s, in, i, 5, 5));  // a split that saw no key weighs nothing
+      std::vector<double> o(static_cast<size_t>(s.d));
+      const double L = decode::merge(parts, s.d, o.data());
+      CHECK(L == doctest::Approx(ref.lse_at(0, i)).epsilon(1e-12));
+      for (int64_t c = 0; c < s.d; ++c) CHECK(o[size_t(c)] == doctest::Approx(ref.o_at(0, i, c)).epsilon(1e-11));
+    }
+  // A row whose splits all saw nothing: O = 0, L = +inf, as the reference's row with no visible key.
+  std::vector<double> o(4, 1.0);
+  CHECK(decode::merge({decode::Partial{{0, 0, 0, 0}, -std::numeric_limits<double>::infinity()}}, 4, o.data()) ==
+        std::numeric_limits<double>::infinity());
+  CHECK(o[0] == 0.0);
+  // The merge can fail: weights without the rescaling by exp(L_s − L) do not give the reference.
+  std::vector<decode::Partial> two = {partial(s, in, 0, 0, 64), partial(s, in, 0, 64, 700)};
+  double naive = 0.0;
+  for (const auto& p : two) naive += p.o[0] / 2.0;
+  CHECK(naive != doctest::Approx(ref.o_at(0, 0, 0)).epsilon(1e-6));
+}
+
+TEST_CASE("decode: the number of splits fills the GPU when the problems alone do not, and never exceeds the tiles") {
+  // 132 SMs, one block each: B·HKV = 8 problems want many splits; 264 problems want none.
+  const int64_t many = decode::num_splits(132, 1, 8, 32768, 128);
+  CHECK(many > 1);
+  CHECK(8 * many >= 100);  // most of the SMs busy
+  CHECK(decode::num_splits(132, 1, 264, 32768, 128) == 1);
+  CHECK(decode::num_splits(132, 1, 8, 256, 128) <= 2);  // two tiles: at most two splits
+  CHECK(decode::num_splits(132, 1, 1, 1 << 20, 64, 16) <= 16);
+  for (int64_t rb : {1, 3, 8, 33, 100, 131})
+    for (int64_t len : {64, 1000, 4096, 131072}) {
+      const int64_t s = decode::num_splits(132, 1, rb, len, 128);
+      CAPTURE(rb);
+      CAPTURE(len);
+      CHECK(s >= 1);
+      CHECK(s <= std::max<int64_t>(1, (len + 127) / 128));
+    }
+  CHECK_THROWS_AS(decode::num_splits(0, 1, 1, 1, 1), std::invalid_argument);
 }
