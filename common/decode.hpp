@@ -9,6 +9,7 @@
 // convention for a row with no visible key).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace fa::decode {
@@ -39,5 +40,34 @@ struct Partial {
 
 // [merge] The combine: writes d values of O and returns L.
 double merge(const std::vector<Partial>& parts, int64_t d, double* o);
+
+// [paged] A paged key/value cache (vLLM's and FlashAttention's layout): one pool of `num_pages`
+// pages of `page_size` tokens; sequence b's token t lives in pool page
+// block_table[b·pages_per_seq + t / page_size], at slot t % page_size. A contiguous cache is the
+// special case where sequence b owns pages b·pages_per_seq, b·pages_per_seq + 1, ...
+struct PagedLayout {
+  int64_t page_size = 0, num_pages = 0, pages_per_seq = 0;
+  std::vector<int32_t> block_table;  // [B][pages_per_seq]
+  std::vector<int64_t> cache_lens;   // [B]: tokens held by each sequence
+  int64_t batch() const { return static_cast<int64_t>(cache_lens.size()); }
+  int64_t page_of(int64_t b, int64_t t) const {
+    return block_table[static_cast<size_t>(b * pages_per_seq + t / page_size)];
+  }
+};
+
+// Page sizes the kernels take: powers of two from 16 to 256.
+bool valid_page_size(int64_t page_size);
+
+// "" when the layout is sound for a cache of `capacity` tokens per sequence (--nk); otherwise a
+// message naming the flag or the table at fault: a page size that is not a power of two in 16 ..
+// 256, a cache length above the capacity (or negative), a table too short for the capacity, an
+// entry of a page a sequence uses that points outside the pool. Checked on the host, before any
+// launch.
+std::string validate(const PagedLayout& p, int64_t capacity);
+
+// Layouts for tests and benchmarks: sequence b owns consecutive pages (contiguous), or the pool's
+// pages in a seeded random order (shuffled) — each sequence `capacity` tokens of room.
+PagedLayout contiguous_layout(const std::vector<int64_t>& cache_lens, int64_t capacity, int64_t page_size);
+PagedLayout shuffled_layout(const std::vector<int64_t>& cache_lens, int64_t capacity, int64_t page_size, uint64_t seed);
 
 }  // namespace fa::decode

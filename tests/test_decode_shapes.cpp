@@ -239,3 +239,42 @@ TEST_CASE("decode: the number of splits fills the GPU when the problems alone do
     }
   CHECK_THROWS_AS(decode::num_splits(0, 1, 1, 1, 1), std::invalid_argument);
 }
+
+TEST_CASE("decode: a paged cache finds every token through its block table, shuffled or not, and bad layouts are named") {
+  const std::vector<int64_t> lens = {0, 1, 17, 300, 512};
+  const int64_t cap = 512;
+  for (int64_t ps : {16, 64, 256}) {
+    CAPTURE(ps);
+    for (const decode::PagedLayout& p : {decode::contiguous_layout(lens, cap, ps), decode::shuffled_layout(lens, cap, ps, 3)}) {
+      CHECK(decode::validate(p, cap).empty());
+      // every (sequence, token) has its own (page, slot): no two tokens share a place in the pool
+      std::vector<char> used(static_cast<size_t>(p.num_pages * ps), 0);
+      for (int64_t b = 0; b < p.batch(); ++b)
+        for (int64_t t = 0; t < lens[size_t(b)]; ++t) {
+          const int64_t at = p.page_of(b, t) * ps + t % ps;
+          CHECK(used[size_t(at)] == 0);
+          used[size_t(at)] = 1;
+        }
+    }
+    const decode::PagedLayout c = decode::contiguous_layout(lens, cap, ps);
+    CHECK(c.page_of(3, 299) == 3 * c.pages_per_seq + 299 / ps);  // contiguous: the plain cache's order
+  }
+  CHECK(decode::shuffled_layout(lens, cap, 16, 3).block_table != decode::contiguous_layout(lens, cap, 16).block_table);
+  decode::PagedLayout p = decode::contiguous_layout(lens, cap, 64);
+  p.page_size = 48;
+  CHECK(decode::validate(p, cap).find("--page-size must be a power of two") == 0);
+  p = decode::contiguous_layout(lens, cap, 64);
+  p.cache_lens[2] = cap + 1;
+  CHECK(decode::validate(p, cap).find("--cache-lens: sequence 2 holds 513 tokens") == 0);
+  p = decode::contiguous_layout(lens, cap, 64);
+  p.block_table[size_t(4 * p.pages_per_seq + 7)] = int32_t(p.num_pages);
+  CHECK(decode::validate(p, cap).find("block table: sequence 4's page 7 is") == 0);
+  // a page past a sequence's length is never read: what it holds does not matter
+  p = decode::contiguous_layout(lens, cap, 64);
+  p.block_table[size_t(1 * p.pages_per_seq + 3)] = -5;
+  CHECK(decode::validate(p, cap).empty());
+  CHECK(decode::validate(decode::contiguous_layout(lens, 256, 64), cap).find("block table: 4 pages per sequence") == 0);
+  CHECK(!decode::valid_page_size(8));
+  CHECK(!decode::valid_page_size(512));
+  CHECK(decode::valid_page_size(128));
+}
