@@ -47,6 +47,10 @@ def provenance(rs, how="scripts/gpu_session.sh"):
             f"(how each file was made: `plots/data/README.md`)._")
 
 
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
 def table(header, body):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
@@ -335,7 +339,7 @@ def ablation(step, label="without", only=None):
         body.append(row)
     fails = sum(r["pass"] != "1" for r in rs)
     summary = "Geometric mean over the points (range): " + "; ".join(
-        f"`{v.split('=')[-1]}` **{math.exp(sum(map(math.log, x)) / len(x)):.2f}** ({min(x):.2f}–{max(x):.2f})"
+        f"`{v.split('=')[-1]}` **{geomean(x):.2f}** ({min(x):.2f}–{max(x):.2f})"
         for v, x in ratios.items() if x) + (f". {fails} run(s) FAILED the check." if fails else
                                             ". Every run passed its check against the reference.")
     return provenance(rs) + "\n\n" + table(header, body) + "\n\n" + summary
@@ -469,7 +473,7 @@ def bwd_target():
                      f"{sum(x < 1.0 for x, _ in vs_flash)} below 1.0.")
     if vs_cudnn:
         xs = [x for x, _ in vs_cudnn]
-        lines.append(f"Step 13 / cuDNN: geometric mean {math.exp(sum(map(math.log, xs)) / len(xs)):.3f}, "
+        lines.append(f"Step 13 / cuDNN: geometric mean {geomean(xs):.3f}, "
                      f"range {min(xs):.3f}–{max(xs):.3f}.")
     if missing:
         names = "; ".join(f"{dt} d = {d} {'causal' if c else 'no mask'} N = {n}" for dt, d, c, n in missing)
@@ -534,16 +538,15 @@ def fwd_target(show):
     t = table(["dtype", "d", "causal", "N", "B×H", f"step {prev} TFLOP/s", f"step {show} TFLOP/s",
                f"step {show} / step {prev}", "flash (FA2) TFLOP/s", f"step {show} / flash", "cuDNN TFLOP/s",
                f"step {show} / cuDNN"], body)
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
     lines = []
     if vs_flash:
         xs = [x for x, _ in vs_flash]
         low, (dt, d, c, n) = min(vs_flash)
-        lines.append(f"Over the {len(xs)} points: step {show} / flash geometric mean **{geo(xs):.3f}**"
+        lines.append(f"Over the {len(xs)} points: step {show} / flash geometric mean **{geomean(xs):.3f}**"
                      + (" (target ≥ 1.5)" if show == "15" else "") + f", minimum {low:.3f} ({dt}, d = {d}, "
                      f"{'causal' if c else 'no mask'}, N = {n}).")
     if vs_prev:
-        lines.append(f"Step {show} / step {prev}: geometric mean {geo(vs_prev):.3f}, range {min(vs_prev):.3f}–{max(vs_prev):.3f}.")
+        lines.append(f"Step {show} / step {prev}: geometric mean {geomean(vs_prev):.3f}, range {min(vs_prev):.3f}–{max(vs_prev):.3f}.")
     for st, pv in (("14", "12"), ("15", "14")):
         if st == show or show == "15":
             k = slower[st]
@@ -551,7 +554,7 @@ def fwd_target(show):
                          + (" (target: none)." if not k else " (" + "; ".join(f"{a} {'causal' if c else 'no mask'} N = {n}" for a, _, c, n in k) + ")."))
     if vs_cudnn:
         xs = [x for x, _ in vs_cudnn]
-        lines.append(f"Step {show} / cuDNN: geometric mean {geo(xs):.3f}, range {min(xs):.3f}–{max(xs):.3f}; "
+        lines.append(f"Step {show} / cuDNN: geometric mean {geomean(xs):.3f}, range {min(xs):.3f}–{max(xs):.3f}; "
                      f"{sum(x >= 1.0 for x in xs)} of {len(xs)} points at or above 1.")
     if missing:
         lines.append(f"**Not measured: {len(missing)} of the {len(FWD_TARGET_POINTS)} points.**")
@@ -599,21 +602,20 @@ def fwd16_target():
     head += " _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides; a ratio is the peer's time over step 16's (above 1: step 16 is faster)._"
     t = table(["dtype", "d", "causal", "N", "B×H", "step 16 TFLOP/s", "flash (FA2) TFLOP/s", "step 16 / flash",
                "cuDNN TFLOP/s", "step 16 / cuDNN"], body)
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
     name = lambda k: f"{k[0]} d = {k[1]} {'causal' if k[2] else 'no mask'} N = {k[3]}"
     lines = []
     if vs_cudnn:
         xs = [x for x, _ in vs_cudnn]
         low = sorted((x, k) for x, k in vs_cudnn if x < 0.9)
         lo, lk = min(vs_cudnn)
-        lines.append(f"Over the {len(xs)} points: step 16 / cuDNN geometric mean **{geo(xs):.3f}** (target ≥ 1.0), "
+        lines.append(f"Over the {len(xs)} points: step 16 / cuDNN geometric mean **{geomean(xs):.3f}** (target ≥ 1.0), "
                      f"minimum {lo:.3f} ({name(lk)}); {sum(x >= 1.0 for x in xs)} of {len(xs)} points at or above 1; "
                      f"points below 0.9 (target: none): **{len(low)}**"
                      + (" — " + "; ".join(f"{name(k)}: {x:.3f}" for x, k in low) + "." if low else "."))
     if vs_flash:
         xs = [x for x, _ in vs_flash]
         lo, lk = min(vs_flash)
-        lines.append(f"Step 16 / flash: geometric mean **{geo(xs):.3f}** (target ≥ 1.6), minimum {lo:.3f} ({name(lk)}).")
+        lines.append(f"Step 16 / flash: geometric mean **{geomean(xs):.3f}** (target ≥ 1.6), minimum {lo:.3f} ({name(lk)}).")
     if missing:
         lines.append(f"**Not measured: {len(missing)} of the {len(FWD_TARGET_POINTS)} points.**")
     fails = sum(r["pass"] != "1" for r in ours)
@@ -653,8 +655,7 @@ def fwd16_wide():
         head += peers_note(used, {r["commit"] for r in wide}, "the steps'", "the ratios are across two runs.")
     t = table(["dtype", "causal", "N", "step 14 TFLOP/s", "step 15 TFLOP/s", "step 16 TFLOP/s", "step 16 / step 15",
                "flash (FA2) TFLOP/s", "step 16 / flash", "cuDNN TFLOP/s", "step 16 / cuDNN"], body)
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
-    rng = lambda xs: f"geometric mean **{geo(xs):.3f}**, range {min(xs):.3f}–{max(xs):.3f}"
+    rng = lambda xs: f"geometric mean **{geomean(xs):.3f}**, range {min(xs):.3f}–{max(xs):.3f}"
     vsf, vsc = [x for x, _ in vsf], [x for x, _ in vsc]
     lines = [f"d = 256 (B·N = 16k, H = 8): step 16 / step 15 {rng(vs15)}" if vs15 else "",
              f"step 16 / flash {rng(vsf)}" if vsf else "", f"step 16 / cuDNN {rng(vsc)}" if vsc else "",
@@ -712,7 +713,7 @@ def bwd_first():
                      f"{float(r['bwd_tflops']):.1f}", f"{x:.3f}"])
     head = provenance(old + new) + (" _The first kernel's rows: `plots/data/history/`; a ratio is the first "
                                     "kernel's time over the kernel's as built (above 1: faster now)._")
-    geo = math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+    geo = geomean(xs) if xs else float("nan")
     return (head + "\n\n" + table(["dtype", "d", "causal", "N", "first kernel bwd TFLOP/s",
                                     "as built bwd TFLOP/s", "speed-up"], body)
             + f"\n\nOver the {len(xs)} points both runs measured: geometric mean speed-up {geo:.3f}, "

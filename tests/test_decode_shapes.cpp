@@ -16,6 +16,31 @@
 
 using namespace fa;
 
+namespace {
+// Attention by hand, in double, for row i of head 0 against keys [j0, j1) alone: O normalized over
+// those keys and their log-sum-exp (−inf for none) — a split's partial result, or a window's row.
+decode::Partial partial(const Shape& s, const Inputs& in, int64_t i, int64_t j0, int64_t j1) {
+  decode::Partial p;
+  p.o.assign(static_cast<size_t>(s.d), 0.0);
+  p.lse = -std::numeric_limits<double>::infinity();
+  if (j1 <= j0) return p;
+  std::vector<double> sc;
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = j0; j < j1; ++j) {
+    double x = 0.0;
+    for (int64_t c = 0; c < s.d; ++c) x += double(in.q.at(0, 0, i, c)) * double(in.k.at(0, 0, j, c));
+    sc.push_back(s.softmax_scale() * x);
+    m = std::max(m, sc.back());
+  }
+  double l = 0.0;
+  for (double x : sc) l += std::exp(x - m);
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t c = 0; c < s.d; ++c) p.o[size_t(c)] += std::exp(sc[size_t(j - j0)] - m) / l * double(in.v.at(0, 0, j, c));
+  p.lse = m + std::log(l);
+  return p;
+}
+}  // namespace
+
 TEST_CASE("decode shapes: --hkv must divide --h, --window needs --causal, and both show in the shape's name") {
   Shape s;
   s.H = 8;
@@ -94,26 +119,12 @@ TEST_CASE("decode shapes: the reference with a window is the softmax over the wi
   s.window = 5;
   const Inputs in = make_inputs(s);
   const Reference ref = reference_forward(s, in);
-  const double scale = s.softmax_scale();
   for (int64_t i = 0; i < s.N; ++i) {
     CAPTURE(i);
     const int64_t lo = i + (s.Nk - s.N) - s.window + 1, hi = i + (s.Nk - s.N);
-    double m = -std::numeric_limits<double>::infinity();
-    std::vector<double> sc;
-    for (int64_t j = lo; j <= hi; ++j) {
-      double x = 0.0;
-      for (int64_t c = 0; c < s.d; ++c) x += double(in.q.at(0, 0, i, c)) * double(in.k.at(0, 0, j, c));
-      sc.push_back(scale * x);
-      m = std::max(m, scale * x);
-    }
-    double l = 0.0;
-    for (double x : sc) l += std::exp(x - m);
-    CHECK(ref.lse_at(0, i) == doctest::Approx(m + std::log(l)).epsilon(1e-12));
-    for (int64_t c = 0; c < s.d; ++c) {
-      double o = 0.0;
-      for (int64_t j = lo; j <= hi; ++j) o += std::exp(sc[size_t(j - lo)] - m) / l * double(in.v.at(0, 0, j, c));
-      CHECK(ref.o_at(0, i, c) == doctest::Approx(o).epsilon(1e-12));
-    }
+    const decode::Partial want = partial(s, in, i, lo, hi + 1);
+    CHECK(ref.lse_at(0, i) == doctest::Approx(want.lse).epsilon(1e-12));
+    for (int64_t c = 0; c < s.d; ++c) CHECK(ref.o_at(0, i, c) == doctest::Approx(want.o[size_t(c)]).epsilon(1e-12));
   }
 }
 
@@ -143,29 +154,6 @@ TEST_CASE("decode shapes: every step so far refuses --hkv below --h and --window
   }
 }
 
-namespace {
-// One split's partial result by hand, in double: row i of head 0 against keys [j0, j1).
-decode::Partial partial(const Shape& s, const Inputs& in, int64_t i, int64_t j0, int64_t j1) {
-  decode::Partial p;
-  p.o.assign(static_cast<size_t>(s.d), 0.0);
-  p.lse = -std::numeric_limits<double>::infinity();
-  if (j1 <= j0) return p;
-  std::vector<double> sc;
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = j0; j < j1; ++j) {
-    double x = 0.0;
-    for (int64_t c = 0; c < s.d; ++c) x += double(in.q.at(0, 0, i, c)) * double(in.k.at(0, 0, j, c));
-    sc.push_back(s.softmax_scale() * x);
-    m = std::max(m, sc.back());
-  }
-  double l = 0.0;
-  for (double x : sc) l += std::exp(x - m);
-  for (int64_t j = j0; j < j1; ++j)
-    for (int64_t c = 0; c < s.d; ++c) p.o[size_t(c)] += std::exp(sc[size_t(j - j0)] - m) / l * double(in.v.at(0, 0, j, c));
-  p.lse = m + std::log(l);
-  return p;
-}
-}  // namespace
 
 TEST_CASE("decode: the key ranges of a split cover the cache once, in whole tiles, never empty") {
   for (int64_t nk : {1, 5, 64, 65, 1000, 4096})
