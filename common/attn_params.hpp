@@ -1,8 +1,8 @@
 // What a step's launcher receives: device pointers with strides (in elements), the shape, and
 // the step's workspace. Plain data, usable from host and device code alike.
 //
-// Q, K, V, O are [B, H, rows, d] in the storage type (fp16 or bf16), last dimension contiguous;
-// strides let the tests place them inside padded buffers. L (log-sum-exp) is fp32 [B, H, N].
+// Q, K, V, O are [B, H, rows, d] in the storage type (fp16 or bf16), last dimension contiguous (K and
+// V have Hkv heads); strides let the tests place them inside padded buffers. L (log-sum-exp) is fp32 [B, H, N].
 #pragma once
 #include <cstdint>
 
@@ -27,6 +27,10 @@ struct AttnParams {
   int64_t o_sb = 0, o_sh = 0, o_sn = 0;
   int64_t lse_sb = 0, lse_sh = 0;        // L rows are contiguous within a head
   int B = 0, H = 0, N = 0, Nk = 0, d = 0;
+  // [gqa] K and V have Hkv heads ([B, Hkv, Nk, d]): query head h reads head h / (H / Hkv).
+  int Hkv = 0;
+  // [window] 0: none; else (with causal) query i sees keys i + (Nk − N) − window < j <= i + (Nk − N).
+  int window = 0;
   bool causal = false;
   bool bf16 = false;                     // storage type: false = fp16, true = bf16
   float scale = 0.0f;                    // softmax scale (already resolved, never 0)

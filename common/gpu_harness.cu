@@ -182,8 +182,8 @@ Tensor4 download(const PaddedTensor& t, DType dt, int64_t& stray) {
 struct ForwardBuffers {
   PaddedTensor q, k, v, o, lse;
   ForwardBuffers(const Shape& s, const Padding& pad)
-      : q(padded_storage(s.B, s.H, s.N, s.d, pad)), k(padded_storage(s.B, s.H, s.Nk, s.d, pad)),
-        v(padded_storage(s.B, s.H, s.Nk, s.d, pad)), o(padded_storage(s.B, s.H, s.N, s.d, pad)), lse(padded_lse(s, pad)) {}
+      : q(padded_storage(s.B, s.H, s.N, s.d, pad)), k(padded_storage(s.B, s.hkv(), s.Nk, s.d, pad)),
+        v(padded_storage(s.B, s.hkv(), s.Nk, s.d, pad)), o(padded_storage(s.B, s.H, s.N, s.d, pad)), lse(padded_lse(s, pad)) {}
   AttnParams params(const Shape& s, void* workspace) const {
     AttnParams p;
     p.q = q.buf.get(); p.k = k.buf.get(); p.v = v.buf.get(); p.o = o.buf.get(); p.lse = lse.buf.as<float>();
@@ -193,6 +193,8 @@ struct ForwardBuffers {
     p.o_sb = o.sb; p.o_sh = o.sh; p.o_sn = o.sn;
     p.lse_sb = lse.sb; p.lse_sh = lse.sh;
     p.B = int(s.B); p.H = int(s.H); p.N = int(s.N); p.Nk = int(s.Nk); p.d = int(s.d);
+    p.Hkv = int(s.hkv());
+    p.window = int(s.window);
     p.causal = s.causal;
     p.bf16 = s.dtype == DType::bf16;
     p.scale = static_cast<float>(s.softmax_scale());
@@ -286,7 +288,7 @@ GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, cons
   upload(f.lse, fwd.lse, s.dtype, "L");
   // dO like O, dQ like Q, dK and dV like K and V: the same layouts, so BwdParams needs no strides of its own.
   PaddedTensor dout = padded_storage(s.B, s.H, s.N, s.d, cfg.pad), dq = padded_storage(s.B, s.H, s.N, s.d, cfg.pad),
-               dk = padded_storage(s.B, s.H, s.Nk, s.d, cfg.pad), dv = padded_storage(s.B, s.H, s.Nk, s.d, cfg.pad);
+               dk = padded_storage(s.B, s.hkv(), s.Nk, s.d, cfg.pad), dv = padded_storage(s.B, s.hkv(), s.Nk, s.d, cfg.pad);
   upload(dout, dO, s.dtype, "dO");
   DeviceBuffer ws(step.backward_workspace_bytes ? step.backward_workspace_bytes(s, opts) : 0);
   BwdParams p;
