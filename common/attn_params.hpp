@@ -31,6 +31,9 @@ struct AttnParams {
   int Hkv = 0;
   // [window] 0: none; else (with causal) query i sees keys i + (Nk − N) − window < j <= i + (Nk − N).
   int window = 0;
+  // [cache-lens] A decode shape (Shape::cache_lens): the step's prepare() put the lengths where its
+  // launcher finds them (step 17: its workspace).
+  bool decode = false;
   bool causal = false;
   bool bf16 = false;                     // storage type: false = fp16, true = bf16
   float scale = 0.0f;                    // softmax scale (already resolved, never 0)

@@ -38,6 +38,7 @@ struct BenchOptions {
   std::string variants = "all";  // all | default | ablations
   int64_t tokens = 16384, width = 2048;
   int reps = 10, warmup = 3;
+  bool peaks = false;  // --peaks: the GPU's measured ceilings instead of steps
   int64_t check_heads = 0;  // --check-heads K, passed to every run (0: the runner's rule)
   double budget_s = 0;  // 0: no bound
   Backend backend = Backend::Auto;
@@ -70,6 +71,8 @@ const char* kUsage =
     "             [--reps 10] [--warmup 3] [--check-heads K] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
     "run to FILE and skips runs FILE already has (resume after an interrupt).\n"
+    "bench --peaks --out FILE [--reps R] [--commit HASH] measures the GPU's ceilings instead (hbm-read: a\n"
+    "streaming read of 4 GiB), one CSV row each.\n"
     "bench --list [--steps ...] [--variants ...] prints each chosen step's program and flags, one variant\n"
     "a line (e.g. 'step01 --gemm cublas'), for scripts that loop over variants.\n";
 
@@ -79,6 +82,7 @@ BenchOptions parse(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") throw std::runtime_error("help");
     if (a == "--list") { o.list = true; continue; }
+    if (a == "--peaks") { o.peaks = true; continue; }
     if (i + 1 >= args.size()) throw CliError(a + ": needs a value (see --help)");
     const std::string v = args[++i];
     if (a == "--steps") o.steps = split(v);
@@ -201,6 +205,31 @@ int main(int argc, char** argv) {
     const std::string v = cuda_version_string();
     cuda = v.substr(8, v.find(',') - 8);
     driver = v.substr(v.rfind(' ') + 1);
+  }
+
+  // [peaks] The measured ceilings: one row each, a header of their own.
+  if (o.peaks) {
+    if (!on_gpu) {
+      std::cerr << "bench: --peaks needs a GPU (" << why << ")\n";
+      return 2;
+    }
+    const bool fresh_peaks = !std::ifstream(o.out).good();
+    std::ofstream out(o.out, std::ios::app);
+    if (!out) {
+      std::cerr << "bench: error: cannot write " << o.out << "\n";
+      return 2;
+    }
+    if (fresh_peaks) out << "date,commit,cuda,driver,device,peak,bytes,reps,ms,bytes_per_s\n";
+    const PeakResult p = measure_hbm_read(int64_t(4) << 30, std::max(o.reps, 5));
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", std::gmtime(&now));
+    out << date << "," << o.commit << "," << cuda << "," << driver << ",\"" << gpu_device_spec().name << "\"," << p.name << ","
+        << p.bytes << "," << p.reps << "," << std::setprecision(6) << p.ms_median << "," << std::setprecision(6) << p.bytes_per_s()
+        << "\n";
+    std::cerr << "bench: " << p.name << ": " << std::setprecision(4) << p.bytes_per_s() / 1e12 << " TB/s (" << p.bytes
+              << " bytes in " << p.ms_median << " ms, median of " << p.reps << ")\n";
+    return out ? 0 : 1;
   }
 
   // Resume: the runs FILE already holds.

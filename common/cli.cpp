@@ -1,5 +1,8 @@
 #include "cli.hpp"
 
+#include "rng.hpp"
+
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -60,7 +63,16 @@ std::string usage(const StepInfo& step) {
      << "  --causal         causal mask, bottom-right aligned when NK != N (query i sees keys j <= i + NK - N)\n"
      << "  --hkv HKV        key/value heads (default H): H/HKV query heads share each (GQA; 1 is MQA)\n"
      << "  --window W       sliding window, with --causal: query i sees keys i + NK - N - W < j <= i + NK - N\n"
-     << "  --dtype T        storage type of Q, K, V, P, O: fp16 (default) or bf16\n"
+     << "  --dtype T        storage type of Q, K, V, P, O: fp16 (default) or bf16\n";
+  if (step.supports_decode)
+    os << "decoding (defaults: GPU B=4 H=32 HKV=8 QLEN=1 NK=16384 d=128; CPU B=2 H=4 HKV=2 QLEN=1 NK=300 d=64):\n"
+       << "  --qlen Q         new tokens per sequence (--n; 1 to " << step.max_n << ", > 1: speculative decoding, causal\n"
+       << "                   among them); they are appended to the cache and attend to it\n"
+       << "  --nk NK          the cache's capacity per sequence (tokens)\n"
+       << "  --cache-lens L   tokens already cached: one length for every sequence, or L0,L1,... one per\n"
+       << "                   sequence (default: full, NK - QLEN); each plus QLEN must fit NK\n"
+       << "  --ragged         lengths drawn from --seed between 0 and NK - QLEN instead\n";
+  os
      << "  --scale X        softmax scale (default 1/sqrt(d))\n"
      << "  --dropout P      drop each attention weight with probability P, scale the kept ones by\n"
      << "                   1/(1-P) (default 0: none; " << kDropoutSteps << " only)\n"
@@ -121,7 +133,28 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     else if (a == "--n") { o.shape.N = parse_int(a, next(), 1, kBig); o.n_given = true; }
     else if (a == "--nk") { o.shape.Nk = parse_int(a, next(), 1, kBig); o.nk_given = true; }
     else if (a == "--d") { o.shape.d = parse_int(a, next(), 1, 1024); o.d_given = true; }
-    else if (a == "--hkv") o.shape.Hkv = parse_int(a, next(), 1, kBig);
+    else if (a == "--qlen") {
+      if (!step.supports_decode) throw CliError("--qlen: " + step.program() + " is not a decoding step (use --n)");
+      o.shape.N = parse_int(a, next(), 1, kBig);
+      o.n_given = true;
+    }
+    else if (a == "--cache-lens") {
+      if (!step.supports_decode) throw CliError("--cache-lens: " + step.program() + " has no key/value cache (step 17 has)");
+      const std::string v = next();
+      o.cache_lens_arg.clear();
+      size_t at = 0;
+      while (true) {
+        const size_t comma = v.find(',', at);
+        o.cache_lens_arg.push_back(parse_int(a, v.substr(at, comma == std::string::npos ? std::string::npos : comma - at), 0, kBig));
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+      }
+    }
+    else if (a == "--ragged") {
+      if (!step.supports_decode) throw CliError("--ragged: " + step.program() + " has no key/value cache (step 17 has)");
+      o.ragged = true;
+    }
+    else if (a == "--hkv") { o.shape.Hkv = parse_int(a, next(), 1, kBig); o.hkv_given = true; }
     else if (a == "--window") o.shape.window = parse_int(a, next(), 1, kBig);
     else if (a == "--causal") {
       if (has_inline) o.shape.causal = parse_int(a, value, 0, 1) == 1;
@@ -198,6 +231,11 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
       if (!found) throw CliError("unknown flag " + a + " (see --help)");
     }
   }
+  o.decode = step.supports_decode;
+  if (o.ragged && !o.cache_lens_arg.empty()) throw CliError("--ragged draws the cache lengths: it cannot go with --cache-lens");
+  if (step.max_n > 0 && o.n_given && o.shape.N > step.max_n)
+    throw CliError((step.supports_decode ? "--qlen" : "--n") + std::string(" must be at most ") + std::to_string(step.max_n) +
+                   " for " + step.program() + " (got " + std::to_string(o.shape.N) + ")");
   o.shape_given = o.b_given || o.h_given || o.n_given || o.nk_given || o.d_given;
   if (!o.nk_given) o.shape.Nk = o.shape.N;
   if (!o.dropout_seed_given) o.shape.dropout_seed = o.seed;
@@ -228,6 +266,31 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
 
 void apply_default_shape(CliOptions& o, bool on_gpu) {
   Shape& s = o.shape;
+  if (o.decode) {
+    // [cache-lens] Decoding's defaults: one new token per sequence, a GQA model's heads (32 query
+    // heads over 8 key/value heads), a long cache on the GPU; every cache full (NK − N tokens)
+    // unless --cache-lens or --ragged says otherwise.
+    if (!o.b_given) s.B = on_gpu ? 4 : 2;
+    if (!o.h_given) s.H = on_gpu ? 32 : 4;
+    if (!o.hkv_given && !o.h_given) s.Hkv = on_gpu ? 8 : 2;
+    if (!o.n_given) s.N = 1;
+    if (!o.nk_given) s.Nk = on_gpu ? 16384 : 300;
+    if (!o.d_given) s.d = on_gpu ? 128 : 64;
+    if (o.ragged) {
+      Rng rng(o.seed ^ 0x7a66edull);
+      s.cache_lens.assign(size_t(s.B), 0);
+      for (auto& len : s.cache_lens) len = s.Nk > s.N ? int64_t(rng.below(uint64_t(s.Nk - s.N + 1))) : 0;
+    } else if (o.cache_lens_arg.size() == 1) {
+      s.cache_lens.assign(size_t(s.B), o.cache_lens_arg[0]);
+    } else if (!o.cache_lens_arg.empty()) {
+      s.cache_lens = o.cache_lens_arg;
+    } else {
+      s.cache_lens.assign(size_t(s.B), std::max<int64_t>(0, s.Nk - s.N));
+    }
+    const std::string err = validate(s);
+    if (!err.empty()) throw CliError(err);
+    return;
+  }
   if (!o.b_given) s.B = on_gpu ? 4 : 1;
   if (!o.h_given) s.H = on_gpu ? 16 : 2;
   if (!o.n_given) s.N = on_gpu ? 4096 : 256;

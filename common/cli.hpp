@@ -36,6 +36,12 @@ struct CliOptions {
   std::string ledger_csv;  // --ledger-csv FILE: the ledger kernel by kernel (for comparing with Nsight)
   Backend backend = Backend::Auto;
   bool backend_given = false;
+  // [cache-lens] --cache-lens L[,L...] (one length for every sequence, or one per sequence) and
+  // --ragged (lengths drawn from --seed in 0 .. NK − N), for a decoding step; filled into
+  // shape.cache_lens by apply_default_shape once B and NK are known.
+  bool decode = false;  // the step is a decoding step (StepInfo::supports_decode)
+  std::vector<int64_t> cache_lens_arg;
+  bool ragged = false, hkv_given = false;
   StepOptions step;
   std::vector<std::string> step_flags_given;  // the step's own flags named on the command line
 

@@ -39,7 +39,7 @@ int64_t num_splits(int64_t sms, int64_t blocks_per_sm, int64_t row_blocks, int64
   double best = 0.0;
   for (int64_t s = 1; s <= cap; ++s) best = std::max(best, efficiency(s));
   for (int64_t s = 1; s <= cap; ++s)
-    if (efficiency(s) >= 0.85 * best) return s;
+    if (efficiency(s) >= 0.95 * best) return s;
   return cap;
 }
 

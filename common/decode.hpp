@@ -27,7 +27,7 @@ std::vector<Range> split_keys(int64_t Nk, int64_t splits, int64_t tile);
 // [splits] How many splits for `rows_blocks` independent (b, kv-head) problems on `sms` SMs, each
 // over `cache_len` keys in `tile`-key tiles, with `blocks_per_sm` blocks resident per SM: the
 // fewest splits whose grid fills the waves it needs about as well as the best choice does (within
-// 85 %), at most one split per tile and at most `max_splits`. One split when the problems alone
+// 95 %), at most one split per tile and at most `max_splits`. One split when the problems alone
 // fill the GPU.
 int64_t num_splits(int64_t sms, int64_t blocks_per_sm, int64_t row_blocks, int64_t cache_len, int64_t tile,
                    int64_t max_splits = 128);

@@ -51,6 +51,34 @@ std::string cuda_version_string();   // "runtime 13.0, driver 13.0"
 GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
                      const GpuConfig& cfg);
 
+// [device-inputs] A problem too large to draw and hold on the host (inputs_on_device): Q, K and V
+// drawn on the device instead (offset + randn from a counter-based hash of `seed` and the
+// element's index, rounded to the storage type; the padding NaN), and the inputs of a few
+// (sequence, key/value head) groups — every query head of the group, the keys the sequence sees —
+// copied back for the reference to check (GpuResult::samples). Otherwise as run_on_gpu.
+struct DeviceSample {
+  int64_t b = 0, kv_head = 0;
+  Shape shape;  // B = 1, H = the group's query heads, Hkv = 1, Nk = the keys sequence b sees
+  Inputs in;
+};
+// Above 2^28 elements of K (1 GiB of floats per tensor on the host, and seconds of drawing and
+// copying per run) the inputs are drawn where they are used.
+inline bool inputs_on_device(const Shape& s) { return s.kv_elems() > (int64_t(1) << 28); }
+GpuResult run_on_gpu_drawn(const StepInfo& step, const Shape& s, uint64_t seed, const StepOptions& opts,
+                           const GpuConfig& cfg, std::vector<DeviceSample>& samples);
+
+// [peaks] What a resource of the GPU at hand delivers, measured rather than read from a datasheet:
+// hbm-read streams `bytes` from HBM once per launch (16-byte loads from every thread of a full
+// grid, a buffer far beyond L2), timed like a step (warm-up, then the median of `reps`).
+struct PeakResult {
+  std::string name;    // "hbm-read"
+  int64_t bytes = 0;   // per launch
+  double ms_median = 0;
+  int reps = 0;
+  double bytes_per_s() const { return ms_median > 0 ? double(bytes) / (ms_median * 1e-3) : 0.0; }
+};
+PeakResult measure_hbm_read(int64_t bytes, int reps);
+
 struct GpuBackwardResult {
   Grads grads;               // dQ, dK, dV copied back from the checked launch
   std::vector<double> ms;    // each timed launch of the whole backward (all its kernels)

@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda_check.cuh"
 #include "gpu.hpp"
 
@@ -195,6 +198,7 @@ struct ForwardBuffers {
     p.B = int(s.B); p.H = int(s.H); p.N = int(s.N); p.Nk = int(s.Nk); p.d = int(s.d);
     p.Hkv = int(s.hkv());
     p.window = int(s.window);
+    p.decode = s.decode();
     p.causal = s.causal;
     p.bf16 = s.dtype == DType::bf16;
     p.scale = static_cast<float>(s.softmax_scale());
@@ -249,17 +253,60 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
-                     const GpuConfig& cfg) {
-  if (!step.launch) throw std::runtime_error("step " + step.id + " has no GPU launcher in this build");
-  require_supported(step, s, opts, gpu_caps());  // [arch] before anything is allocated or launched
-  ForwardBuffers f(s, cfg.pad);
-  upload(f.q, in.q, s.dtype, "Q");
-  upload(f.k, in.k, s.dtype, "K");
-  upload(f.v, in.v, s.dtype, "V");
+namespace {
+
+// [device-inputs] splitmix64's finalizer: a counter-based generator, any element drawn alone.
+__device__ inline uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// offset + spread·randn (Box–Muller on the hash of the element's index) into every element of a
+// padded tensor, rounded to the storage type; the padding is left as it is (NaN).
+__global__ void fa_fill_normal(uint16_t* buf, int64_t B, int64_t H, int64_t rows, int64_t cols, int64_t sb, int64_t sh,
+                               int64_t sn, uint64_t key, float offset, float spread, bool bf16) {
+  const int64_t total = B * H * rows * cols;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = e % cols, r = (e / cols) % rows, h = (e / (cols * rows)) % H, b = e / (cols * rows * H);
+    const uint64_t z = mix64(key ^ (uint64_t(e) * 0x100000001b3ull));
+    const float u1 = float((z >> 40) + 1) * 0x1p-24f, u2 = float((z >> 16) & 0xffffffull) * 0x1p-24f;
+    const float x = offset + spread * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    const uint16_t bits = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    buf[b * sb + h * sh + r * sn + c] = bits;
+  }
+}
+
+void fill_normal(PaddedTensor& t, uint64_t seed, uint64_t stream, double offset, double spread, DType dt, cudaStream_t st) {
+  fa_fill_normal<<<4096, 256, 0, st>>>(t.buf.as<uint16_t>(), t.B, t.H, t.rows, t.cols, t.sb, t.sh, t.sn,
+                                        seed * 0x100000001b3ull + stream * 0x9e3779b97f4a7c15ull, float(offset), float(spread),
+                                        dt == DType::bf16);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Rows [r0, r0 + n) of head (b, h) of a storage-type tensor, as host values.
+std::vector<float> download_rows(const PaddedTensor& t, int64_t b, int64_t h, int64_t r0, int64_t n, DType dt) {
+  std::vector<uint16_t> bits(static_cast<size_t>(n * t.cols));
+  if (n > 0)
+    CUDA_CHECK(cudaMemcpy2D(bits.data(), size_t(t.cols) * 2, t.buf.as<uint16_t>() + t.offset(b, h, r0, 0), size_t(t.sn) * 2,
+                            size_t(t.cols) * 2, size_t(n), cudaMemcpyDeviceToHost));
+  std::vector<float> out(bits.size());
+  for (size_t e = 0; e < bits.size(); ++e) out[e] = from_bits(dt, bits[e]);
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+// The checked launch and the timing, once the inputs are in place.
+GpuResult launch_and_time(const StepInfo& step, const Shape& s, const StepOptions& opts, const GpuConfig& cfg,
+                          ForwardBuffers& f, Stream& st) {
   DeviceBuffer ws(step.workspace_bytes ? step.workspace_bytes(s, opts) : 0);
   const AttnParams p = f.params(s, ws.get());
-  Stream st;
+  // What the step sets up once per problem (step 17's paged pool), outside the timing.
+  if (step.prepare) step.prepare(s, p, opts, st.s);
   auto reset = [&] { poison(f.o.buf, st.s); poison(f.lse.buf, st.s); };
   auto launch = [&] { step.launch(p, opts, st.s); };
 
@@ -273,6 +320,103 @@ GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, con
 
   r.ms = time_launches(cfg, st.s, reset, launch);
   r.ms_median = median(r.ms);
+  return r;
+}
+
+}  // namespace
+
+GpuResult run_on_gpu_drawn(const StepInfo& step, const Shape& s, uint64_t seed, const StepOptions& opts,
+                           const GpuConfig& cfg, std::vector<DeviceSample>& samples) {
+  if (!step.launch) throw std::runtime_error("step " + step.id + " has no GPU launcher in this build");
+  require_supported(step, s, opts, gpu_caps());  // [arch]
+  ForwardBuffers f(s, cfg.pad);
+  Stream st;
+  for (PaddedTensor* t : {&f.q, &f.k, &f.v}) poison(t->buf, st.s);
+  const InputSpec spec{seed};
+  fill_normal(f.q, seed, 1, spec.offset, spec.qk_spread, s.dtype, st.s);
+  fill_normal(f.k, seed, 2, spec.offset, spec.qk_spread, s.dtype, st.s);
+  fill_normal(f.v, seed, 3, spec.offset, spec.v_spread, s.dtype, st.s);
+  CUDA_CHECK(cudaStreamSynchronize(st.s));
+  // The groups the reference checks: the first and the last sequence, the first and the last
+  // key/value head — before any launch, since a decoding step appends into K and V.
+  samples.clear();
+  const int64_t G = s.H / s.hkv();
+  for (int64_t b : {int64_t(0), s.B - 1})
+    for (int64_t g : {int64_t(0), s.hkv() - 1}) {
+      bool dup = false;
+      for (const auto& x : samples) dup = dup || (x.b == b && x.kv_head == g);
+      if (dup) continue;
+      DeviceSample x;
+      x.b = b;
+      x.kv_head = g;
+      x.shape = s;
+      x.shape.B = 1;
+      x.shape.H = G;
+      x.shape.Hkv = 1;
+      x.shape.Nk = s.keys(b);
+      if (s.decode()) x.shape.cache_lens = {s.cache_lens[size_t(b)]};
+      x.shape.scale = s.softmax_scale();
+      x.in.q = Tensor4(1, G, s.N, s.d);
+      for (int64_t h = 0; h < G; ++h) {
+        const std::vector<float> rows = download_rows(f.q, b, g * G + h, 0, s.N, s.dtype);
+        std::copy(rows.begin(), rows.end(), x.in.q.head(0, h));
+      }
+      x.in.k = Tensor4(1, 1, x.shape.Nk, s.d);
+      x.in.v = Tensor4(1, 1, x.shape.Nk, s.d);
+      x.in.k.v = download_rows(f.k, b, g, 0, x.shape.Nk, s.dtype);
+      x.in.v.v = download_rows(f.v, b, g, 0, x.shape.Nk, s.dtype);
+      samples.push_back(std::move(x));
+    }
+  return launch_and_time(step, s, opts, cfg, f, st);
+}
+
+GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
+                     const GpuConfig& cfg) {
+  if (!step.launch) throw std::runtime_error("step " + step.id + " has no GPU launcher in this build");
+  require_supported(step, s, opts, gpu_caps());  // [arch] before anything is allocated or launched
+  ForwardBuffers f(s, cfg.pad);
+  upload(f.q, in.q, s.dtype, "Q");
+  upload(f.k, in.k, s.dtype, "K");
+  upload(f.v, in.v, s.dtype, "V");
+  Stream st;
+  return launch_and_time(step, s, opts, cfg, f, st);
+}
+
+namespace {
+// [peaks] Every thread reads 16 bytes per step of a grid-stride loop and folds them into one word,
+// written only if it is a value no input makes (so the loads cannot be dropped, nothing is stored).
+__global__ void fa_hbm_read(const uint4* __restrict__ src, int64_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(src + i);  // streaming: evict first, the data is read once
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+}  // namespace
+
+PeakResult measure_hbm_read(int64_t bytes, int reps) {
+  PeakResult r;
+  r.name = "hbm-read";
+  const int64_t n = bytes / 16;
+  r.bytes = n * 16;
+  DeviceBuffer buf(size_t(r.bytes)), sink(4);
+  Stream st;
+  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x3c, size_t(r.bytes), st.s));
+  int dev = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fa_hbm_read, 512, 0));
+  const unsigned grid = unsigned(sms * std::max(1, per_sm));
+  GpuConfig cfg;
+  cfg.reps = reps;
+  auto launch = [&] {
+    fa_hbm_read<<<grid, 512, 0, st.s>>>(static_cast<const uint4*>(buf.get()), n, sink.as<uint32_t>());
+    CUDA_CHECK(cudaGetLastError());
+  };
+  const std::vector<double> ms = time_launches(cfg, st.s, [] {}, launch);
+  r.ms_median = median(ms);
+  r.reps = int(ms.size());
   return r;
 }
 

@@ -15,6 +15,11 @@ std::string cuda_version_string() { return "none"; }
 GpuResult run_on_gpu(const StepInfo&, const Shape&, const Inputs&, const StepOptions&, const GpuConfig&) {
   throw std::runtime_error("built without CUDA");
 }
+GpuResult run_on_gpu_drawn(const StepInfo&, const Shape&, uint64_t, const StepOptions&, const GpuConfig&,
+                           std::vector<DeviceSample>&) {
+  throw std::runtime_error("built without CUDA");
+}
+PeakResult measure_hbm_read(int64_t, int) { throw std::runtime_error("built without CUDA"); }
 GpuBackwardResult run_backward_on_gpu(const StepInfo&, const Shape&, const Inputs&, const Forward&, const Tensor4&,
                                       const StepOptions&, const GpuConfig&) {
   throw std::runtime_error("built without CUDA");

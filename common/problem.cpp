@@ -12,8 +12,10 @@ namespace fa {
 
 double Shape::softmax_scale() const { return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(d)); }
 
-int64_t Shape::last_visible_key(int64_t i) const { return causal ? i + (Nk - N) : Nk - 1; }
-int64_t Shape::first_visible_key(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i + (Nk - N) - window + 1) : 0; }
+int64_t Shape::last_visible_key(int64_t i, int64_t b) const { return causal ? i + (keys(b) - N) : keys(b) - 1; }
+int64_t Shape::first_visible_key(int64_t i, int64_t b) const {
+  return window > 0 ? std::max<int64_t>(0, i + (keys(b) - N) - window + 1) : 0;
+}
 
 double Shape::flops_fa_convention() const {
   const double f = 4.0 * double(B) * double(H) * double(N) * double(Nk) * double(d);
@@ -27,6 +29,15 @@ std::string Shape::str() const {
   if (dropout > 0.0) os << " dropout=" << dropout;
   if (Hkv > 0 && Hkv != H) os << " Hkv=" << Hkv;
   if (window > 0) os << " window=" << window;
+  if (decode()) {
+    // Every length for a few sequences; their range for many.
+    os << " cache_lens=";
+    if (cache_lens.size() <= 8) {
+      for (size_t b = 0; b < cache_lens.size(); ++b) os << (b ? "," : "") << cache_lens[b];
+    } else {
+      os << *std::min_element(cache_lens.begin(), cache_lens.end()) << ".." << *std::max_element(cache_lens.begin(), cache_lens.end());
+    }
+  }
   return os.str();
 }
 
@@ -53,6 +64,18 @@ std::string validate(const Shape& s) {
   }
   if (s.window < 0) return "--window must be a positive number of keys";
   if (s.window > 0 && !s.causal) return "--window needs --causal: the window's right edge is the causal diagonal";
+  if (s.decode()) {
+    if (int64_t(s.cache_lens.size()) != s.B) {
+      os << "--cache-lens: " << s.cache_lens.size() << " lengths for " << s.B << " sequences (--b)";
+      return os.str();
+    }
+    for (size_t b = 0; b < s.cache_lens.size(); ++b)
+      if (s.cache_lens[b] < 0 || s.cache_lens[b] + s.N > s.Nk) {
+        os << "--cache-lens: sequence " << b << " holds " << s.cache_lens[b] << " tokens; with the " << s.N
+           << " new ones (--qlen) that must fit the cache of " << s.Nk << " (--nk): 0 to " << s.Nk - s.N;
+        return os.str();
+      }
+  }
   if (!(s.scale >= 0.0) || !std::isfinite(s.scale)) return "--scale must be a finite number >= 0 (0 means 1/sqrt(d))";
   // In float too: the kernels get P as a float (AttnParams), and 1 − P must not round to 0 there.
   if (!(s.dropout >= 0.0 && float(s.dropout) < 1.0f)) {  // NaN fails too
@@ -60,9 +83,12 @@ std::string validate(const Shape& s) {
     return os.str();
   }
   // Keep every element index inside 2^31 per tensor and the problem within reason on a host.
-  constexpr int64_t kMaxElems = int64_t(1) << 31;
-  if (s.q_elems() >= kMaxElems || s.kv_elems() >= kMaxElems)
-    return "--b/--h/--n/--nk/--d: a tensor of B·H·N·d elements must stay below 2^31";
+  // [cache-lens] A decode shape's cache may be larger (2^34 elements: step 17 addresses it with
+  // 64-bit offsets, and its inputs are then drawn on the device).
+  constexpr int64_t kMaxElems = int64_t(1) << 31, kMaxCache = int64_t(1) << 34;
+  if (s.q_elems() >= kMaxElems || s.kv_elems() >= (s.decode() ? kMaxCache : kMaxElems))
+    return s.decode() ? "--b/--h/--qlen/--nk/--d: Q must stay below 2^31 elements and the cache below 2^34"
+                      : "--b/--h/--n/--nk/--d: a tensor of B·H·N·d elements must stay below 2^31";
   return "";
 }
 

@@ -27,6 +27,11 @@ struct Shape {
   // [window] Sliding window (0: none; needs causal): query i sees keys j with
   // i + (Nk − N) − window < j <= i + (Nk − N), the bottom-right aligned band of `window` keys.
   int64_t window = 0;
+  // [cache-lens] Decoding (step 17): tokens already held by each sequence's key/value cache
+  // (empty: not a decode shape). Sequence b then sees keys [0, cache_lens[b] + N): the cache, and
+  // the N new tokens' keys and values, which the step appends at cache_lens[b] .. + N − 1 (the K/V
+  // inputs hold them there). Nk is the cache's capacity; cache_lens[b] + N <= Nk.
+  std::vector<int64_t> cache_lens;
   DType dtype = DType::f16;
   double scale = 0.0;  // 0 means 1/sqrt(d)
   // Dropout on the attention weights (common/dropout.hpp): probability P of dropping a weight
@@ -40,10 +45,14 @@ struct Shape {
   int64_t kv_head(int64_t h) const { return h / (H / hkv()); }
   int64_t kv_elems() const { return B * hkv() * Nk * d; }
   int64_t rows() const { return B * H * N; }
-  // The last key query i may see (bottom-right aligned); < 0 means none. Nk-1 when not causal.
-  int64_t last_visible_key(int64_t i) const;
+  // [cache-lens] The keys sequence b sees: Nk, or cache_lens[b] + N for a decode shape.
+  int64_t keys(int64_t b) const { return cache_lens.empty() ? Nk : cache_lens[static_cast<size_t>(b)] + N; }
+  bool decode() const { return !cache_lens.empty(); }
+  // The last key query i (of sequence b) may see (bottom-right aligned: i + keys(b) − N when causal,
+  // keys(b) − 1 otherwise); < 0 means none.
+  int64_t last_visible_key(int64_t i, int64_t b = 0) const;
   // The first key query i may see: 0 without a window.
-  int64_t first_visible_key(int64_t i) const;
+  int64_t first_visible_key(int64_t i, int64_t b = 0) const;
   // FlashAttention's FLOP convention: 4·B·H·N·Nk·d for QKᵀ and PV, halved when causal.
   double flops_fa_convention() const;
   std::string str() const;  // "B=2 H=4 N=128 Nk=128 d=64 causal=0 fp16"

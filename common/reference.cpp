@@ -87,8 +87,9 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
       MatD P = MatD::Zero(R, s.Nk);
       for (int64_t r = 0; r < R; ++r) {
         const int64_t i = rows[static_cast<size_t>(r)];
-        const int64_t last = s.last_visible_key(i);  // keys j0..last are visible ([window]: j0 > 0)
-        const int64_t n_vis = std::min<int64_t>(last + 1, s.Nk), j0 = std::min(s.first_visible_key(i), n_vis);
+        // Keys j0..last are visible ([window]: j0 > 0; [cache-lens]: sequence b's own length).
+        const int64_t last = s.last_visible_key(i, b);
+        const int64_t n_vis = std::min<int64_t>(last + 1, s.keys(b)), j0 = std::min(s.first_visible_key(i, b), n_vis);
         if (n_vis - j0 <= 0) { ref.lse[static_cast<size_t>(bh * R + r)] = inf; continue; }  // O row stays 0
         const double m = S.row(r).segment(j0, n_vis - j0).maxCoeff();
         double l = 0.0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -113,6 +114,46 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
 
 }  // namespace
 
+namespace {
+
+// [device-inputs] The forward checked on the groups whose inputs came back from the device: each
+// group is a problem of its own (one sequence, one key/value head and its query heads), checked
+// against the reference like any other; the run passes when every group does, and its numbers
+// are the worst group's. Non-finite O is counted over the whole output.
+Check check_samples(const Shape& s, const std::vector<DeviceSample>& samples, const Forward& out) {
+  Check all;
+  all.pass = true;
+  for (const DeviceSample& x : samples) {
+    const int64_t G = x.shape.H;
+    Forward part{Tensor4(1, G, s.N, s.d), Tensor4(1, G, s.N, 1)};
+    for (int64_t h = 0; h < G; ++h)
+      for (int64_t i = 0; i < s.N; ++i) {
+        for (int64_t c = 0; c < s.d; ++c) part.o.at(0, h, i, c) = out.o.at(x.b, x.kv_head * G + h, i, c);
+        part.lse.at(0, h, i, 0) = out.lse.at(x.b, x.kv_head * G + h, i, 0);
+      }
+    const Check c = check_forward(x.shape, x.in, reference_forward(x.shape, x.in), part);
+    auto global = [&](Where w) { return w.b < 0 ? w : Where{x.b, x.kv_head * G + w.h, w.i, w.j}; };
+    if (!(c.max_abs <= all.max_abs) || all.worst.b < 0) {
+      all.max_abs = c.max_abs;
+      all.worst = global(c.worst);
+      all.worst_got = c.worst_got;
+      all.worst_want = c.worst_want;
+    }
+    if (!(c.lse_max_abs <= all.lse_max_abs)) { all.lse_max_abs = c.lse_max_abs; all.lse_worst = global(c.lse_worst); }
+    all.rel_l2 = std::max(all.rel_l2, c.rel_l2);
+    all.atol = std::max(all.atol, c.atol);
+    all.lse_atol = std::max(all.lse_atol, c.lse_atol);
+    all.bad_lse += c.bad_lse;
+    all.checked_rows = c.checked_rows;
+    all.pass = all.pass && c.pass && c.max_abs <= c.atol;
+  }
+  for (float v : out.o.v) all.nonfinite_o += std::isfinite(v) ? 0 : 1;
+  all.pass = all.pass && all.nonfinite_o == 0 && !samples.empty();
+  return all;
+}
+
+}  // namespace
+
 RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   RunRecord r;
   r.step = step.id;
@@ -124,9 +165,46 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     v << (r.variant == "-" ? "" : r.variant + ";") << "dropout=" << o.shape.dropout;
     r.variant = v.str();
   }
+  // [gqa] [window] [cache-lens] Likewise for decoding's shapes: HKV, the window, and the cache's
+  // lengths (their range when there are many) go in the variant.
+  {
+    const Shape& sh = o.shape;
+    std::ostringstream v;
+    if (sh.hkv() != sh.H) v << ";hkv=" << sh.hkv();
+    if (sh.window > 0) v << ";window=" << sh.window;
+    if (sh.decode()) {
+      const auto [lo, hi] = std::minmax_element(sh.cache_lens.begin(), sh.cache_lens.end());
+      v << ";cache=" << *lo;
+      if (*hi != *lo) v << ".." << *hi;
+    }
+    if (!v.str().empty()) r.variant = (r.variant == "-" ? "" : r.variant + ";") + v.str().substr(1);
+  }
   r.shape = o.shape;
   r.seed = o.seed;
   const Shape& s = o.shape;
+  // [device-inputs] A problem too large for the host is drawn on the GPU and checked on samples.
+  if (on_gpu && inputs_on_device(s)) {
+    if (step.has_backward()) throw std::invalid_argument("a problem this large (K above 2^28 elements) is for a forward-only step: the backward's reference needs every input on the host");
+    if (!o.save_dir.empty()) throw std::invalid_argument("--save: the inputs of a problem this large (K above 2^28 elements) are drawn on the GPU and never held on the host");
+    const DeviceSpec dev = gpu_device_spec();
+    r.backend = "gpu";
+    r.device = dev.name;
+    r.device_inputs = true;
+    GpuConfig cfg;
+    cfg.warmup = o.warmup;
+    cfg.reps = o.reps;
+    std::vector<DeviceSample> samples;
+    GpuResult g = run_on_gpu_drawn(step, s, o.seed, o.step, cfg, samples);
+    r.check = check_samples(s, samples, g.out);
+    r.checked_groups = int64_t(samples.size());
+    r.stray_writes = g.stray_writes;
+    r.ms = g.ms_median;
+    r.reps = static_cast<int>(g.ms.size());
+    r.ledger = step.closed_form(s, o.step);
+    r.predicted_for = dev.name + " (" + dev.source + ")";
+    r.predicted = predict(r.ledger, dev);
+    return r;
+  }
   const Inputs in = make_inputs(s, InputSpec{o.seed});
   const Reference ref = reference_forward(s, in, pick_rows(s, o.seed));
   const LedgerSet closed = step.closed_form(s, o.step);
@@ -218,6 +296,9 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   if (!step.flags.empty()) os << ", " << r.variant;
   os << "\n";
   os << "check     " << r.check.summary() << "\n";
+  if (r.device_inputs)
+    os << "          inputs drawn on the GPU (K above 2^28 elements); the reference checked " << r.checked_groups
+       << " (sequence, key/value head) groups, every query head of each\n";
   if (r.stray_writes) os << "          FAIL: " << r.stray_writes << " elements of the NaN padding around O or L were overwritten\n";
   print_cost(os, r, r.ledger, r.ledger_matches_closed_form, r.ledger_diff, r.predicted);
   print_time(os, r, r.ms, r.reps, r.tflops(), o, "4·B·H·N·Nk·d");

@@ -27,6 +27,10 @@ struct RunRecord {
   double ms = 0;             // GPU median, or the blueprint's CPU wall time
   int reps = 0;
   int64_t stray_writes = 0;
+  // [device-inputs] Inputs drawn on the GPU (a problem too large for the host), checked on
+  // checked_groups (sequence, key/value head) groups.
+  bool device_inputs = false;
+  int64_t checked_groups = 0;
   double tflops() const { return ms > 0 ? shape.flops_fa_convention() / (ms * 1e-3) / 1e12 : 0.0; }
 
   // The backward pass, for a step that has one: dO = make_grad_output(shape, seed), the gradients

@@ -58,6 +58,35 @@ inline std::vector<Case> shape_matrix(bool big) {
   return cs;
 }
 
+// [cache-lens] Decoding's matrix (step 17 and any step with StepInfo::supports_decode): one to 16
+// new tokens per sequence against caches of ragged lengths (0 and 1 among them), grouped heads
+// (GQA, MQA, and one head each), a group's rows from 1 to 128 (two chunks), the causal mask among
+// the new tokens, sliding windows (one shorter than the new tokens), and large logits.
+inline Case decode_case(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk, int64_t d, bool causal, int64_t window,
+                        std::vector<int64_t> lens, DType t, double spread = 1.0) {
+  Case c = make_case(B, H, N, Nk, d, causal, t, spread);
+  c.shape.Hkv = Hkv;
+  c.shape.window = window;
+  c.shape.cache_lens = std::move(lens);
+  return c;
+}
+inline std::vector<Case> decode_matrix() {
+  const DType h = DType::f16, bf = DType::bf16;
+  return {decode_case(2, 8, 2, 1, 300, 64, false, 0, {299, 150}, h),     // 4 heads per group, one token
+          decode_case(3, 4, 1, 1, 200, 128, false, 0, {0, 1, 199}, bf),  // MQA; caches of 0 and 1 tokens
+          decode_case(2, 4, 4, 3, 257, 32, true, 0, {254, 64}, h),       // one head each, 3 tokens, causal
+          decode_case(2, 8, 2, 16, 600, 128, true, 0, {584, 300}, bf),   // 64 rows: a full chunk
+          decode_case(2, 8, 1, 16, 300, 64, true, 0, {284, 17}, h),      // 128 rows: two chunks
+          decode_case(1, 6, 2, 16, 200, 64, true, 0, {150}, bf),         // 48 rows: three row tiles of four
+          decode_case(1, 12, 4, 7, 333, 128, true, 0, {300}, h),         // 21 rows: two row tiles
+          decode_case(1, 32, 8, 1, 1000, 128, false, 0, {999}, bf),      // a model's heads, many splits
+          decode_case(2, 4, 2, 4, 400, 64, true, 50, {396, 10}, bf),     // a window
+          decode_case(1, 6, 2, 5, 333, 16, true, 3, {100}, h),           // a window shorter than the new tokens
+          decode_case(2, 4, 2, 2, 180, 64, false, 0, {178, 0}, h),       // two tokens without the mask
+          decode_case(1, 4, 2, 1, 500, 64, false, 0, {499}, h, 6.0),     // large logits
+          decode_case(1, 4, 2, 1, 77, 32, false, 0, {}, bf)};            // no cache lengths: plain attention
+}
+
 // A small random shape for ledger tests: B, H in {1, 2}, N and Nk in 1..150 (equal every third
 // draw t), d from the compiled head sizes, either mask and dtype.
 inline Shape random_small_shape(Rng& rng, int t) {

@@ -99,6 +99,14 @@ struct StepInfo {
   // [gqa] [window] Whether the step takes --hkv below --h and --window (the reference does; a step
   // that does not refuses them with exit 2).
   bool supports_gqa = false, supports_window = false;
+  // [cache-lens] A decoding step (17): it takes --qlen (N, at most max_n), --cache-lens and --ragged,
+  // and its default shapes are decoding's (one new token per sequence against a long cache).
+  bool supports_decode = false;
+  int64_t max_n = 0;  // 0: no limit
+  // Once per problem on the GPU, before the checked launch and outside the timing: what the step
+  // sets up that is not part of one call (step 17: the paged cache's pool and block table, the
+  // new tokens' K/V taken out of the K/V inputs). `stream` is a cudaStream_t. Null: nothing.
+  void (*prepare)(const Shape&, const AttnParams&, const StepOptions&, void* stream) = nullptr;
 
   // The backward pass, for steps that have one (null otherwise). Inputs: Q, K, V, the forward's O
   // and L, and dO. The launcher gets BwdParams; its scratch is backward_workspace_bytes().

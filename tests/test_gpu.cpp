@@ -477,6 +477,46 @@ TEST_CASE("at FA_FAKE_CC=75 the harness refuses what sm_75 lacks before any laun
                   Unsupported);
 }
 
+// [cache-lens] Decoding's matrix on the steps that decode (step 17): every page size (its variants),
+// one split and the kernel's most, inside NaN-padded buffers. The cache's free slots and the new
+// tokens' rows are NaN before the call (prepare()): a read past a sequence's keys, or of a new
+// token before it is appended, poisons O.
+TEST_CASE("decoding kernels match the reference over decoding's matrix, paged and not, one split and many") {
+  int ran = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch || !st->supports_decode) continue;
+    std::vector<StepOptions> vars = test::all_options(*st);
+    for (const char* splits : {"1", "128"}) {
+      StepOptions o = st->default_options();
+      o["splits"] = splits;
+      vars.push_back(o);
+    }
+    for (const StepOptions& opt : vars)
+      for (const test::Case& c : test::decode_matrix()) {
+        const std::string what = "step" + st->id + " " + variant_name(opt) + " " + c.name();
+        CAPTURE(what);
+        const Inputs in = make_inputs(c.shape, c.inputs);
+        GpuConfig cfg;
+        cfg.reps = 0;
+        cfg.pad = Padding{8, 24, 40};
+        if (no.refused(*st, c.shape, opt, false)) {
+          CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, opt, cfg), Unsupported);
+          continue;
+        }
+        const GpuResult g = run_on_gpu(*st, c.shape, in, opt, cfg);
+        const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), g.out);
+        INFO(chk.summary());
+        CHECK(chk.pass);
+        CHECK(g.stray_writes == 0);
+        ++ran;
+      }
+  }
+  g_ran += ran;
+  g_refused += no.total;
+  CHECK(ran + no.total > 0);
+}
+
 int main(int argc, char** argv) {
   // Listing the tests (ctest's discovery at build time) needs no GPU.
   bool listing = false;

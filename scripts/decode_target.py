@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Step 17's target run (docs/17_decode.md): decoding on one GPU, every peer in the same run.
+
+  scripts/decode_target.py BUILD_DIR OUT.csv [--quick] [--bs 1,4,16,64] [--caches 4096,...]
+                           [--pages 16,64,256] [--reps 20] [--commit HASH] [--deadline EPOCH_S]
+
+On one GPU, in this order, one CSV row each:
+  - the HBM read bandwidth, measured by `bench --peaks` (a streaming read of 4 GiB);
+  - step 17 on every (B, cache length) point: bf16, d = 128, H = 32, HKV = 8, one new token per
+    sequence attending to a cache of L tokens (L − 1 held plus the one appended), contiguous and
+    paged (--pages), each checked against the reference (step17 --csv; pass = 1);
+  - step 12 as a prefill kernel on the same shapes at B = 1 (one query row per head: its grid of
+    B·H Q tiles);
+  - PyTorch's scaled_dot_product_attention, every backend alone, with enable_gqa=True on the same
+    contiguous shapes (q [B, 32, 1, 128], k and v [B, 8, L, 128]); one that refuses gets a row with
+    its reason and no time.
+Each row: kind, B, L, page size, microseconds, the cache's bytes (K and V of every visible token),
+bytes/s and its share of the measured bandwidth, pass. Points whose cache would not fit the GPU are
+left out and named. Without a GPU it says why and exits 0.
+"""
+import argparse
+import csv
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+H, HKV, D = 32, 8, 128
+FIELDS = ["date", "commit", "device", "kind", "backend", "B", "cache_len", "page_size", "us", "cache_bytes",
+          "bytes_per_s", "pct_of_measured_bw", "pass", "note"]
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def step_row(build, step, args):
+    """One step program run with --csv: (ms, pass, note)."""
+    rc, out, err = run([os.path.join(build, step)] + args + ["--csv"])
+    if rc == 2:
+        return None, 0, "refused: " + (err.strip().splitlines() or ["?"])[-1]
+    lines = [l for l in out.splitlines() if l.strip()]
+    if len(lines) < 2:
+        return None, 0, "no output (exit %d): %s" % (rc, err.strip()[-200:])
+    row = dict(zip(next(csv.reader([lines[0]])), next(csv.reader([lines[1]]))))
+    return float(row["ms"]), int(row["pass"]), "" if rc == 0 else "exit %d" % rc
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("out")
+    ap.add_argument("--quick", action="store_true", help="B = 1 and 16, L = 4k and 64k, one page size")
+    ap.add_argument("--bs", default="1,4,16,64")
+    ap.add_argument("--caches", default="4096,8192,16384,32768,65536,131072")
+    ap.add_argument("--pages", default="16,64,256")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--commit", default=os.environ.get("FA_COMMIT", "unknown"))
+    ap.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no new point starts")
+    args = ap.parse_args()
+    try:
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError as e:
+        print(f"decode_target.py: skipped: PyTorch is not installed ({e})", file=sys.stderr)
+        return 0
+    if not torch.cuda.is_available():
+        print("decode_target.py: skipped: PyTorch sees no CUDA device", file=sys.stderr)
+        return 0
+    bs = [int(x) for x in args.bs.split(",")]
+    caches = [int(x) for x in args.caches.split(",")]
+    pages = [int(x) for x in args.pages.split(",")] if args.pages else []
+    if args.quick:
+        bs, caches, pages = [1, 16], [4096, 65536], pages[:1]
+    device = torch.cuda.get_device_name(0)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    free = torch.cuda.mem_get_info()[0]
+    f = open(args.out, "w", newline="")
+    w = csv.DictWriter(f, fieldnames=FIELDS)
+    w.writeheader()
+    base = {"date": date, "commit": args.commit, "device": device}
+
+    peaks = args.out + ".peaks.csv"
+    if os.path.exists(peaks):
+        os.remove(peaks)
+    rc, _, err = run([os.path.join(args.build, "bench"), "--peaks", "--out", peaks, "--commit", args.commit])
+    if rc != 0:
+        print("decode_target.py: bench --peaks failed: " + err, file=sys.stderr)
+        return 1
+    with open(peaks) as pf:
+        peak = next(csv.DictReader(pf))
+    bw = float(peak["bytes_per_s"])
+    w.writerow({**base, "kind": "hbm-read", "backend": "bench --peaks", "us": float(peak["ms"]) * 1e3,
+                "cache_bytes": peak["bytes"], "bytes_per_s": bw, "pct_of_measured_bw": 100.0, "note": "streaming read"})
+    f.flush()
+    print(f"decode_target.py: HBM read {bw / 1e12:.3f} TB/s", file=sys.stderr)
+
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
+    failed = 0
+    points = [(b, L) for b in bs for L in caches]
+    for n, (b, L) in enumerate(points):
+        cache_bytes = 2 * b * HKV * L * D * 2
+        point = {**base, "B": b, "cache_len": L, "cache_bytes": cache_bytes}
+        # The step's paged run holds the cache twice (inputs and pool); PyTorch's once.
+        if 2.5 * cache_bytes > free:
+            w.writerow({**point, "kind": "skipped", "note": "the cache and its pool do not fit the GPU's free memory"})
+            continue
+        if args.deadline and time.time() > args.deadline:
+            w.writerow({**point, "kind": "skipped", "note": "past the run's deadline"})
+            continue
+        t0 = time.time()
+
+        def emit(kind, backend, page, ms, ok, note=""):
+            row = {**point, "kind": kind, "backend": backend, "page_size": page, "pass": ok, "note": note}
+            if ms is not None:
+                row.update(us=ms * 1e3, bytes_per_s=cache_bytes / (ms * 1e-3), pct_of_measured_bw=100.0 * cache_bytes / (ms * 1e-3) / bw)
+            w.writerow(row)
+            f.flush()
+
+        shape = ["--b", str(b), "--h", str(H), "--hkv", str(HKV), "--qlen", "1", "--nk", str(L), "--cache-lens", str(L - 1),
+                 "--d", str(D), "--dtype", "bf16", "--reps", str(args.reps)]
+        for page in [0] + pages:
+            ms, ok, note = step_row(args.build, "step17", shape + ["--page-size", str(page) if page else "none"])
+            emit("step17", "paged" if page else "contiguous", page or "", ms, ok, note)
+            failed += 0 if ok else 1
+        if b == 1:
+            ms, ok, note = step_row(args.build, "step12", ["--b", "1", "--h", str(H), "--hkv", str(HKV), "--n", "1", "--nk", str(L),
+                                                           "--d", str(D), "--dtype", "bf16", "--reps", str(args.reps)])
+            emit("step12", "prefill", "", ms, ok, note)
+        q = torch.randn(b, H, 1, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, HKV, L, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, HKV, L, D, device="cuda", dtype=torch.bfloat16)
+        for name, be in backends:
+            try:
+                with sdpa_kernel(be):
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                    for _ in range(5):
+                        fn()
+                    torch.cuda.synchronize()
+                    times = []
+                    for _ in range(args.reps):
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        fn()
+                        e1.record()
+                        e1.synchronize()
+                        times.append(e0.elapsed_time(e1))
+                emit("sdpa", name, "", statistics.median(times), "", "enable_gqa=True")
+            except Exception as e:  # a backend that refuses the shape, or runs out of memory
+                emit("sdpa", name, "", None, "", "refused: " + str(e).splitlines()[0][:160])
+                torch.cuda.empty_cache()
+        del q, k, v
+        torch.cuda.empty_cache()
+        print(f"decode_target.py: [{n + 1}/{len(points)}] B={b} L={L} done in {time.time() - t0:.1f} s", file=sys.stderr)
+    f.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
