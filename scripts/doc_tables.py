@@ -836,6 +836,77 @@ def tour():
         ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s", "backward ms"], body)
 
 
+def decode_target():
+    """Step 17's target run (scripts/decode_target.py): every point, beside the measured bandwidth and every peer."""
+    rs = rows("decode_*.csv")
+    if not rs:
+        return provenance([], "scripts/decode_target.py")
+    bw = next((float(r["bytes_per_s"]) for r in rs if r["kind"] == "hbm-read"), None)
+    pts = sorted({(int(r["B"]), int(r["cache_len"])) for r in rs if r["kind"] not in ("hbm-read",)})
+    get = lambda kind, backend, b, L, page="": next((r for r in rs if r["kind"] == kind and r["backend"] == backend and
+                                                       r["B"] == str(b) and r["cache_len"] == str(L) and r["page_size"] == page), None)
+    us = lambda r: float(r["us"]) if r and r["us"] not in ("", None) else None
+    body, vs_sdpa, vs12, paged, b1 = [], [], [], [], []
+    for b, L in pts:
+        skip = next((r for r in rs if r["kind"] == "skipped" and r["B"] == str(b) and r["cache_len"] == str(L)), None)
+        if skip:
+            body.append([b, f"{L // 1024}k", "not run: " + skip["note"]] + ["–"] * 9)
+            continue
+        c = get("step17", "contiguous", b, L)
+        t = us(c)
+        if t is None:
+            body.append([b, f"{L // 1024}k", "no time: " + (c["note"] if c else "missing")] + ["–"] * 9)
+            continue
+        ok = "" if c["pass"] == "1" else " (FAIL)"
+        pct = float(c["pct_of_measured_bw"])
+        if b == 1 and L >= 32768:
+            b1.append(pct)
+        cells = [b, f"{L // 1024}k", f"{t:.1f}{ok}", f"{float(c['bytes_per_s']) / 1e12:.2f}", f"{pct:.1f}"]
+        peer_t = {}
+        for name in ("flash", "cudnn", "efficient", "math"):
+            r = get("sdpa", name, b, L)
+            peer_t[name] = us(r)
+        ran = {k: v for k, v in peer_t.items() if v is not None}
+        best = min(ran, key=ran.get) if ran else None
+        cells += [f"{peer_t['flash']:.1f}" if peer_t["flash"] else "–", f"{peer_t['cudnn']:.1f}" if peer_t["cudnn"] else "–"]
+        if best:
+            vs_sdpa.append((ran[best] / t, b, L))
+            cells.append(f"{ran[best] / t:.3f} ({best})")
+        else:
+            cells.append("–")
+        s12 = us(get("step12", "prefill", b, L))
+        if s12:
+            vs12.append((s12 / t, b, L))
+        cells.append(f"{s12 / t:.1f}" if s12 else "–")
+        worst = []
+        for page in ("16", "64", "256"):
+            pt = us(get("step17", "paged", b, L, page))
+            if pt:
+                paged.append((t / pt, b, L, page))
+                worst.append(f"{t / pt:.3f}")
+        cells.append(" / ".join(worst) if worst else "–")
+        body.append(cells)
+    head = provenance([r for r in rs if r["kind"] == "step17"], "scripts/decode_target.py")
+    head += (f" _Measured HBM read bandwidth (`bench --peaks`, a streaming read of 4 GiB, same run): "
+             f"**{bw / 1e12:.3f} TB/s**. Cache bytes: K and V of every token a sequence sees, 2·B·HKV·L·d·2; "
+             f"bf16, d = 128, H = 32, HKV = 8, one new token. A ratio above 1: step 17 is faster._" if bw else "")
+    tab = table(["B", "cache L", "step 17 µs", "TB/s", "% of measured", "flash µs", "cuDNN µs",
+                 "fastest SDPA / step 17", "step 12 / step 17", "contiguous / paged 16 / 64 / 256"], body)
+    lines = []
+    if b1:
+        lines.append(f"B = 1, L ≥ 32k: step 17 reads the cache at {min(b1):.1f} – {max(b1):.1f} % of the measured bandwidth")
+    if vs_sdpa:
+        x = min(vs_sdpa)
+        lines.append(f"against the fastest SDPA backend: geometric mean {geomean([v for v, *_ in vs_sdpa]):.3f}, lowest {x[0]:.3f} "
+                     f"(B = {x[1]}, L = {x[2] // 1024}k), {sum(v >= 1.0 for v, *_ in vs_sdpa)} of {len(vs_sdpa)} points at or above 1")
+    if vs12:
+        lines.append(f"against step 12 as prefill (B = 1): lowest {min(vs12)[0]:.1f}×")
+    if paged:
+        x = min(paged)
+        lines.append(f"paged against contiguous: lowest {x[0]:.3f} (B = {x[1]}, L = {x[2] // 1024}k, pages of {x[3]})")
+    return head + "\n\n" + tab + "\n\n" + "; ".join(lines) + "."
+
+
 TABLES = {
     "step01-sweep": lambda: step_sweep("01"),
     "step01-dtype": lambda: step_dtype("01"),
@@ -880,6 +951,7 @@ TABLES = {
     "step15-target": lambda: fwd_target("15"),
     "step15-ncu": lambda: ncu_stalls(("14", "15")),
     "step16-target": fwd16_target,
+    "step17-target": decode_target,
     "step16-d256": fwd16_wide,
     "step16-ablation": lambda: ablation("16", only="ablate"),
     "step16-tiles": lambda: ablation("16", "--tiles", only="tiles"),
