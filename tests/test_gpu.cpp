@@ -517,6 +517,34 @@ TEST_CASE("decoding kernels match the reference over decoding's matrix, paged an
   CHECK(ran + no.total > 0);
 }
 
+namespace fa::step17 {
+std::string appended_cache_mismatch(const Shape& s, const Inputs& in, const StepOptions& o);
+}
+
+// [append] After one call the cache holds the new tokens (and the old ones untouched), contiguous and
+// paged: the next step of generation will read them there.
+TEST_CASE("step 17 appends the new tokens' keys and values into the cache, contiguous and paged") {
+  const StepInfo* st = nullptr;
+  for (const StepInfo* x : all_steps()) if (x->id == "17") st = x;
+  REQUIRE(st != nullptr);
+  Refusals no;
+  int ran = 0;
+  for (const char* page : {"none", "16", "64", "256"})
+    for (const test::Case& c : test::decode_matrix()) {
+      if (!c.shape.decode()) continue;
+      StepOptions o{{"page-size", page}};
+      const std::string what = std::string("page-size=") + page + " " + c.name();
+      CAPTURE(what);
+      if (no.refused(*st, c.shape, o, false)) continue;
+      const Inputs in = make_inputs(c.shape, c.inputs);
+      CHECK(step17::appended_cache_mismatch(c.shape, in, o) == "");
+      ++ran;
+    }
+  g_ran += ran;
+  g_refused += no.total;
+  CHECK(ran + no.total > 0);
+}
+
 int main(int argc, char** argv) {
   // Listing the tests (ctest's discovery at build time) needs no GPU.
   bool listing = false;

@@ -73,13 +73,18 @@ TEST_CASE("the counted ledger equals the closed form") {
         const std::string diff = counted.diff(step17::closed_form(c.shape, opts(page, splits)));
         INFO(diff);
         CHECK(diff.empty());
-        CHECK((counted.kernels.size() == 2) == (std::string(splits) != "1"));  // the combine, with splits
+        CHECK(counted.kernels.size() == 1);  // [fused-combine]: the last block merges
+        StepOptions k = opts(page, splits);
+        k["combine"] = "kernel";
+        const LedgerSet separate = step17::blueprint(c.shape, in, k).ledger;
+        CHECK(separate.diff(step17::closed_form(c.shape, k)).empty());
+        CHECK((separate.kernels.size() == 2) == (std::string(splits) != "1"));  // a combine kernel, with splits
       }
 }
 
 // [gqa-pack] Each cache byte is read once per (sequence, key/value head), however many query heads
 // share it and however many splits cut it: the split kernel's HBM reads are the visible cache,
-// the new tokens' rows twice more (the append's load and the copy), and Q.
+// the new tokens' rows twice more (the append's load and the copy), Q, and the merge's partials.
 TEST_CASE("the cache is read once per group, whatever the group size and the splits") {
   for (int64_t H : {8, 16, 32})
     for (const char* splits : {"1", "4", "auto"}) {
@@ -99,7 +104,9 @@ TEST_CASE("the cache is read once per group, whatever the group size and the spl
           const step17::KeyRange r = step17::split_range({0, s.keys(b)}, splits_n, sp);
           if (r.hi > r.lo) q_bytes += s.Hkv * (H / s.Hkv) * s.d * 2;
         }
-      CHECK(l.gmem_read - q_bytes == s.Hkv * 2 * (cache_rows - fresh + 2 * fresh) * s.d * 2);
+      // [fused-combine] The last blocks' merge reads every split's partial O and L once.
+      const int64_t merge_bytes = splits_n > 1 ? s.B * H * s.N * splits_n * (s.d + 1) * 4 : 0;
+      CHECK(l.gmem_read - q_bytes - merge_bytes == s.Hkv * 2 * (cache_rows - fresh + 2 * fresh) * s.d * 2);
     }
 }
 

@@ -37,6 +37,10 @@ int page_size_of(const StepOptions& o) {
   const int k = choice_index(o, "page-size", kPageSizes, 6, "step17");
   return k == 0 ? 0 : std::stoi(kPageSizes[k]);
 }
+bool combine_fused(const StepOptions& o) {
+  const auto it = o.find("combine");
+  return it == o.end() || it->second == "fused";
+}
 int64_t splits_of(const StepOptions& o) {
   const auto it = o.find("splits");
   if (it == o.end() || it->second == "auto") return 0;
@@ -254,9 +258,16 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
         }
       }
   }
-  // [merge] The combine kernel: per query row, the splits' partials merged by log-sum-exp.
+  // [merge] The combine: per query row, the splits' partials merged by log-sum-exp — in a kernel of its
+  // own, or ([fused-combine]) by the last block of each group, which a counter in global memory finds:
+  // an atomic add per block, and the last one's reset of the counter.
   if (splits > 1) {
-    Ledger& comb = res.ledger["combine"];  // after this, `led` may dangle: not used again
+    const bool fused = combine_fused(o);
+    if (fused) {
+      led.gmem_atomic += B * Hkv * chunks * splits * 4;
+      led.gmem_write += B * Hkv * chunks * 4;
+    }
+    Ledger& comb = res.ledger[fused ? "split" : "combine"];  // after this, `led` may dangle: not used again
     Po.retarget(comb);
     Pl.retarget(comb);
     Og.retarget(comb);
@@ -328,11 +339,13 @@ LedgerSet closed_form(const Shape& s, const StepOptions& o) {
   led.smem_peak = smem_bytes(int(d));
   led.workspace = int64_t(workspace_of(B, H, Hkv, N, s.Nk, d, s.decode(), page, splits).total);
   if (splits > 1) {
-    Ledger& comb = ls["combine"];
+    const bool fused = combine_fused(o);
+    if (fused) led.gmem_atomic += B * Hkv * chunks * splits * 4, led.gmem_write += B * Hkv * chunks * 4;  // [fused-combine]
+    Ledger& comb = ls[fused ? "split" : "combine"];
     const int64_t rows = B * H * N;
-    comb.gmem_read = rows * splits * (d + 1) * 4;
-    comb.gmem_write = rows * (d * 2 + 4);
-    comb.nonmatmul_ops = rows * (splits * (d + 3) + 2);
+    comb.gmem_read += rows * splits * (d + 1) * 4;
+    comb.gmem_write += rows * (d * 2 + 4);
+    comb.nonmatmul_ops += rows * (splits * (d + 3) + 2);
   }
   return ls;
 }
@@ -359,7 +372,10 @@ const StepInfo& info() {
     StepFlag sp{"splits", {"auto", "1", "2", "3", "4", "8", "16", "32", "64", "128"},
                 "how many blocks share a sequence's keys: auto (the heuristic, docs/17_decode.md) or a count"};
     sp.sweep = false;  // an experiment: the shape-matrix tests run the heuristic's choice
-    i.flags = {page, sp};
+    StepFlag comb{"combine", {"fused", "kernel"},
+                  "who merges the splits: the last block of each group (fused) or a kernel of its own after them"};
+    comb.sweep = false;
+    i.flags = {page, sp, comb};
     i.blueprint = blueprint;
     i.closed_form = closed_form;
     i.smem_bytes = run_smem_bytes;

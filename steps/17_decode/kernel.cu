@@ -42,7 +42,9 @@ struct DecodeArgs {
   CacheLayout kl, vl;
   float* part_o = nullptr;              // [B·H·N][splits][d]  (splits > 1)
   float* part_l = nullptr;              // [B·H·N][splits]
+  int* counters = nullptr;              // [B·HKV·chunks]: blocks done per group ([fused-combine])
   int splits = 1, chunks = 1;
+  bool fused = true;                    // --combine fused (the last block merges) or kernel
 };
 
 template <class T> __device__ inline uint32_t pack2(float lo, float hi);
@@ -181,6 +183,9 @@ __device__ inline void load_q_rows(uint32_t tile, const AttnParams& p, int b, in
     cp_async16(dst + i * kRowsPerPass * D * 2, from, inside);
   }
 }
+
+template <class T, int D>
+__device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane);
 
 // SL key slices per tile (4, 2 or 1: key_slices()), RT = kWarps / SL row tiles.
 template <class T, int D, int SL>
@@ -341,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
       mine[(D / 8) * 128 + 64 + 2 * lane] = l[0], mine[(D / 8) * 128 + 64 + 2 * lane + 1] = l[1];
     }
     __syncthreads();
-    if (ks > 0) return;
+    if (ks == 0)
 #pragma unroll
     for (int x = 1; x < SL; ++x) {
       const float* other = scratch + (rt + x * RT) * kPer;
@@ -369,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int row = 16 * rt + m16n8k16::group(lane) + 8 * hr;
-    if (row >= rows) continue;
+    if (row >= rows || ks > 0) continue;  // slices 1.. merged into slice 0 above
     const int hq = kv * G + (r0 + row) / p.N, i = (r0 + row) % p.N;
     const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
     const float L = l[hr] > 0.0f ? (m[hr] + log2f(l[hr])) * kLn2 : (whole ? INFINITY : -INFINITY);
@@ -389,25 +394,41 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
       if (m16n8k16::thread_in_group(lane) == 0) a.part_l[q_row * a.splits + split] = L;
     }
   }
+  // [fused-combine] The last block of a group to finish merges the group's rows (the classic
+  // "threadfence reduction": every thread fences its partials, one thread counts the block in; the
+  // block that counts splits − 1 sees every other block's partials) — no second launch, no gap.
+  if (whole || !a.fused) return;
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.counters + (int64_t(b) * p.Hkv + kv) * a.chunks + chunk;
+    last = atomicAdd(counter, 1) == a.splits - 1;
+    if (last) *counter = 0;  // every block has counted: ready for the next call
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int row = warp; row < rows; row += kWarps)
+    merge_row<T, D>(a, (int64_t(b) * p.H + kv * G + (r0 + row) / p.N) * p.N + (r0 + row) % p.N, lane);
 }
 
 // [merge] One warp per query row: the splits' L_s give L = m + log Σ exp(L_s − m); O = Σ exp(L_s − L)·O_s.
 // A split that saw no key (L_s = −inf) weighs 0; a row whose splits all saw none: O = 0, L = +inf.
+// The partials were written by other blocks: read past L1 (ld.global.cg).
 template <class T, int D>
-__global__ void __launch_bounds__(128) step17_combine(DecodeArgs a) {
+__device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane) {
   const AttnParams& p = a.p;
-  const int64_t q_row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32, S = a.splits;
-  if (q_row >= int64_t(p.B) * p.H * p.N) return;
+  const int S = a.splits;
   const float* Ls = a.part_l + q_row * S;
-  // lab:begin combine: [merge]: the row's L = m + log Σ_s exp(L_s − m) over its S splits (lanes take splits, shuffles reduce), then O = Σ_s exp(L_s − L)·O_s (docs/17_decode.md, 'The merge')
+  // lab:begin combine: [merge]: the row's L = m + log Σ_s exp(L_s − m) over its S splits (lanes take splits, shuffles reduce), then O = Σ_s exp(L_s − L)·O_s (docs/17_decode.md, 'The split and the merge')
   float mx = -INFINITY;
-  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, Ls[s]);
+  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, __ldcg(Ls + s));
 #pragma unroll
   for (int x = 16; x > 0; x /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
   float sum = 0.0f;
   if (mx != -INFINITY)
-    for (int s = lane; s < S; s += 32) sum += expf(Ls[s] - mx);
+    for (int s = lane; s < S; s += 32) sum += expf(__ldcg(Ls + s) - mx);
 #pragma unroll
   for (int x = 16; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
   const float L = mx == -INFINITY ? INFINITY : mx + logf(sum);
@@ -415,11 +436,11 @@ __global__ void __launch_bounds__(128) step17_combine(DecodeArgs a) {
   float acc[kPer] = {};
   if (mx != -INFINITY)
     for (int s = 0; s < S; ++s) {
-      const float w = expf(Ls[s] - L);  // 0 for a split that saw none of the row's keys (its O_s is 0)
+      const float w = expf(__ldcg(Ls + s) - L);  // 0 for a split that saw none of the row's keys (its O_s is 0)
       const float* Os = a.part_o + (q_row * S + s) * D;
 #pragma unroll
       for (int e = 0; e < kPer; ++e)
-        if (lane + 32 * e < D) acc[e] += w * Os[lane + 32 * e];
+        if (lane + 32 * e < D) acc[e] += w * __ldcg(Os + lane + 32 * e);
     }
   // lab:end
   const int64_t b = q_row / (int64_t(p.H) * p.N), h = (q_row / p.N) % p.H, i = q_row % p.N;
@@ -428,6 +449,14 @@ __global__ void __launch_bounds__(128) step17_combine(DecodeArgs a) {
   for (int e = 0; e < kPer; ++e)
     if (lane + 32 * e < D) O[lane + 32 * e] = from_float<T>(acc[e]);
   if (lane == 0) p.lse[b * p.lse_sb + h * p.lse_sh + i] = L;
+}
+
+// --combine kernel: the merge as a kernel of its own, one warp per query row, after the splits.
+template <class T, int D>
+__global__ void __launch_bounds__(128) step17_combine(DecodeArgs a) {
+  const int64_t q_row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (q_row >= int64_t(a.p.B) * a.p.H * a.p.N) return;
+  merge_row<T, D>(a, q_row, threadIdx.x % 32);
 }
 
 namespace {
@@ -470,7 +499,7 @@ void launch_typed(const DecodeArgs& a, cudaStream_t st) {
     default: configure<T, D, 1>(smem); step17_split<T, D, 1><<<grid, kThreads, smem, st>>>(a); break;
   }
   CUDA_CHECK(cudaGetLastError());
-  if (a.splits > 1) {
+  if (a.splits > 1 && !a.fused) {
     const int64_t qrows = int64_t(a.p.B) * a.p.H * a.p.N;
     step17_combine<T, D><<<unsigned((qrows + 3) / 4), 128, 0, st>>>(a);
     CUDA_CHECK(cudaGetLastError());
@@ -529,7 +558,9 @@ DecodeArgs make_args(const AttnParams& p, const StepOptions& opts) {
   if (splits > 1) {
     a.part_o = reinterpret_cast<float*>(ws + w.part_o);
     a.part_l = reinterpret_cast<float*>(ws + w.part_l);
+    a.counters = reinterpret_cast<int*>(ws + w.counters);
   }
+  a.fused = combine_fused(opts);
   return a;
 }
 
@@ -557,6 +588,7 @@ void prepare(const Shape& s, const AttnParams& p, const StepOptions& opts, void*
   if (w.total > 0 && !p.workspace) throw std::logic_error("step17: prepare() without its workspace");
   unsigned char* ws = static_cast<unsigned char*>(p.workspace);
   if (w.total) CUDA_CHECK(cudaMemsetAsync(ws, 0xFF, w.total, st));  // NaN everywhere nothing is put
+  if (w.counters_bytes) CUDA_CHECK(cudaMemsetAsync(ws + w.counters, 0, w.counters_bytes, st));  // [fused-combine]
   const int64_t Hkv = s.hkv(), d = s.d, row_bytes = d * 2;
   std::vector<int32_t> lens;
   if (s.decode()) {
@@ -624,6 +656,56 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
 size_t workspace_bytes(const Shape& s, const StepOptions& opts) {
   const int64_t splits = choose_splits(s.B, s.H, s.hkv(), s.N, s.Nk, s.window, opts, device_sms(), device_blocks_per_sm(s.d));
   return workspace_of(s.B, s.H, s.hkv(), s.N, s.Nk, s.d, s.decode(), page_size_of(opts), splits).total;
+}
+
+// [append] For the GPU tests: one call in plain device buffers, then the cache read back — the K/V
+// inputs, or the pool through the block table — and every key a sequence sees compared, bit for bit,
+// with the inputs: the new tokens must be in the cache after the call, the old ones untouched.
+std::string appended_cache_mismatch(const Shape& s, const Inputs& in, const StepOptions& o) {
+  const int64_t B = s.B, H = s.H, Hkv = s.hkv(), N = s.N, Nk = s.Nk, d = s.d;
+  auto up = [&](const Tensor4& x) {
+    std::vector<uint16_t> bits(x.v.size());
+    for (size_t e = 0; e < bits.size(); ++e) bits[e] = to_bits(s.dtype, x.v[e]);
+    DeviceBuffer buf(bits.size() * 2);
+    CUDA_CHECK(cudaMemcpy(buf.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+    return buf;
+  };
+  DeviceBuffer q = up(in.q), k = up(in.k), v = up(in.v), out(size_t(B * H * N * d) * 2), lse(size_t(B * H * N) * 4);
+  DeviceBuffer ws(workspace_bytes(s, o));
+  AttnParams p;
+  p.q = q.get(), p.k = k.get(), p.v = v.get(), p.o = out.get(), p.lse = lse.as<float>();
+  p.q_sb = H * N * d, p.q_sh = N * d, p.q_sn = d;
+  p.k_sb = p.v_sb = Hkv * Nk * d, p.k_sh = p.v_sh = Nk * d, p.k_sn = p.v_sn = d;
+  p.o_sb = H * N * d, p.o_sh = N * d, p.o_sn = d, p.lse_sb = H * N, p.lse_sh = N;
+  p.B = int(B), p.H = int(H), p.N = int(N), p.Nk = int(Nk), p.d = int(d), p.Hkv = int(Hkv), p.window = int(s.window);
+  p.decode = s.decode(), p.causal = s.causal, p.bf16 = s.dtype == DType::bf16, p.scale = float(s.softmax_scale());
+  p.workspace = ws.get();
+  prepare(s, p, o, nullptr);
+  launch(p, o, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const DecodeArgs a = make_args(p, o);
+  const int page = page_size_of(o);
+  const Workspace w = workspace_of(B, H, Hkv, N, Nk, d, s.decode(), page, a.splits);
+  const size_t cache_elems = page > 0 ? size_t(w.num_pages * page * Hkv * d) : size_t(B * Hkv * Nk * d);
+  std::vector<uint16_t> kc(cache_elems), vc(cache_elems);
+  std::vector<int32_t> table(size_t(w.num_pages));
+  CUDA_CHECK(cudaMemcpy(kc.data(), a.k_cache, cache_elems * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(vc.data(), a.v_cache, cache_elems * 2, cudaMemcpyDeviceToHost));
+  CacheLayout cl = a.kl;
+  if (page > 0) {
+    CUDA_CHECK(cudaMemcpy(table.data(), a.kl.block_table, table.size() * 4, cudaMemcpyDeviceToHost));
+    cl.block_table = table.data();  // the same layout, read on the host
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t kv = 0; kv < Hkv; ++kv)
+      for (int64_t t = 0; t < s.keys(b); ++t)
+        for (int64_t c = 0; c < d; ++c) {
+          const size_t at = size_t(cl.offset(b, kv, t) + c);
+          if (kc[at] != to_bits(s.dtype, in.k.at(b, kv, t, c)) || vc[at] != to_bits(s.dtype, in.v.at(b, kv, t, c)))
+            return "the cache after the call differs from the inputs at sequence " + std::to_string(b) + ", kv-head " +
+                   std::to_string(kv) + ", token " + std::to_string(t) + (t >= s.keys(b) - N && s.decode() ? " (a new token)" : "");
+        }
+  return "";
 }
 
 }  // namespace fa::step17

@@ -109,6 +109,9 @@ inline uint64_t layout_seed(const Shape& s) { return 17 + uint64_t(s.B * 131 + s
 // [page-size] --page-size's choices: "none" (the contiguous cache) or a power of two 16 .. 256.
 inline constexpr const char* kPageSizes[] = {"none", "16", "32", "64", "128", "256"};
 int page_size_of(const StepOptions& o);         // 0 for none
+// [fused-combine] --combine fused (default: the last block of a group merges its splits) or kernel
+// (a kernel of its own after the splits: one more launch).
+bool combine_fused(const StepOptions& o);
 int64_t splits_of(const StepOptions& o);        // 0 for auto
 
 // [splits] The number of splits for a shape on a GPU of `sms` SMs running `blocks_per_sm` blocks
@@ -122,7 +125,8 @@ int64_t choose_splits(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk, 
 // the cache lengths, the new tokens' K and V, the block table and the pool (paged), and the
 // splits' partial O and L (fp32, more than one split).
 struct Workspace {
-  size_t cache_lens = 0, k_new = 0, v_new = 0, table = 0, k_pool = 0, v_pool = 0, part_o = 0, part_l = 0, total = 0;
+  size_t cache_lens = 0, k_new = 0, v_new = 0, table = 0, k_pool = 0, v_pool = 0, part_o = 0, part_l = 0, counters = 0;
+  size_t counters_bytes = 0, total = 0;
   int64_t pages_per_seq = 0, num_pages = 0;
 };
 inline Workspace workspace_of(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk, int64_t d, bool decode, int page,
@@ -142,6 +146,8 @@ inline Workspace workspace_of(int64_t B, int64_t H, int64_t Hkv, int64_t N, int6
   w.v_pool = take(size_t(w.num_pages * page * Hkv * d) * 2);
   w.part_o = take(splits > 1 ? size_t(B * H * N * splits * d) * 4 : 0);
   w.part_l = take(splits > 1 ? size_t(B * H * N * splits) * 4 : 0);
+  w.counters_bytes = splits > 1 ? size_t(B * Hkv * row_chunks(H, Hkv, N)) * 4 : 0;
+  w.counters = take(w.counters_bytes);
   w.total = at;
   return w;
 }
@@ -150,6 +156,9 @@ inline Workspace workspace_of(int64_t B, int64_t H, int64_t Hkv, int64_t N, int6
 void launch(const AttnParams& p, const StepOptions& opts, void* stream);
 size_t workspace_bytes(const Shape& s, const StepOptions& opts);
 void prepare(const Shape& s, const AttnParams& p, const StepOptions& opts, void* stream);
+// [append] For the GPU tests: "" when, after one call, the cache holds every key and value each
+// sequence sees (the new tokens appended), bit for bit; else where it does not.
+std::string appended_cache_mismatch(const Shape& s, const Inputs& in, const StepOptions& o);
 
 // The CPU side (blueprint.cpp). `sms` and `blocks_per_sm` stand for the GPU the splits are chosen for.
 BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o);
