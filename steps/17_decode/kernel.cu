@@ -434,13 +434,21 @@ __device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane) {
   const float L = mx == -INFINITY ? INFINITY : mx + logf(sum);
   constexpr int kPer = (D + 31) / 32;
   float acc[kPer] = {};
+  // Lane x holds the weight of split s0 + x; the warp then walks the splits with their O_s loads
+  // independent of each other (unrolled: many in flight — one after another, 32 splits would be 32
+  // round trips to L2 at the end of the kernel).
   if (mx != -INFINITY)
-    for (int s = 0; s < S; ++s) {
-      const float w = expf(__ldcg(Ls + s) - L);  // 0 for a split that saw none of the row's keys (its O_s is 0)
-      const float* Os = a.part_o + (q_row * S + s) * D;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+      const float w_lane = s0 + lane < S ? expf(__ldcg(Ls + s0 + lane) - L) : 0.0f;  // 0 for a split that saw none
+      const int n = min(32, S - s0);
+#pragma unroll 4
+      for (int x = 0; x < n; ++x) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, x);
+        const float* Os = a.part_o + (q_row * S + s0 + x) * D;
 #pragma unroll
-      for (int e = 0; e < kPer; ++e)
-        if (lane + 32 * e < D) acc[e] += w * __ldcg(Os + lane + 32 * e);
+        for (int e = 0; e < kPer; ++e)
+          if (lane + 32 * e < D) acc[e] += w * __ldcg(Os + lane + 32 * e);
+      }
     }
   // lab:end
   const int64_t b = q_row / (int64_t(p.H) * p.N), h = (q_row / p.N) % p.H, i = q_row % p.N;
