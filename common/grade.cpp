@@ -72,7 +72,9 @@ std::vector<StepOptions> grade_variants(const StepInfo& st, const CliOptions& o)
 std::vector<GradeCase> all_cases(const StepInfo& st, const CliOptions& o) {
   std::vector<GradeCase> cs;
   const std::vector<StepOptions> vars = grade_variants(st, o);
-  const std::vector<test::Case> matrix = test::shape_matrix(false);
+  std::vector<test::Case> matrix = test::shape_matrix(false);
+  if (st.supports_decode)  // [cache-lens] a decoding step: decoding's matrix too (GQA, caches, windows)
+    for (const test::Case& c : test::decode_matrix()) matrix.push_back(c);
   for (Track t : {Track::Cpu, Track::Gpu})
     for (const StepOptions& v : vars)
       for (const test::Case& c : matrix) cs.push_back({t, c, v});

@@ -70,6 +70,14 @@ inline Case decode_case(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk
   c.shape.cache_lens = std::move(lens);
   return c;
 }
+// 33 sequences of 8 key/value heads: 264 problems fill an H200's 132 SMs at two blocks each, so
+// the splits heuristic gives one split — each block walks several tiles (the online softmax's
+// rescaling across tiles), lengths 0 to 319 of a 320-token cache.
+inline Case many_sequences() {
+  std::vector<int64_t> lens;
+  for (int64_t b = 0; b < 33; ++b) lens.push_back((b * 97) % 320);
+  return decode_case(33, 8, 8, 1, 320, 32, false, 0, lens, DType::f16);
+}
 inline std::vector<Case> decode_matrix() {
   const DType h = DType::f16, bf = DType::bf16;
   return {decode_case(2, 8, 2, 1, 300, 64, false, 0, {299, 150}, h),     // 4 heads per group, one token
@@ -84,7 +92,8 @@ inline std::vector<Case> decode_matrix() {
           decode_case(1, 6, 2, 5, 333, 16, true, 3, {100}, h),           // a window shorter than the new tokens
           decode_case(2, 4, 2, 2, 180, 64, false, 0, {178, 0}, h),       // two tokens without the mask
           decode_case(1, 4, 2, 1, 500, 64, false, 0, {499}, h, 6.0),     // large logits
-          decode_case(1, 4, 2, 1, 77, 32, false, 0, {}, bf)};            // no cache lengths: plain attention
+          decode_case(1, 4, 2, 1, 77, 32, false, 0, {}, bf),             // no cache lengths: plain attention
+          many_sequences()};                                              // one split each: several tiles per block
 }
 
 // A small random shape for ledger tests: B, H in {1, 2}, N and Nk in 1..150 (equal every third

@@ -48,11 +48,9 @@ int64_t splits_of(const StepOptions& o) {
 }
 int64_t choose_splits(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk, int64_t window, const StepOptions& o,
                       int64_t sms, int64_t blocks_per_sm) {
-  // lab:begin splits: [splits]: --splits when given; else decode::num_splits over the grid's B·HKV·chunks blocks and the keys a row may see (the cache's capacity, or the window's span) in kBc tiles
   if (const int64_t given = splits_of(o)) return given;
   const int64_t span = window > 0 ? std::min<int64_t>(Nk, window + N) : Nk;
   return decode::num_splits(sms, blocks_per_sm, B * Hkv * row_chunks(H, Hkv, N), span, kBc, kMaxSplits);
-  // lab:end
 }
 
 BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o) {
@@ -227,12 +225,15 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
                 const int other = rt + x * RT;
                 for (int64_t r = 0; r < 16; ++r) {
                   const float mo = scratch.read(other, 16 * d + r), lo = scratch.read(other, 16 * d + 16 + r);
+                  std::vector<float> oo(static_cast<size_t>(d));
+                  for (int64_t c = 0; c < d; ++c) oo[size_t(c)] = scratch.read(other, r * d + c);
+                  // lab:begin merge-warps: [merge-warps]: fold slice `other`'s (mo, lo, oo) into this warp's row r (me.m, me.l, me.o): m = max of the two, each side rescaled by exp2(its m − m) (docs/17_decode.md, 'The split and the merge')
                   const float mn = std::max(me.m[size_t(r)], mo), mu = mn == -kInf ? 0.0f : mn;
                   const float as = std::exp2(me.m[size_t(r)] - mu), ao = std::exp2(mo - mu);
                   me.l[size_t(r)] = me.l[size_t(r)] * as + lo * ao;
                   me.m[size_t(r)] = mn;
-                  for (int64_t c = 0; c < d; ++c)
-                    me.o[size_t(r * d + c)] = me.o[size_t(r * d + c)] * as + scratch.read(other, r * d + c) * ao;
+                  for (int64_t c = 0; c < d; ++c) me.o[size_t(r * d + c)] = me.o[size_t(r * d + c)] * as + oo[size_t(c)] * ao;
+                  // lab:end
                 }
                 led.nonmatmul_ops += 16 * (2 * d + 6);
               }

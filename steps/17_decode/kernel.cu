@@ -205,8 +205,9 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   const int64_t keys_b = a.cache_lens ? int64_t(a.cache_lens[b]) + p.N : p.Nk, new0 = a.cache_lens ? keys_b - p.N : keys_b;
   int64_t qi0 = 0, qi1 = 0;
   chunk_queries(r0, r0 + rows, p.N, qi0, qi1);
+  KeyRange range;  // empty until set
   // lab:begin split-range: [split-kv]: this block's keys: the chunk's visible range (chunk_keys), then split `split` of a.splits of it (split_range) — both in schedule.hpp
-  const KeyRange range = split_range(chunk_keys(keys_b, p.N, qi0, qi1, p.causal, p.window), a.splits, split);
+  range = split_range(chunk_keys(keys_b, p.N, qi0, qi1, p.causal, p.window), a.splits, split);
   // lab:end
   const int Tn = int(num_tiles(range.hi - range.lo, kBc));
   // [pipeline] Q with tile 0, then tile 1: kStages − 1 tiles ahead.
@@ -421,6 +422,8 @@ __device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane) {
   const AttnParams& p = a.p;
   const int S = a.splits;
   const float* Ls = a.part_l + q_row * S;
+  constexpr int kPer = (D + 31) / 32;
+  float L = 0.0f, acc[kPer] = {};  // the row's L and this lane's elements of O (lane + 32e)
   // lab:begin combine: [merge]: the row's L = m + log Σ_s exp(L_s − m) over its S splits (lanes take splits, shuffles reduce), then O = Σ_s exp(L_s − L)·O_s (docs/17_decode.md, 'The split and the merge')
   float mx = -INFINITY;
   for (int s = lane; s < S; s += 32) mx = fmaxf(mx, __ldcg(Ls + s));
@@ -431,9 +434,7 @@ __device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane) {
     for (int s = lane; s < S; s += 32) sum += expf(__ldcg(Ls + s) - mx);
 #pragma unroll
   for (int x = 16; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-  const float L = mx == -INFINITY ? INFINITY : mx + logf(sum);
-  constexpr int kPer = (D + 31) / 32;
-  float acc[kPer] = {};
+  L = mx == -INFINITY ? INFINITY : mx + logf(sum);
   // Lane x holds the weight of split s0 + x; the warp then walks the splits with their O_s loads
   // independent of each other (unrolled: many in flight — one after another, 32 splits would be 32
   // round trips to L2 at the end of the kernel).
