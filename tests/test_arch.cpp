@@ -35,8 +35,8 @@ GpuCaps gpu(int cc) { return with_fake_cc(GpuCaps{}, cc); }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-bool uses_mma_sync(const StepInfo& st) { return st.id >= "09" && st.id < "14"; }
-bool uses_wgmma(const StepInfo& st) { return st.id >= "14"; }  // the Hopper steps (sm_90a)
+bool uses_mma_sync(const StepInfo& st) { return (st.id >= "09" && st.id < "14") || st.id == "17"; }  // 17: decoding, on step 12's instructions
+bool uses_wgmma(const StepInfo& st) { return st.id >= "14" && st.id <= "16"; }  // the Hopper steps (sm_90a)
 
 }  // namespace
 

@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   if (sbase % 1024 != 0) __trap();
   constexpr uint32_t kRow = D * 2, kTile = kBc * kRow;
-  auto k_at = [&](int st) { return sbase + kRowsPerBlock * kRow + 2 * st * kTile; };
+  auto k_at = [&](int st) { return sbase + 2 * st * kTile; };
+  const uint32_t q_at = k_at(kStages - 1);  // [q-alias]
   auto v_at = [&](int st) { return k_at(st) + kTile; };
   const AttnParams& p = a.p;
   const int split = blockIdx.x, kv = blockIdx.y / a.chunks, chunk = blockIdx.y % a.chunks, b = blockIdx.z;
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   const int Tn = int(num_tiles(range.hi - range.lo, kBc));
   // [pipeline] Q with tile 0, then tile 1: kStages − 1 tiles ahead.
   if (Tn > 0) {
-    load_q_rows<T, D>(sbase, p, b, kv, r0, rows);
+    load_q_rows<T, D>(q_at, p, b, kv, r0, rows);
     load_kv_tile<T, D>(k_at(0), v_at(0), a, b, kv, range.lo, range.hi, new0);
   }
   cp_async_commit();
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float sl2 = p.scale * kLog2e;
   const int lr = lane % 8, lb = lane / 8;
-  const uint32_t q_lane = sbase + (16 * rt + 8 * (lb % 2) + lr) * kRow + 16 * (((lb / 2) ^ lr) & kMask<D>);
+  const uint32_t q_lane = q_at + (16 * rt + 8 * (lb % 2) + lr) * kRow + 16 * (((lb / 2) ^ lr) & kMask<D>);
   const uint32_t k_lane = (KW * ks + 8 * (lb / 2) + lr) * kRow + 16 * (((lb % 2) ^ lr) & kMask<D>);
   const uint32_t v_lane = (KW * ks + 8 * (lb % 2) + lr) * kRow + 16 * (((lb / 2) ^ lr) & kMask<D>);
   uint32_t qa[D / 16][4];  // the warp's 16 rows of Q, as A fragments, kept for the whole split
@@ -237,13 +238,22 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
     // can: tile j + 2 goes into the stage the barrier at the end of step j − 1 freed before tile j
     // is waited for — three tiles in flight. Then tile j has landed (this thread's copies: at most
     // the groups of j + 1 and j + 2 still pending; everyone's: the barrier).
-    if (j + 2 < Tn) load_kv_tile<T, D>(k_at((j + 2) % kStages), v_at((j + 2) % kStages), a, b, kv, j0 + 2 * kBc, range.hi, new0);
-    cp_async_commit();
-    cp_async_wait<2>();
-    __syncthreads();
-    if (j == 0)
+    if (j == 0) {
+      // [q-alias] Q (with tile 0) has landed; every warp takes its rows into registers, and only
+      // then does tile 2 go into the stage that held them.
+      cp_async_wait<1>();
+      __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qa[kk], q_lane ^ (32 * kk));
+      __syncthreads();
+      if (2 < Tn) load_kv_tile<T, D>(k_at(2 % kStages), v_at(2 % kStages), a, b, kv, j0 + 2 * kBc, range.hi, new0);
+      cp_async_commit();
+    } else {
+      if (j + 2 < Tn) load_kv_tile<T, D>(k_at((j + 2) % kStages), v_at((j + 2) % kStages), a, b, kv, j0 + 2 * kBc, range.hi, new0);
+      cp_async_commit();
+      cp_async_wait<2>();
+      __syncthreads();
+    }
 
     // [slices] S = Q K_sliceᵀ: the warp's 16 rows against its KW keys of the tile.
     const uint32_t k_addr = k_at(st) + k_lane, v_addr = v_at(st) + v_lane;
@@ -336,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   // rescales each by 2^(m_s − m) into its own — the merge below, within a block.
   if constexpr (SL > 1) {
     if (Tn == 0) __syncthreads();  // (else the loop's last barrier): no warp still reads the stages
-    float* scratch = reinterpret_cast<float*>(smem_raw + kRowsPerBlock * kRow);
+    float* scratch = reinterpret_cast<float*>(smem_raw);  // the stages are free
     constexpr int kPer = (D / 8) * 32 * 4 + 4 * 32;  // one warp's Õ fragments, then m and l: two per lane each
     float* mine = scratch + warp * kPer;
     if (ks > 0) {

@@ -29,10 +29,12 @@ inline constexpr int kMaxQlen = 16;             // --qlen's limit (speculative d
 inline constexpr int kMaxSplits = 128;
 static_assert(kBc % 64 == 0, "a tile's keys split into 1, 2 or 4 slices of whole 16-key blocks");
 
-// Shared memory per block: the Q rows, then kStages × (K tile, V tile), storage type.
-FA_HD constexpr int64_t smem_bytes(int d) { return (int64_t(kRowsPerBlock) + int64_t(kStages) * 2 * kBc) * d * 2; }
-inline constexpr int64_t kSmemBudget = 112 * 1024;
-static_assert(smem_bytes(128) <= kSmemBudget, "two blocks per SM at d = 128");
+// Shared memory per block: kStages × (K tile, V tile), storage type. [q-alias] The Q rows wait in
+// the last stage's K tile: they are read into registers once, before that stage is first filled.
+FA_HD constexpr int64_t smem_bytes(int d) { return int64_t(kStages) * 2 * kBc * d * 2; }
+inline constexpr int64_t kSmemBudget = 96 * 1024;
+static_assert(kRowsPerBlock <= kBc, "the Q rows fit a K tile");
+static_assert(smem_bytes(128) <= kSmemBudget, "96 KB at d = 128: two blocks per SM on 8.0 and 9.0, one on 8.6 and 8.9");
 
 // [gqa-pack] Row r of a group's tile is query head kv·G + r / N, new token r % N (G = H / HKV query
 // heads per key/value head). More than kRowsPerBlock rows are cut into chunks, each a block row of
