@@ -129,25 +129,8 @@ TEST_CASE("decode shapes: the reference with a window is the softmax over the wi
   }
 }
 
-TEST_CASE("decode shapes: the backward reference refuses them (a forward-only shape, so far)") {
-  Shape s;
-  s.H = 4;
-  s.Hkv = 2;
-  s.N = s.Nk = 8;
-  s.d = 16;
-  const Inputs in = make_inputs(s);
-  CHECK_THROWS_AS(reference_backward(s, in, make_grad_output(s, 1)), std::invalid_argument);
-  s.Hkv = 0;
-  s.causal = true;
-  s.window = 4;
-  const Inputs in2 = make_inputs(s);
-  CHECK_THROWS_AS(reference_backward(s, in2, make_grad_output(s, 1)), std::invalid_argument);
-  s.window = 0;
-  CHECK_NOTHROW(reference_backward(s, in2, make_grad_output(s, 1)));
-}
-
 // [gqa] [window] The steps that take them; every other step refuses.
-const std::set<std::string> kTakesGqa = {"12", "17"}, kTakesWindow = {"12", "17"};
+const std::set<std::string> kTakesGqa = {"12", "16", "17"}, kTakesWindow = {"12", "16", "17"};
 
 TEST_CASE("decode shapes: the steps that take --hkv and --window parse them, and every other step refuses them with a message naming the flag") {
   for (const StepInfo* st : all_steps()) {
