@@ -5,10 +5,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "causal.hpp"
 #include "checks.hpp"
+#include "reference_lowp.hpp"
 #include "registry.hpp"
 #include "rng.hpp"
 #include "shapes.hpp"
@@ -188,4 +190,73 @@ TEST_CASE("gqa: a step's blueprint with shared key/value heads gives the bits it
       }
     CHECK(st.blueprint(g, swapped, st.default_options()).out.o.v != a.o.v);
   }
+}
+
+namespace {
+// Σ dO ∘ O over every head, row and column, by the forward reference (which takes GQA and windows).
+double loss(const Shape& s, const Inputs& in, const Tensor4& dO) {
+  const Reference r = reference_forward(s, in);
+  double x = 0.0;
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+    for (int64_t i = 0; i < s.N; ++i)
+      for (int64_t c = 0; c < s.d; ++c) x += double(dO.at(bh / s.H, bh % s.H, i, c)) * r.o_at(bh, i, c);
+  return x;
+}
+}  // namespace
+
+TEST_CASE("gqa, window: the backward reference is the forward reference's derivative (dK, dV summed over the group)") {
+  Shape s;
+  s.B = 2;
+  s.H = 4;
+  s.Hkv = 2;
+  s.N = 9;
+  s.Nk = 20;
+  s.d = 16;
+  s.causal = true;
+  s.window = 5;  // rows 0 .. 8 see keys i + 7 .. i + 11
+  const Inputs in = make_inputs(s);
+  const Tensor4 dO = make_grad_output(s, 3);
+  const std::vector<int64_t> heads = {1, 6};  // b = 0, h = 1 (key/value head 0); b = 1, h = 2 (key/value head 1)
+  const Gradients g = reference_backward(s, in, dO, heads);
+  REQUIRE(g.dk.size() == size_t(2 * s.Nk * s.d));
+  int checked = 0, nonzero = 0;
+  // Central differences with the steps the float inputs really take.
+  auto numeric = [&](Tensor4 Inputs::*t, int64_t b, int64_t h, int64_t r, int64_t c) {
+    Inputs a = in, z = in;
+    float& up = (a.*t).at(b, h, r, c);
+    float& dn = (z.*t).at(b, h, r, c);
+    const float x = up;
+    up = x + 1e-3f;
+    dn = x - 1e-3f;
+    return (loss(s, a, dO) - loss(s, z, dO)) / (double(up) - double(dn));
+  };
+  for (size_t hi = 0; hi < heads.size(); ++hi) {
+    const int64_t b = heads[hi] / s.H, h = heads[hi] % s.H, hk = s.kv_head(h);
+    for (int64_t j : {0, 6, 7, 12, 19})  // keys no row sees (0, 6, 19), and seen ones
+      for (int64_t c : {0, 5, 15}) {
+        CAPTURE(hi);
+        CAPTURE(j);
+        CAPTURE(c);
+        const double dk = numeric(&Inputs::k, b, hk, j, c), dv = numeric(&Inputs::v, b, hk, j, c);
+        CHECK(g.dk[g.kv_index(int64_t(hi), j, c)] == doctest::Approx(dk).epsilon(1e-5).scale(1.0));
+        CHECK(g.dv[g.kv_index(int64_t(hi), j, c)] == doctest::Approx(dv).epsilon(1e-5).scale(1.0));
+        nonzero += std::fabs(dk) > 1e-3;
+        checked += 2;
+      }
+    for (int64_t i : {0, 4, 8})
+      for (int64_t c : {1, 9}) {
+        const double dq = numeric(&Inputs::q, b, h, i, c);
+        CHECK(g.dq[g.q_index(int64_t(hi), i, c)] == doctest::Approx(dq).epsilon(1e-5).scale(1.0));
+        ++checked;
+      }
+  }
+  CHECK(checked == 72);
+  CHECK(nonzero >= 4);  // a derivative that is 0 everywhere would prove nothing
+  // The naive low-precision backward takes the same shapes, within its own rounding of the reference.
+  const LowpGradients lp = naive_backward_lowp(s, in, dO, heads);
+  double worst = 0.0, scale = 0.0;
+  for (size_t x = 0; x < g.dk.size(); ++x) worst = std::max(worst, std::fabs(double(lp.dk[x]) - g.dk[x])), scale = std::max(scale, std::fabs(g.dk[x]));
+  for (size_t x = 0; x < g.dv.size(); ++x) worst = std::max(worst, std::fabs(double(lp.dv[x]) - g.dv[x])), scale = std::max(scale, std::fabs(g.dv[x]));
+  CHECK(scale > 0.0);
+  CHECK(worst < 0.02 * scale);
 }
