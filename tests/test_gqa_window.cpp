@@ -12,6 +12,7 @@
 #include "checks.hpp"
 #include "reference_lowp.hpp"
 #include "registry.hpp"
+#include "runner.hpp"
 #include "rng.hpp"
 #include "shapes.hpp"
 
@@ -259,4 +260,55 @@ TEST_CASE("gqa, window: the backward reference is the forward reference's deriva
   for (size_t x = 0; x < g.dv.size(); ++x) worst = std::max(worst, std::fabs(double(lp.dv[x]) - g.dv[x])), scale = std::max(scale, std::fabs(g.dv[x]));
   CHECK(scale > 0.0);
   CHECK(worst < 0.02 * scale);
+}
+
+TEST_CASE("gqa, window: the backward blueprints of the steps that take them match the reference gradients, and count their closed form") {
+  int ran = 0;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->has_backward() || !(st->supports_gqa || st->supports_window)) continue;
+    for (const StepOptions& opt : st->all_variants())
+      for (const test::Case& c : test::gqa_window_matrix()) {
+        if (!test::takes_case(*st, c.shape) || c.shape.N * c.shape.Nk > 200 * 200) continue;
+        const std::string name = "step" + st->id + " " + variant_name(opt) + " " + c.name();
+        CAPTURE(name);
+        const Inputs in = make_inputs(c.shape, c.inputs);
+        const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed + 1);
+        const Forward fwd = st->blueprint(c.shape, in, opt).out;
+        const BackwardBlueprintResult r = st->backward_blueprint(c.shape, in, fwd, dO, opt);
+        CHECK(r.grads.dk.H == c.shape.hkv());
+        const BackwardCheck chk = check_backward(c.shape, in, dO, reference_backward(c.shape, in, dO), r.grads);
+        INFO(chk.summary());
+        CHECK(chk.pass);
+        const std::string diff = r.ledger.diff(st->backward_closed_form(c.shape, opt));
+        INFO(diff);
+        CHECK(diff.empty());
+        ++ran;
+      }
+  }
+  CHECK(ran > 0);
+}
+
+TEST_CASE("gqa, window: step 13's backward reads K and V once per key/value head, and skips the Q tiles left of a tile's band") {
+  for (const StepInfo* st : all_steps()) {
+    if (!st->has_backward() || !st->supports_gqa || !st->supports_window) continue;
+    CAPTURE(st->id);
+    Shape s;
+    s.H = 8;
+    s.N = s.Nk = 4096;
+    s.d = 128;
+    s.causal = true;
+    const Ledger full = st->backward_closed_form(s, st->default_options()).total();
+    Shape g = s;
+    g.Hkv = 2;
+    const Ledger grouped = st->backward_closed_form(g, st->default_options()).total();
+    // K, V in and dK, dV out: 4 · Nk·d·2 bytes per key/value head instead of per query head
+    CHECK(full.gmem_read - grouped.gmem_read == (8 - 2) * int64_t(4096) * 128 * 2 * 2);
+    CHECK(full.gmem_write - grouped.gmem_write == (8 - 2) * int64_t(4096) * 128 * 2 * 2);
+    CHECK(grouped.matmul_flops == full.matmul_flops);
+    Shape w = s;
+    w.window = 256;
+    const Ledger windowed = st->backward_closed_form(w, st->default_options()).total();
+    CHECK(windowed.tiles_computed < full.tiles_computed / 4);
+    CHECK(windowed.tiles_computed + windowed.tiles_skipped == full.tiles_computed + full.tiles_skipped);
+  }
 }
