@@ -1,6 +1,6 @@
 // The shapes of decoding (issue: step 17): grouped-query attention (--hkv) and sliding windows
-// (--window) in the shape, its validation, the inputs and the reference forward; steps 12, 13 and
-// 16 take them, every other step refuses them.
+// (--window) in the shape, its validation, the inputs and the reference forward; steps 12, 13, 16
+// and 17 take them, every other step refuses them.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -181,7 +181,7 @@ TEST_CASE("GQA and sliding-window kernels match the reference inside NaN-padded 
   int ran = 0, offered = 0;
   Refusals no;
   for (const StepInfo* st : all_steps()) {
-    if (!st->launch || !(st->supports_gqa || st->supports_window)) continue;
+    if (!st->launch || !test::takes_gqa_window(*st)) continue;  // step 17 has decoding's own case
     for (const test::Case& c : test::gqa_window_matrix()) {
       if (!test::takes_case(*st, c.shape)) continue;
       ++offered;
@@ -214,7 +214,7 @@ TEST_CASE("GQA and sliding-window backward kernels match the reference gradients
   int ran = 0, offered = 0;
   Refusals no;
   for (const StepInfo* st : all_steps()) {
-    if (!st->has_backward() || !st->launch_backward || !(st->supports_gqa || st->supports_window)) continue;
+    if (!st->has_backward() || !st->launch_backward || !test::takes_gqa_window(*st)) continue;
     for (const StepOptions& opt : test::all_options(*st))
       for (const test::Case& c : test::gqa_window_matrix()) {
         if (!test::takes_case(*st, c.shape)) continue;

@@ -265,7 +265,7 @@ TEST_CASE("gqa, window: the backward reference is the forward reference's deriva
 TEST_CASE("gqa, window: the backward blueprints of the steps that take them match the reference gradients, and count their closed form") {
   int ran = 0;
   for (const StepInfo* st : all_steps()) {
-    if (!st->has_backward() || !(st->supports_gqa || st->supports_window)) continue;
+    if (!st->has_backward() || !test::takes_gqa_window(*st)) continue;
     for (const StepOptions& opt : st->all_variants())
       for (const test::Case& c : test::gqa_window_matrix()) {
         if (!test::takes_case(*st, c.shape) || c.shape.N * c.shape.Nk > 200 * 200) continue;
