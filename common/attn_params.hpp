@@ -29,6 +29,7 @@ struct AttnParams {
   int B = 0, H = 0, N = 0, Nk = 0, d = 0;
   // [gqa] K and V have Hkv heads ([B, Hkv, Nk, d]): query head h reads head h / (H / Hkv).
   int Hkv = 0;
+  FA_HD int kv_head(int h) const { return Hkv > 0 ? h / (H / Hkv) : h; }  // 0 (unset): every head its own
   // [window] 0: none; else (with causal) query i sees keys i + (Nk − N) − window < j <= i + (Nk − N).
   int window = 0;
   // [cache-lens] A decode shape (Shape::cache_lens): the step's prepare() put the lengths where its

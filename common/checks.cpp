@@ -152,11 +152,12 @@ constexpr double kGradFloor = 1e-3 / 4.0;
 
 // naive < 0: not computed (the error-scale rule decides); non-finite: the naive backward overflowed
 // the storage type, its bound says nothing, and the error-scale rule decides too.
+// [gqa] kv: dK or dV, [B, Hkv, Nk, d]; a listed query head is checked against its key/value head.
 GradCheck check_grad(const Shape& s, const char* name, const Gradients& ref, const Tensor4& got, int64_t rows,
-                     const std::vector<double>& want, const std::vector<double>& mag, double naive) {
+                     const std::vector<double>& want, const std::vector<double>& mag, double naive, bool kv) {
   GradCheck g;
   g.name = name;
-  if (got.B != s.B || got.H != s.H || got.rows != rows || got.cols != s.d)
+  if (got.B != s.B || got.H != (kv ? s.hkv() : s.H) || got.rows != rows || got.cols != s.d)
     throw std::invalid_argument(std::string("check_backward: ") + name + " has the wrong shape");
   for (float x : got.v) g.nonfinite += std::isfinite(x) ? 0 : 1;
   double max_mag = 0.0;
@@ -168,7 +169,7 @@ GradCheck check_grad(const Shape& s, const char* name, const Gradients& ref, con
   const double floor = kGradFloor * max_mag;
   const double inf = std::numeric_limits<double>::infinity();
   for (size_t hi = 0; hi < ref.heads.size(); ++hi) {
-    const int64_t b = ref.heads[hi] / s.H, h = ref.heads[hi] % s.H;
+    const int64_t b = ref.heads[hi] / s.H, h = kv ? s.kv_head(ref.heads[hi] % s.H) : ref.heads[hi] % s.H;
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t c = 0; c < s.d; ++c) {
         const size_t at = static_cast<size_t>((int64_t(hi) * rows + i) * s.d + c);
@@ -199,9 +200,9 @@ BackwardCheck check_all(const Shape& s, const Gradients& ref, const NaiveErrors&
   if (ref.N != s.N || ref.Nk != s.Nk || ref.d != s.d)
     throw std::invalid_argument("check_backward: the reference gradients are of another shape");
   BackwardCheck c;
-  c.dq = check_grad(s, "dQ", ref, got.dq, s.N, ref.dq, ref.dq_mag, naive.dq);
-  c.dk = check_grad(s, "dK", ref, got.dk, s.Nk, ref.dk, ref.dk_mag, naive.dk);
-  c.dv = check_grad(s, "dV", ref, got.dv, s.Nk, ref.dv, ref.dv_mag, naive.dv);
+  c.dq = check_grad(s, "dQ", ref, got.dq, s.N, ref.dq, ref.dq_mag, naive.dq, false);
+  c.dk = check_grad(s, "dK", ref, got.dk, s.Nk, ref.dk, ref.dk_mag, naive.dk, true);
+  c.dv = check_grad(s, "dV", ref, got.dv, s.Nk, ref.dv, ref.dv_mag, naive.dv, true);
   c.checked_heads = static_cast<int64_t>(ref.heads.size());
   c.pass = c.dq.pass && c.dk.pass && c.dv.pass;
   return c;

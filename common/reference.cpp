@@ -150,15 +150,17 @@ Head upcast(const Shape& s, const Inputs& in, const Tensor4& dO, int64_t bh) {
   for (int64_t i = 0; i < s.N; ++i)
     for (int64_t c = 0; c < s.d; ++c) { x.Q(i, c) = in.q.at(b, h, i, c); x.G(i, c) = dO.at(b, h, i, c); }
   for (int64_t j = 0; j < s.Nk; ++j)
-    for (int64_t c = 0; c < s.d; ++c) { x.K(j, c) = in.k.at(b, h, j, c); x.V(j, c) = in.v.at(b, h, j, c); }
+    for (int64_t c = 0; c < s.d; ++c) { x.K(j, c) = in.k.at(b, s.kv_head(h), j, c); x.V(j, c) = in.v.at(b, s.kv_head(h), j, c); }  // [gqa]
   x.Qa = x.Q.cwiseAbs();
   x.Ka = x.K.cwiseAbs();
   x.Ga = x.G.cwiseAbs();
   return x;
 }
 
-// Keys 0 .. visible(s, i) − 1 are visible to query row i (0 when it sees none).
+// Keys 0 .. visible(s, i) − 1 are visible to query row i (0 when it sees none); [window] from
+// first(s, i) on (0 without a window, never past visible(s, i)).
 int64_t visible(const Shape& s, int64_t i) { return std::clamp<int64_t>(s.last_visible_key(i) + 1, 0, s.Nk); }
+int64_t first(const Shape& s, int64_t i) { return std::min(s.first_visible_key(i), visible(s, i)); }
 
 }  // namespace
 
@@ -174,16 +176,56 @@ void require_heads(const Shape& s, const std::vector<int64_t>& heads, const char
       throw std::invalid_argument(std::string(who) + ": heads must be ascending, distinct and in [0, B·H)");
 }
 
-// [gqa] [window] The forward's shapes alone, so far: no step's backward takes them yet (each refuses
-// --hkv and --window first), and the group's sum of dK and dV is not written.
-void require_plain(const Shape& s, const char* who) {
-  if (s.hkv() != s.H || s.window > 0)
-    throw std::invalid_argument(std::string(who) + ": --hkv below --h and --window have a forward reference only");
+// [gqa] The query heads whose contributions dK and dV of `heads` need: every head of each listed
+// head's group (b, h / G·G .. + G − 1), ascending; `heads` itself without GQA.
+std::vector<int64_t> group_heads(const Shape& s, const std::vector<int64_t>& heads) {
+  const int64_t G = s.H / s.hkv();
+  std::vector<int64_t> all;
+  for (int64_t bh : heads)
+    for (int64_t x = bh - (bh % s.H) % G, k = 0; k < G; ++k) all.push_back(x + k);
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  return all;
 }
 
+namespace {
+Gradients backward_per_head(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
+}
+
+// [gqa] dQ is per query head; dK and dV of a key/value head are the sums of its group's query
+// heads' contributions: each listed head gets its key/value head's whole sum (a head of the group
+// that is not listed contributes too). [window] The band's keys alone, in both passes.
 Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
   require_heads(s, heads, "reference_backward");
-  require_plain(s, "reference_backward");
+  if (s.hkv() == s.H) return backward_per_head(s, in, dO, heads);
+  const std::vector<int64_t> all = group_heads(s, heads);
+  const Gradients p = backward_per_head(s, in, dO, all);
+  const int64_t G = s.H / s.hkv(), N = s.N, Nk = s.Nk, d = s.d;
+  Gradients g;
+  g.heads = heads;
+  g.N = N;
+  g.Nk = Nk;
+  g.d = d;
+  for (int64_t bh : heads) {
+    const int64_t at = std::lower_bound(all.begin(), all.end(), bh) - all.begin();
+    const int64_t g0 = std::lower_bound(all.begin(), all.end(), bh - (bh % s.H) % G) - all.begin();
+    auto rows = [&](const std::vector<double>& v, int64_t hi, int64_t n) { return v.begin() + hi * n; };
+    g.dq.insert(g.dq.end(), rows(p.dq, at, N * d), rows(p.dq, at + 1, N * d));
+    g.dq_mag.insert(g.dq_mag.end(), rows(p.dq_mag, at, N * d), rows(p.dq_mag, at + 1, N * d));
+    g.D.insert(g.D.end(), rows(p.D, at, N), rows(p.D, at + 1, N));
+    for (auto [src, dst] : {std::pair{&p.dk, &g.dk}, {&p.dv, &g.dv}, {&p.dk_mag, &g.dk_mag}, {&p.dv_mag, &g.dv_mag}}) {
+      std::vector<double> sum(static_cast<size_t>(Nk * d), 0.0);
+      for (int64_t k = 0; k < G; ++k)  // the group's heads in order
+        for (int64_t x = 0; x < Nk * d; ++x) sum[static_cast<size_t>(x)] += (*src)[static_cast<size_t>((g0 + k) * Nk * d + x)];
+      dst->insert(dst->end(), sum.begin(), sum.end());
+    }
+  }
+  return g;
+}
+
+namespace {
+// Every listed head's own gradients: dQ, and its contributions to dK and dV.
+Gradients backward_per_head(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
   const int64_t nh = static_cast<int64_t>(heads.size()), N = s.N, Nk = s.Nk, d = s.d;
   Gradients g;
   g.heads = heads;
@@ -213,16 +255,18 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
     const int64_t bh = heads[static_cast<size_t>(hi)];
     const int64_t nk = visible(s, i1 - 1);  // the block's last row sees the most keys
     if (nk == 0) return;                    // no row sees a key: dQ = 0, D = 0, L = +inf
+    // [window] Row r sees keys first(r) .. visible(r) − 1 of [0, nk); P = 0 left of them.
     const auto Kb = x.K.topRows(nk), Vb = x.V.topRows(nk);
     const auto Gb = x.G.middleRows(i0, R);
     MatD P = scale * (x.Q.middleRows(i0, R) * Kb.transpose());  // S, then P in place
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t nv = visible(s, i0 + r);
-      if (nv == 0) { P.row(r).setZero(); continue; }  // L stays +inf
-      const double m = P.row(r).head(nv).maxCoeff();
+      const int64_t nv = visible(s, i0 + r), f = first(s, i0 + r);
+      if (nv == f) { P.row(r).setZero(); continue; }  // L stays +inf
+      const double m = P.row(r).segment(f, nv - f).maxCoeff();
       double l = 0.0;
-      for (int64_t j = 0; j < nv; ++j) l += (P(r, j) = std::exp(P(r, j) - m));
-      P.row(r).head(nv) /= l;
+      for (int64_t j = f; j < nv; ++j) l += (P(r, j) = std::exp(P(r, j) - m));
+      P.row(r).segment(f, nv - f) /= l;
+      P.row(r).head(f).setZero();
       P.row(r).tail(nk - nv).setZero();
       L[static_cast<size_t>(hi * N + i0 + r)] = m + std::log(l);
     }
@@ -230,7 +274,7 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
     if (drop.on) {
       Z.setZero(R, nk);
       for (int64_t r = 0; r < R; ++r)
-        for (int64_t j = 0; j < visible(s, i0 + r); ++j) Z(r, j) = drop.z(bh, i0 + r, j);
+        for (int64_t j = first(s, i0 + r); j < visible(s, i0 + r); ++j) Z(r, j) = drop.z(bh, i0 + r, j);
     }
     const MatD O = drop.on ? MatD(P.cwiseProduct(Z) * Vb) : MatD(P * Vb);  // [R, d]
     MatD dS = Gb * Vb.transpose();  // dP, then dS in place
@@ -271,11 +315,12 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
     if (drop.on) PZ.setZero(R, C);
     for (int64_t r = 0; r < R; ++r) {
       const size_t at = static_cast<size_t>(hi * N + r0 + r);
-      const int64_t nv = visible(s, r0 + r);
+      const int64_t nv = visible(s, r0 + r), f = first(s, r0 + r);
       const double D = g.D[at], Dh = Dhat[at];
       for (int64_t c = 0; c < C; ++c) {
-        P(r, c) = j0 + c < nv ? std::exp(P(r, c) - L[at]) : 0.0;
-        if (drop.on && j0 + c < nv) {
+        const bool seen = j0 + c < nv && j0 + c >= f;  // [window] f = 0 without one
+        P(r, c) = seen ? std::exp(P(r, c) - L[at]) : 0.0;
+        if (drop.on && seen) {
           const double z = drop.z(bh, r0 + r, j0 + c);
           PZ(r, c) = P(r, c) * z;
           dS(r, c) *= z;  // dP = (dO Vᵀ) ∘ Z
@@ -299,5 +344,6 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
   });
   return g;
 }
+}  // namespace
 
 }  // namespace fa

@@ -75,9 +75,12 @@ std::vector<int64_t> first_last_heads(const Shape& s, int64_t count);
 // Throws std::invalid_argument, naming `who`, unless `heads` are ascending, distinct and in [0, B·H).
 void require_heads(const Shape& s, const std::vector<int64_t>& heads, const char* who);
 
-// Throws std::invalid_argument for --hkv below --h or a --window (a forward-only shape, so far).
+// [gqa] With Hkv < H, dk and dv of a listed (query) head hold the gradients of its key/value head:
+// the sums over its group's H / Hkv query heads (all of them, listed or not). [window] Each row's
+// band of keys alone.
 Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
-void require_plain(const Shape& s, const char* who);
+// [gqa] Every query head of the groups of `heads` (b·H + the group's heads), ascending.
+std::vector<int64_t> group_heads(const Shape& s, const std::vector<int64_t>& heads);
 inline Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO) {
   std::vector<int64_t> all(static_cast<size_t>(s.B * s.H));
   for (int64_t i = 0; i < s.B * s.H; ++i) all[static_cast<size_t>(i)] = i;

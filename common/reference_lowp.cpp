@@ -20,13 +20,15 @@ using MapF = Eigen::Map<const MatF>;
 constexpr int64_t kBlock = 128;
 
 int64_t visible(const Shape& s, int64_t i) { return std::clamp<int64_t>(s.last_visible_key(i) + 1, 0, s.Nk); }
+// [window] The first key row i sees (0 without a window), never past visible(s, i).
+int64_t first(const Shape& s, int64_t i) { return std::min(s.first_visible_key(i), visible(s, i)); }
 
 // One head's tensors, read in place (Tensor4 is contiguous and already holds storage-type values).
 struct HeadView {
   MapF Q, K, V, G;  // G = dO
   HeadView(const Shape& s, const Inputs& in, const Tensor4& dO, int64_t bh)
-      : Q(in.q.head(bh / s.H, bh % s.H), s.N, s.d), K(in.k.head(bh / s.H, bh % s.H), s.Nk, s.d),
-        V(in.v.head(bh / s.H, bh % s.H), s.Nk, s.d), G(dO.head(bh / s.H, bh % s.H), s.N, s.d) {}
+      : Q(in.q.head(bh / s.H, bh % s.H), s.N, s.d), K(in.k.head(bh / s.H, s.kv_head(bh % s.H)), s.Nk, s.d),  // [gqa]
+        V(in.v.head(bh / s.H, s.kv_head(bh % s.H)), s.Nk, s.d), G(dO.head(bh / s.H, bh % s.H), s.N, s.d) {}
 };
 
 // Dropout's factor Z_ij of one head: keep_ij / (1 − p); 1 without dropout.
@@ -50,9 +52,41 @@ struct Dropout {
 // Pass 2, over blocks of keys:       S, P (pass 1's m, l), Pd, dP, dS (pass 1's D)  ->  dK, dV.
 // Both passes form S and dPd by the same fp32 products, so P and dS are the same numbers in both
 // (up to the summation order of an fp32 dot product of length d).
+namespace {
+LowpGradients lowp_per_head(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
+}
+
+// [gqa] As reference_backward: dK and dV of a listed head are its key/value head's: the group's
+// contributions (each rounded to the storage type) summed in fp32 in head order, rounded once more.
+// [window] The band alone.
 LowpGradients naive_backward_lowp(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
-  require_plain(s, "naive_backward_lowp");
   require_heads(s, heads, "naive_backward_lowp");
+  if (s.hkv() == s.H) return lowp_per_head(s, in, dO, heads);
+  const std::vector<int64_t> all = group_heads(s, heads);
+  const LowpGradients p = lowp_per_head(s, in, dO, all);
+  const int64_t G = s.H / s.hkv(), N = s.N, Nk = s.Nk, d = s.d;
+  LowpGradients g;
+  g.heads = heads;
+  g.N = N;
+  g.Nk = Nk;
+  g.d = d;
+  for (int64_t bh : heads) {
+    const int64_t at = std::lower_bound(all.begin(), all.end(), bh) - all.begin();
+    const int64_t g0 = std::lower_bound(all.begin(), all.end(), bh - (bh % s.H) % G) - all.begin();
+    g.dq.insert(g.dq.end(), p.dq.begin() + at * N * d, p.dq.begin() + (at + 1) * N * d);
+    for (auto [src, dst] : {std::pair{&p.dk, &g.dk}, {&p.dv, &g.dv}}) {
+      std::vector<float> sum(static_cast<size_t>(Nk * d), 0.0f);
+      for (int64_t k = 0; k < G; ++k)
+        for (int64_t x = 0; x < Nk * d; ++x) sum[static_cast<size_t>(x)] += (*src)[static_cast<size_t>((g0 + k) * Nk * d + x)];
+      for (float& x : sum) x = round_to(s.dtype, x);
+      dst->insert(dst->end(), sum.begin(), sum.end());
+    }
+  }
+  return g;
+}
+
+namespace {
+LowpGradients lowp_per_head(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads) {
   const int64_t nh = static_cast<int64_t>(heads.size()), N = s.N, Nk = s.Nk, d = s.d;
   LowpGradients g;
   g.heads = heads;
@@ -79,17 +113,18 @@ LowpGradients naive_backward_lowp(const Shape& s, const Inputs& in, const Tensor
     MatF S = x.Q.middleRows(i0, R) * x.K.topRows(nk).transpose();   // then P, then dS, in place
     MatF dP = x.G.middleRows(i0, R) * x.V.topRows(nk).transpose();  // dPd, then dP
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t i = i0 + r, nv = visible(s, i);
+      const int64_t i = i0 + r, nv = visible(s, i), f = first(s, i);
       const size_t at = static_cast<size_t>(hi * N + i);
       float m = -std::numeric_limits<float>::infinity(), l = 0.0f, Di = 0.0f;
-      for (int64_t j = 0; j < nv; ++j) m = std::max(m, S(r, j) = rnd(scale * S(r, j)));
-      for (int64_t j = 0; j < nv; ++j) l += std::exp(S(r, j) - m);
-      for (int64_t j = 0; j < nv; ++j) {
+      for (int64_t j = f; j < nv; ++j) m = std::max(m, S(r, j) = rnd(scale * S(r, j)));
+      for (int64_t j = f; j < nv; ++j) l += std::exp(S(r, j) - m);
+      for (int64_t j = f; j < nv; ++j) {
         S(r, j) = rnd(std::exp(S(r, j) - m) / l);
         dP(r, j) = rnd(rnd(dP(r, j)) * drop.z(i, j));
         Di += S(r, j) * dP(r, j);
       }
-      for (int64_t j = 0; j < nv; ++j) S(r, j) = rnd(S(r, j) * (dP(r, j) - Di));
+      for (int64_t j = f; j < nv; ++j) S(r, j) = rnd(S(r, j) * (dP(r, j) - Di));
+      for (int64_t j = 0; j < f; ++j) S(r, j) = 0.0f;  // [window]
       for (int64_t j = nv; j < nk; ++j) S(r, j) = 0.0f;
       M[at] = m;
       L[at] = l;
@@ -112,11 +147,11 @@ LowpGradients naive_backward_lowp(const Shape& s, const Inputs& in, const Tensor
     const MatF dPd = x.G.middleRows(r0, R) * x.V.middleRows(j0, C).transpose();
     MatF Pd(R, C);
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t i = r0 + r, nv = visible(s, i);
+      const int64_t i = r0 + r, nv = visible(s, i), f = first(s, i);
       const size_t at = static_cast<size_t>(hi * N + i);
       for (int64_t c = 0; c < C; ++c) {
         const int64_t j = j0 + c;
-        if (j >= nv) { S(r, c) = Pd(r, c) = 0.0f; continue; }
+        if (j >= nv || j < f) { S(r, c) = Pd(r, c) = 0.0f; continue; }
         const float z = drop.z(i, j), p = rnd(std::exp(rnd(scale * S(r, c)) - M[at]) / L[at]);
         const float dp = rnd(rnd(dPd(r, c)) * z);
         Pd(r, c) = rnd(p * z);
@@ -133,6 +168,7 @@ LowpGradients naive_backward_lowp(const Shape& s, const Inputs& in, const Tensor
   });
   return g;
 }
+}  // namespace
 
 NaiveErrors naive_errors(const Gradients& ref, const LowpGradients& naive) {
   if (ref.heads != naive.heads || ref.N != naive.N || ref.Nk != naive.Nk || ref.d != naive.d)

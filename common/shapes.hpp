@@ -96,6 +96,34 @@ inline std::vector<Case> decode_matrix() {
           many_sequences()};                                              // one split each: several tiles per block
 }
 
+// [gqa] [window] Shapes of grouped-query attention and sliding windows, for the steps that take them
+// (StepInfo::supports_gqa / supports_window; a step is given a case only if it takes every feature
+// the case uses): one key/value head for all (MQA) and a middle group size, with the mask and
+// without; windows smaller than a tile, spanning several tiles, on a tile's edge and wider than the
+// keys; Nk > N and Nk < N (rows that see no key); one query row against a long cache; large logits.
+inline Case gqa_case(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk, int64_t d, bool causal, int64_t window, DType t,
+                     double spread = 1.0) {
+  Case c = make_case(B, H, N, Nk, d, causal, t, spread, 11);
+  c.shape.Hkv = Hkv;
+  c.shape.window = window;
+  return c;
+}
+inline std::vector<Case> gqa_window_matrix() {
+  return {gqa_case(2, 4, 1, 77, 200, 64, false, 0, DType::f16),       gqa_case(1, 6, 3, 130, 130, 128, true, 0, DType::bf16),
+          gqa_case(1, 6, 2, 200, 90, 64, true, 0, DType::f16),        gqa_case(1, 2, 2, 200, 200, 64, true, 5, DType::f16),
+          gqa_case(1, 2, 2, 100, 700, 128, true, 300, DType::bf16),   gqa_case(1, 2, 2, 300, 120, 64, true, 50, DType::bf16),
+          gqa_case(1, 4, 1, 1, 600, 64, true, 200, DType::f16),       gqa_case(1, 4, 2, 256, 256, 128, true, 64, DType::f16),
+          gqa_case(1, 2, 1, 50, 70, 64, true, 1000, DType::bf16),     gqa_case(2, 2, 1, 150, 150, 32, true, 17, DType::bf16),
+          gqa_case(1, 2, 2, 200, 200, 64, true, 70, DType::f16, 6.0), gqa_case(1, 4, 2, 70, 333, 128, false, 0, DType::bf16)};
+}
+// Whether a step takes every feature a case uses.
+inline bool takes_case(const StepInfo& st, const Shape& s) {
+  return (s.hkv() == s.H || st.supports_gqa) && (s.window == 0 || st.supports_window);
+}
+// The steps gqa_window_matrix is for: those that take --hkv or --window, except a decoding step
+// (supports_decode: its own matrix, decode_matrix, and at most max_n query rows).
+inline bool takes_gqa_window(const StepInfo& st) { return (st.supports_gqa || st.supports_window) && !st.supports_decode; }
+
 // A small random shape for ledger tests: B, H in {1, 2}, N and Nk in 1..150 (equal every third
 // draw t), d from the compiled head sizes, either mask and dtype.
 inline Shape random_small_shape(Rng& rng, int t) {

@@ -1,3 +1,8 @@
+// The warpgroup forward of steps 14–16 (wgmma_forward.hpp).
+// [gqa] Query head h reads key/value head kv_head(h). [window] A block visits the K/V tiles of its
+// band alone, jbeg .. jbeg + Tend − 1 (common/causal.hpp): the schedule counts them from 0 (stages,
+// turns, releases), its K and V are views that start at tile jbeg, and the mask takes the tile's
+// place in the keys. Without a window jbeg = 0 and this is steps 14 and 15's forward unchanged.
 #include "wgmma_forward.hpp"
 
 #include <algorithm>
@@ -70,8 +75,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
-          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led);
       GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
       for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
         const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
@@ -92,7 +96,12 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
           g.m.assign(4, std::vector<std::array<float, 2>>(32, {-kInf, -kInf}));
           g.l.assign(4, std::vector<std::array<float, 2>>(32, {0.0f, 0.0f}));
         }
-        const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
+        // [skip] [window] The block's tiles jbeg .. jbeg + Tend − 1, tile j of the schedule at keys
+        // (jbeg + j)·Bc; K and V seen from tile jbeg on.
+        const int64_t jbeg = first_kv_tile(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal, s.window);
+        const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal) - jbeg;
+        const int64_t kv0 = jbeg * sc.Bc, hk = s.kv_head(h);  // [gqa]
+        const GlobalMat K(in.k.head(b, hk) + kv0 * d, s.Nk - kv0, d, d, st, led), V(in.v.head(b, hk) + kv0 * d, s.Nk - kv0, d, d, st, led);
         // [pipeline] Q and tile 0 before the loop, tile j + 1 into the other stage once every warp is
         // past tile j − 1 (the barrier at the top of step j). [producer] Q and the first `stages`
         // tiles, then tile j + stages into the stage tile j freed.
@@ -109,15 +118,16 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
           WarpGroup& wg = wgs[size_t(g)];
           if (wg.s_tile != j) throw std::logic_error("wgmma forward: the softmax of tile " + std::to_string(j) + " before its S");
           wgmma::Acc& S = wg.s;
-          const int64_t j0 = j * sc.Bc;
-          const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
+          const int64_t j0 = (jbeg + j) * sc.Bc;
+          const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal, s.window);
           for (int w = 0; w < 4; ++w) {
-            // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it.
+            // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it,
+            // and [window] keys before its first visible one.
             if (masked)
               for (int lane = 0; lane < 32; ++lane)
                 for (int r = 0; r < sc.Bc / 2; ++r) {
                   const mf::Coord c = wgmma::acc_elem(w, lane, r);
-                  if (j0 + c.col >= visible_keys(i0 + 64 * g + c.row, s.N, s.Nk, s.causal)) S.reg(w, lane, r) = -kInf;
+                  if (!key_visible(i0 + 64 * g + c.row, j0 + c.col, s.N, s.Nk, s.causal, s.window)) S.reg(w, lane, r) = -kInf;
                 }
             // [softmax-regs] Step 12's, on the warp's 16 rows: the row max over the four lanes of
             // a group, scaled once into the log2 domain; p = exp2(s·scale·log2 e − m).
@@ -192,9 +202,9 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
           }
         }
         for (int64_t j = 0; j < Tend; ++j) {
-          const int64_t j0 = j * sc.Bc;
+          const int64_t j0 = (jbeg + j) * sc.Bc;
           led.tiles_computed += 1;
-          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal, s.window) ==
                               TileKind::Diagonal;
         }
         led.tiles_skipped += Tc - Tend;
@@ -236,8 +246,8 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
   return res;
 }
 
-// The ledger in closed form. One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits its first T_i K/V
-// tiles, `pairs` in all, `masked` of them with the per-element mask; `qtiles` blocks load Q. Per
+// The ledger in closed form. One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits its K/V tiles
+// first_kv_tile .. T_i − 1 (from 0 without a window), `pairs` in all, `masked` of them with the per-element mask; `qtiles` blocks load Q. Per
 // pair and warpgroup: d/16 wgmmas of S reading 64·16 elements of Q and Bc·16 of K each, Bc/16 · d/64
 // wgmmas of P·V reading 16·64 elements of V each — every K/V element once per warpgroup, where
 // step 12 read it once per warp; 2·(2·64·Bc·d) FLOPs. Barriers: Pipeline one per pair and one per
@@ -248,12 +258,13 @@ LedgerSet closed_form(const Shape& s, const Tiles& sc, const std::string& kernel
   int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0, qtiles = 0, q_rows = 0;
   for (int64_t i = 0; i < Tr; ++i) {
     const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
-    pairs += T;
-    qtiles += T > 0;
-    if (T > 0) q_rows += i1 - i0;
-    for (int64_t j = 0; j < T; ++j) {
-      masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);
-      diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal) == TileKind::Diagonal;
+    const int64_t first = first_kv_tile(i0, i1, N, Nk, Bc, s.causal, s.window);  // [window]
+    pairs += T - first;
+    qtiles += T > first;
+    if (T > first) q_rows += i1 - i0;
+    for (int64_t j = first; j < T; ++j) {
+      masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal, s.window);
+      diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal, s.window) == TileKind::Diagonal;
       kv_rows += std::min(Bc, Nk - j * Bc);
     }
   }

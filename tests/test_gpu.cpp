@@ -174,6 +174,72 @@ TEST_CASE("kernels match the reference in contiguous buffers") { run_matrix(Padd
 
 TEST_CASE("kernels match the reference inside NaN-padded buffers") { run_matrix(Padding{8, 24, 40}); }
 
+// [gqa] [window] The steps that take --hkv or --window, on gqa_window_matrix (common/shapes.hpp) in
+// NaN-padded buffers; a step is given only the cases whose every feature it takes (the others
+// refuse them on the command line, and are held to that in tests/test_decode_shapes.cpp).
+TEST_CASE("GQA and sliding-window kernels match the reference inside NaN-padded buffers (the steps that take them)") {
+  int ran = 0, offered = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch || !test::takes_gqa_window(*st)) continue;  // step 17 has decoding's own case
+    for (const test::Case& c : test::gqa_window_matrix()) {
+      if (!test::takes_case(*st, c.shape)) continue;
+      ++offered;
+      const std::string what = "step" + st->id + " " + c.name();
+      CAPTURE(what);
+      const Inputs in = make_inputs(c.shape, c.inputs);
+      GpuConfig cfg;
+      cfg.reps = 0;
+      cfg.pad = Padding{8, 24, 40};
+      if (no.refused(*st, c.shape, st->default_options(), false)) {
+        CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, st->default_options(), cfg), Unsupported);
+        continue;
+      }
+      const GpuResult g = run_on_gpu(*st, c.shape, in, st->default_options(), cfg);
+      const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), g.out);
+      INFO(chk.summary());
+      CHECK(chk.pass);
+      CHECK(g.stray_writes == 0);
+      ++ran;
+    }
+  }
+  CHECK(offered > 0);
+  g_ran += ran;
+  g_refused += no.total;
+}
+
+// [gqa] [window] The backward of the steps that take them: dK and dV of a key/value head summed over
+// its group, dQ per query head, each row's band alone; every variant (--deterministic too).
+TEST_CASE("GQA and sliding-window backward kernels match the reference gradients inside NaN-padded buffers") {
+  int ran = 0, offered = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->has_backward() || !st->launch_backward || !test::takes_gqa_window(*st)) continue;
+    for (const StepOptions& opt : test::all_options(*st))
+      for (const test::Case& c : test::gqa_window_matrix()) {
+        if (!test::takes_case(*st, c.shape)) continue;
+        ++offered;
+        const std::string what = "step" + st->id + " " + variant_name(opt) + " " + c.name();
+        CAPTURE(what);
+        const Inputs in = make_inputs(c.shape, c.inputs);
+        const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed + 1);
+        GpuConfig cfg;
+        cfg.reps = 0;
+        cfg.pad = Padding{8, 24, 40};
+        if (no.refused(*st, c.shape, opt, true)) {
+          const Forward fwd = forward_if_it_runs(*st, c.shape, in, opt, cfg);
+          CHECK_THROWS_AS(run_backward_on_gpu(*st, c.shape, in, fwd, dO, opt, cfg), Unsupported);
+          continue;
+        }
+        check_backward_on_gpu(*st, c.shape, in, run_on_gpu(*st, c.shape, in, opt, cfg).out, dO, opt, cfg);
+        ++ran;
+      }
+  }
+  CHECK(offered > 0);
+  g_ran += ran;
+  g_refused += no.total;
+}
+
 TEST_CASE("the padding check catches a kernel that reads past its rows") {
   // Guard the guard: NaN really sits in the padding, so a stray read would surface as NaN in O.
   // We check it through the harness on a case where the last K tile is ragged (Nk = 17).

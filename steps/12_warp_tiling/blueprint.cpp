@@ -6,6 +6,8 @@
 // followed: their tiles (schedule_for(d, a)), kNoOStage (O stored from registers) and kNoOneBarrier.
 // [dropout] With --dropout P, P·V's operand is p·keep/(1 − P), keep drawn element by element by
 // dropout_keep (common/dropout.hpp) — the kernel draws the same bits a 2 × 2 block at a time.
+// [gqa] Query head h reads key/value head kv_head(h). [window] A block visits its K/V tiles from
+// first_kv_tile on (common/causal.hpp), as the kernel does; the tiles left of its band are skipped.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -54,8 +56,8 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
 
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, h), s.Nk, d, d, st, led),
-          V(in.v.head(b, h), s.Nk, d, d, st, led);
+      const GlobalMat Q(in.q.head(b, h), s.N, d, d, st, led), K(in.k.head(b, s.kv_head(h)), s.Nk, d, d, st, led),
+          V(in.v.head(b, s.kv_head(h)), s.Nk, d, d, st, led);
       GlobalMat O(res.out.o.head(b, h), s.N, d, d, st, led), Lse(res.out.lse.head(b, h), 1, s.N, s.N, f32, led);
       for (int64_t it = 0; it < Tr; ++it) {  // a block per Q tile
         const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
@@ -73,14 +75,15 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
           t.l.assign(32, {0.0f, 0.0f});
         }
         const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);  // [skip]
-        // [pipeline] Q and tile 0 before the loop; tile j + 1 into the other stage once every warp
-        // is past tile j − 1 (the barrier at the top of step j).
-        if (Tend > 0) {
+        const int64_t jbeg = first_kv_tile(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal, s.window);  // [window]
+        // [pipeline] Q and the first tile before the loop; tile j + 1 into the other stage once every
+        // warp is past tile j − 1 (the barrier at the top of step j).
+        if (Tend > jbeg) {
           Qs.load_from(Q, i0, 0);
-          Ks[0].load_from(K, 0, 0);
-          Vs[0].load_from(V, 0, 0);
+          Ks[size_t(jbeg % kStages)].load_from(K, jbeg * sc.Bc, 0);
+          Vs[size_t(jbeg % kStages)].load_from(V, jbeg * sc.Bc, 0);
         }
-        for (int64_t j = 0; j < Tend; ++j) {
+        for (int64_t j = jbeg; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;
           const size_t stage = size_t(j % kStages);
           barrier(led);  // after the wait for tile j
@@ -88,7 +91,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
             Ks[size_t((j + 1) % kStages)].load_from(K, j0 + sc.Bc, 0);
             Vs[size_t((j + 1) % kStages)].load_from(V, j0 + sc.Bc, 0);
           }
-          const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
+          const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal, s.window);
           for (int64_t w = 0; w < W; ++w) {
             const int64_t w0 = w * (sc.Br / W);  // the warp's first row in the tile
             // [s-regs] S = Q K_jᵀ: per 16 dims, each m16 tile's A fragment (ldmatrix.x4 of Q), then
@@ -111,13 +114,15 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
               RowTile& rt = tiles[size_t(w * MT + mt)];
               std::vector<CFrag>& S = sf[size_t(mt)];
               const int64_t r0 = i0 + w0 + 16 * mt;
-              // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it.
+              // [causal-mask] Keys at or past a row's visible count get −inf, on tiles that need it,
+              // and [window] keys before its first visible one.
               if (masked)
                 for (int64_t n = 0; n < sc.Bc / 8; ++n)
                   for (int lane = 0; lane < 32; ++lane)
                     for (int e = 0; e < 4; ++e) {
                       const mf::Coord c = mf::c_elem(lane, e);
-                      if (j0 + 8 * n + c.col >= visible_keys(r0 + c.row, s.N, s.Nk, s.causal)) S[size_t(n)][size_t(lane)][size_t(e)] = -kInf;
+                      if (!key_visible(r0 + c.row, j0 + 8 * n + c.col, s.N, s.Nk, s.causal, s.window))
+                        S[size_t(n)][size_t(lane)][size_t(e)] = -kInf;
                     }
               // [softmax-regs] Row max of the raw scores over the four lanes of a group, scaled once
               // into the log2 domain; p = exp2(s·scale·log2 e − m).
@@ -185,10 +190,10 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
           }
           if (ablation == kNoOneBarrier) barrier(led);  // [ablation]
           led.tiles_computed += 1;
-          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) ==
+          led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal, s.window) ==
                             TileKind::Diagonal;
         }
-        led.tiles_skipped += Tc - Tend;
+        led.tiles_skipped += Tc - (Tend - jbeg);
         // [final-divide] l summed over the group's four lanes; O = Õ / l; L = (m + log2 l)·ln 2.
         for (int64_t w = 0; w < W; ++w)
           for (int64_t mt = 0; mt < MT; ++mt) {
@@ -231,7 +236,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
 }
 
 // The ledger in closed form (docs/12_warp_tiling.md). One (b, h): Tr = ⌈N/Br⌉ blocks; block i visits
-// its first T_i K/V tiles (all Tc without a mask), `pairs` in all; `masked` of them need the
+// its K/V tiles first_kv_tile .. T_i − 1 (all Tc without a mask; from 0 without a window), `pairs` in all; `masked` of them need the
 // per-element mask; `qtiles` blocks visit any tile and so load Q. Every block stages its O tile
 // through shared memory (Br·d written, the N·d rows inside N read back). Per pair and warp: MT·(d/16)
 // A fragments of Q (256 elements each), (Bc/16)·(d/16) ldmatrix.x4 of K and as many of V (256
@@ -244,18 +249,19 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
   int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0, qtiles = 0;
   for (int64_t i = 0; i < Tr; ++i) {
     const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
-    pairs += T;
-    qtiles += T > 0;
-    for (int64_t j = 0; j < T; ++j) {
-      masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);
-      diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal) == TileKind::Diagonal;
+    const int64_t first = first_kv_tile(i0, i1, N, Nk, Bc, s.causal, s.window);  // [window]
+    pairs += T - first;
+    qtiles += T > first;
+    for (int64_t j = first; j < T; ++j) {
+      masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal, s.window);
+      diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal, s.window) == TileKind::Diagonal;
       kv_rows += std::min(Bc, Nk - j * Bc);
     }
   }
   int64_t q_rows = 0;  // rows of Q read from HBM: those of the blocks that load Q, inside N
   for (int64_t i = 0; i < Tr; ++i) {
     const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N);
-    if (kv_tiles_for(i0, i1, N, Nk, Bc, s.causal) > 0) q_rows += i1 - i0;
+    if (kv_tiles_for(i0, i1, N, Nk, Bc, s.causal) > first_kv_tile(i0, i1, N, Nk, Bc, s.causal, s.window)) q_rows += i1 - i0;
   }
   const int64_t mmas_pair = W * MT * ((Bc / 8) * (d / 16) + (d / 8) * (Bc / 16));
   LedgerSet ls;
@@ -312,6 +318,8 @@ const StepInfo& info() {
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;
     i.supports_dropout = true;  // [dropout] the full step only; --ablate with it is refused
+    i.supports_gqa = true;      // [gqa]
+    i.supports_window = true;   // [window]
     i.min_cc = 80;
     i.needs = "mma.sync.m16n8k16 and cp.async";
 #ifdef FA_HAVE_CUDA

@@ -7,6 +7,10 @@
 //                       memory in 16-byte chunks ([o-staging]); the heaviest causal blocks first
 //                       ([order]); tile sizes per head dimension (schedule.hpp).
 //
+// [gqa] Query head h reads key/value head h / (H / Hkv): the H / Hkv blocks of a group, launched
+// side by side, read the same K and V, which the L2 cache then serves. [window] A sliding window starts the K/V loop at the
+// Q tile's first needed tile (first_kv_tile) and masks where the band's left edge crosses a tile.
+//
 // [ablation] The template argument A takes one of these changes out (schedule.hpp lists them), so
 // that `--ablate NAME` measures what each buys; A = kFull is the step itself.
 //
@@ -150,21 +154,26 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
   constexpr uint32_t kRow = D * 2, kTile = Bc * kRow;
   auto k_at = [&](int st) { return sbase + Br * kRow + 2 * st * kTile; };
   auto v_at = [&](int st) { return k_at(st) + kTile; };
-  const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
+  // [gqa] The grid is (Q tiles, H / Hkv, B·Hkv): the H / Hkv query heads that share key/value head
+  // hk are neighbours in the launch order, so their blocks read the same K and V close in time.
+  const int hk = blockIdx.z % p.Hkv, b = blockIdx.z / p.Hkv, h = hk * gridDim.y + blockIdx.y, bh = b * p.H + h;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // [order] Blocks start in reverse: with the causal mask the last Q tiles have the most K/V tiles,
   // so they go first and the short ones fill the gaps at the end (no effect without the mask).
   const int i0 = (A == kNoOrder ? blockIdx.x : gridDim.x - 1 - blockIdx.x) * Br, rows = min(Br, p.N - i0), w0 = kRowsPerWarp * warp;  // the warp's first row in the tile
   const T* Q = static_cast<const T*>(p.q) + b * p.q_sb + h * p.q_sh;
-  const T* K = static_cast<const T*>(p.k) + b * p.k_sb + h * p.k_sh;
-  const T* V = static_cast<const T*>(p.v) + b * p.v_sb + h * p.v_sh;
+  const T* K = static_cast<const T*>(p.k) + b * p.k_sb + hk * p.k_sh;  // [gqa]
+  const T* V = static_cast<const T*>(p.v) + b * p.v_sb + hk * p.v_sh;
 
+  // [skip] [window] The block visits K/V tiles jbeg .. Tend − 1: none right of its diagonal, none
+  // left of its band.
   const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
-  // [pipeline] Q and tile 0 are started before the loop, as one group.
-  if (Tend > 0) {
+  const int jbeg = int(first_kv_tile(i0, i0 + rows, p.N, p.Nk, Bc, p.causal, p.window));
+  // [pipeline] Q and the first tile are started before the loop, as one group.
+  if (Tend > jbeg) {
     load_rows_async<T, D, Br>(sbase, Q, p.q_sn, i0, p.N);
-    load_rows_async<T, D, Bc>(k_at(0), K, p.k_sn, 0, p.Nk);
-    load_rows_async<T, D, Bc>(v_at(0), V, p.v_sn, 0, p.Nk);
+    load_rows_async<T, D, Bc>(k_at(jbeg % kStages), K, p.k_sn, jbeg * Bc, p.Nk);
+    load_rows_async<T, D, Bc>(v_at(jbeg % kStages), V, p.v_sn, jbeg * Bc, p.Nk);
   }
   cp_async_commit();
 
@@ -190,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
   const uint32_t k_lane = (8 * (lb / 2) + lr) * kRow + 16 * (((lb % 2) ^ lr) & kMask<D>);
   const uint32_t v_lane = (8 * (lb % 2) + lr) * kRow + 16 * (((lb / 2) ^ lr) & kMask<D>);
 
-  for (int j = 0; j < Tend; ++j) {
+  for (int j = jbeg; j < Tend; ++j) {
     const int j0 = j * Bc, st = j % kStages;
     // [pipeline] Tile j (and, at j = 0, Q) has landed: this thread's copies, then everyone's. The
     // same barrier tells that every warp is done with tile j − 1, so its stage may be refilled:
@@ -239,18 +248,22 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
       }
     }
 
-    // [causal-mask] Only on tiles that need it: keys at or past a row's visible count get −inf.
-    if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal)) {
+    // [causal-mask] Only on tiles that need it: keys at or past a row's visible count get −inf,
+    // and [window] keys before its first visible one.
+    if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal, p.window)) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const int vis = int(visible_keys(i0 + w0 + 16 * mt + m16n8k16::group(lane) + 8 * hr, p.N, p.Nk, p.causal)) - j0;
+          const int row = i0 + w0 + 16 * mt + m16n8k16::group(lane) + 8 * hr;
+          const int vis = int(visible_keys(row, p.N, p.Nk, p.causal)) - j0, lo = int(first_key(row, p.N, p.Nk, p.window)) - j0;
 #pragma unroll
           for (int n = 0; n < Bc / 8; ++n)
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (8 * n + m16n8k16::c_elem(lane, 2 * hr + e).col >= vis) s[mt][n][2 * hr + e] = -INFINITY;
+            for (int e = 0; e < 2; ++e) {
+              const int col = 8 * n + m16n8k16::c_elem(lane, 2 * hr + e).col;
+              if (col >= vis || col < lo) s[mt][n][2 * hr + e] = -INFINITY;
+            }
         }
     }
 
@@ -401,7 +414,7 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
     CUDA_CHECK(cudaFuncSetAttribute(step12_warp_tiling<T, D, A, Drop>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
-  const dim3 grid(unsigned(num_tiles(p.N, S.Br)), unsigned(p.B * p.H));
+  const dim3 grid(unsigned(num_tiles(p.N, S.Br)), unsigned(p.H / p.Hkv), unsigned(p.B * p.Hkv));  // [gqa]
   step12_warp_tiling<T, D, A, Drop><<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH("step12_warp_tiling");
 }
@@ -452,11 +465,14 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
       !aligned(p.v, p.v_sb, p.v_sh, p.v_sn) || !aligned(p.o, p.o_sb, p.o_sh, p.o_sn))
     throw std::invalid_argument("step12: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
   if (int64_t(p.B) * p.H > 65535) throw std::invalid_argument("step12: B·H must be at most 65535 (grid dimension)");
+  AttnParams q = p;
+  if (q.Hkv <= 0) q.Hkv = q.H;  // [gqa] unset: every query head its own key/value head
+  if (q.H % q.Hkv != 0) throw std::invalid_argument("step12: H must be a multiple of Hkv");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int a = ablation_of(opts);
-  require_dropout_supported(p.dropout, a);
-  if (p.bf16) launch_d<__nv_bfloat16>(p, a, st);
-  else launch_d<__half>(p, a, st);
+  require_dropout_supported(q.dropout, a);
+  if (q.bf16) launch_d<__nv_bfloat16>(q, a, st);
+  else launch_d<__half>(q, a, st);
 }
 
 }  // namespace fa::step12

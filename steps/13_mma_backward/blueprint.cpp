@@ -5,8 +5,9 @@
 //
 //   bwd_pre     per padded row: D (d/8 threads' partial sums of 8 elements, then their butterfly),
 //               L·log2 e (+inf past N, D = 0), every dQ accumulator's row zeroed
-//   bwd_kv      a block per (K/V tile, head) — with --deterministic, block s of det_splits(BH, Tc)
-//               walks tiles s, s + splits, ... — per Q tile: warp w's 32 keys × Br/2 queries of
+//   bwd_kv      a block per (K/V tile, key/value head) — with --deterministic, block s of
+//               det_splits(B·Hkv, Tc) walks tiles s, s + splits, ... — per Q tile of each of the
+//               group's query heads ([gqa]; the Q tiles whose rows see the tile: [q-range], [window]): warp w's 32 keys × Br/2 queries of
 //               Sᵀ = K Qᵀ and dPᵀ = V dOᵀ ([sdp-warps]), the mask, Pᵀ and dSᵀ in the C layout and
 //               into their shared tiles; a barrier; dQ_i (dS K) by queries × dims, then dV += Pᵀ dO
 //               and dK += dSᵀ Q by keys × dims ([dkv-warps]); dK and dV out through the K/V tiles
@@ -96,7 +97,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const int d = int(s.d);
   if (!valid(sc, d)) throw std::invalid_argument("step13: the tiles must hold whole m16n8k16 fragments and ldmatrix.x4 pairs");
   BackwardBlueprintResult res;
-  res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)};
+  res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};  // [gqa]
   res.ledger.kernels.reserve(3);  // references into the set stay valid
   Ledger& Lpre = res.ledger["bwd_pre"];
   Ledger& Lkv = res.ledger["bwd_kv"];
@@ -106,7 +107,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc);
   const int64_t QM = sc.qm(d), RG = sc.rgroups(d), kDims = sc.dq_dims(d);
   const int64_t WK = sc.key_groups(), QW = sc.sdp_queries(), KG = sc.dkv_key_groups(d), KD = sc.dkv_keys(d), DW = sc.dkv_dims(d);
-  const int64_t splits = det ? det_splits(BH, Tc) : 1;
+  const int64_t Hkv = s.hkv(), QH = s.H / Hkv;  // [gqa] a block per (K/V tile, key/value head), QH query heads each
+  const int64_t splits = det ? det_splits(s.B * Hkv, Tc) : 1;
   const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
   // [dropout] P as the kernel gets it (a float), and the threshold and factor it derives from it.
   const float p_drop = float(s.dropout);
@@ -153,18 +155,27 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lkv), Dg(ddw.data(), BH, Np, Np, f32, Lkv),
       Acc(accw.data(), splits * BH * Np, d, d, f32, Lkv);
   for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      const int64_t bh = b * s.H + h;
-      const GlobalMat Q(in.q.head(b, h), N, d, d, st, Lkv), K(in.k.head(b, h), Nk, d, d, st, Lkv),
-          V(in.v.head(b, h), Nk, d, d, st, Lkv), G(dO.head(b, h), N, d, d, st, Lkv);
-      GlobalMat dK(res.grads.dk.head(b, h), Nk, d, d, st, Lkv), dV(res.grads.dv.head(b, h), Nk, d, d, st, Lkv);
+    for (int64_t hk = 0; hk < Hkv; ++hk) {
+      const GlobalMat K(in.k.head(b, hk), Nk, d, d, st, Lkv), V(in.v.head(b, hk), Nk, d, d, st, Lkv);
+      GlobalMat dK(res.grads.dk.head(b, hk), Nk, d, d, st, Lkv), dV(res.grads.dv.head(b, hk), Nk, d, d, st, Lkv);
+      // [gqa] The group's query heads hk·QH .. hk·QH + QH − 1: their Q and dO, and their rows bh of the workspace.
+      std::vector<GlobalMat> Qh, Gh;
+      for (int64_t gh = 0; gh < QH; ++gh) {
+        Qh.emplace_back(in.q.head(b, hk * QH + gh), N, d, d, st, Lkv);
+        Gh.emplace_back(dO.head(b, hk * QH + gh), N, d, d, st, Lkv);
+      }
+      auto bh_of = [&](int64_t gh) { return b * s.H + hk * QH + gh; };
       // [deterministic] Block `split` walks the K/V tiles split, split + splits, ... into its own
       // accumulator; without it, one block per tile, all adding into accumulator 0.
       for (int64_t split = 0; split < splits; ++split)
         for (int64_t jt = split; jt < Tc; jt += splits) {
           const int64_t j0 = jt * Bc, keys = std::min(Bc, Nk - j0);
           const int64_t it0 = first_q_tile(j0, N, Nk, Br, s.causal);  // [q-range]
-          const int64_t acc0 = (split * BH + bh) * Np;                  // this block's accumulator, row 0
+          const int64_t itE = std::max(it0, end_q_tile(j0 + keys, N, Nk, Br, s.causal, s.window));  // [window]
+          // [gqa] The block's steps: Q tiles it0 .. itE − 1 of each of the group's heads in turn,
+          // step q = (head q / nq, Q tile it0 + q % nq), one pipeline across them.
+          const int64_t nq = itE - it0, steps = QH * nq;
+          auto acc0 = [&](int64_t gh) { return (split * BH + bh_of(gh)) * Np; };  // head gh's accumulator, row 0
           // [stages] K_j, V_j, kStages × (Q_i, dO_i), Pᵀ, dSᵀ, kStages × (L·log2 e, D).
           Smem smem(kSmemBudget, Lkv);
           SmemTile Ks = smem.tile(Bc, d, st), Vs = smem.tile(Bc, d, st);
@@ -180,21 +191,22 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           }
           // [pipeline] Q_i, dO_i (rows past N zero-filled, free) and the rows' L·log2 e and D (the
           // padded workspace: every row is inside it).
-          auto load_q_tile = [&](int64_t it, size_t stage) {
-            Qs[stage].load_from(Q, it * Br, 0);
-            dOs[stage].load_from(G, it * Br, 0);
+          auto load_q_tile = [&](int64_t q, size_t stage) {
+            const int64_t gh = q / nq, it = it0 + q % nq;
+            Qs[stage].load_from(Qh[size_t(gh)], it * Br, 0);
+            dOs[stage].load_from(Gh[size_t(gh)], it * Br, 0);
             for (int64_t r = 0; r < Br; ++r) {
-              Ls[stage].write(0, r, L2g.load(bh, it * Br + r));
-              Ds[stage].write(0, r, Dg.load(bh, it * Br + r));
+              Ls[stage].write(0, r, L2g.load(bh_of(gh), it * Br + r));
+              Ds[stage].write(0, r, Dg.load(bh_of(gh), it * Br + r));
             }
           };
           Ks.load_from(K, j0, 0);
           Vs.load_from(V, j0, 0);
-          if (it0 < Tr) load_q_tile(it0, 0);
+          if (steps > 0) load_q_tile(0, 0);
 
           // [dq] dQ_itq's share of this K/V tile, dS K_j, from the dSᵀ tile: warp w computes the QM
           // m16 row tiles of group w % RG and the kDims dimensions of group w / RG ([dq-warps]).
-          auto dq_step = [&](int64_t itq) {
+          auto dq_step = [&](int64_t itq, int64_t gh) {
             for (int64_t w = 0; w < W; ++w) {
               const int64_t rg = w % RG, cg = w / RG;
               std::vector<std::vector<CFrag>> dq(size_t(QM), zero_frags(kDims / 8));
@@ -217,7 +229,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                       const mf::Coord c = mf::c_elem(lane, x);
                       // [dq-layout] element (r, c) of the Q tile, at its place in the warp-ordered tile
                       const int64_t r = 16 * (rg * QM + m) + c.row, col = cg * kDims + 8 * n + c.col;
-                      const int64_t at = (acc0 + itq * Br) * d + acc_offset(sc, d, int(r), int(col));
+                      const int64_t at = (acc0(gh) + itq * Br) * d + acc_offset(sc, d, int(r), int(col));
                       const float v = dq[size_t(m)][size_t(n)][size_t(lane)][size_t(x)];
                       if (det) Acc.store(at / d, at % d, Acc.load(at / d, at % d) + v);  // [deterministic] its own buffer
                       else Acc.atomic_add(at / d, at % d, v);
@@ -232,12 +244,13 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             dk[size_t(w)].assign(size_t(KD / 16), zero_frags(DW / 8));
             dv[size_t(w)].assign(size_t(KD / 16), zero_frags(DW / 8));
           }
-          for (int64_t it = it0; it < Tr; ++it) {
+          for (int64_t q = 0; q < steps; ++q) {
+            const int64_t gh = q / nq, it = it0 + q % nq, bh = bh_of(gh);
             const int64_t i0 = it * Br, rows = std::min(Br, N - i0);
-            const size_t stage = size_t((it - it0) % kStages), other = size_t((it - it0 + 1) % kStages);
+            const size_t stage = size_t(q % kStages), other = size_t((q + 1) % kStages);
             barrier(Lkv);  // [two-barriers] tile i landed; every warp is past tile i − 1
-            if (it + 1 < Tr) load_q_tile(it + 1, other);
-            const bool masked = needs_mask(i0, i0 + rows, j0, N, Nk, Bc, s.causal);
+            if (q + 1 < steps) load_q_tile(q + 1, other);
+            const bool masked = needs_mask(i0, i0 + rows, j0, N, Nk, Bc, s.causal, s.window);
             const SmemTile &Qt = Qs[stage], &dOt = dOs[stage], &Lt = Ls[stage], &Dt = Ds[stage];
             for (int64_t w = 0; w < W; ++w) {
               const int64_t wk = w % WK, wq = w / WK, key_w = j0 + 32 * wk, q_w = wq * QW;  // [sdp-warps]
@@ -261,15 +274,15 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               // lab:end
               // [causal-mask] Element (key row, query column) of C tile (m, n): key key_w + 16m + row,
               // query i0 + q_w + 8n + col; a key at or past the query's visible count (past Nk
-              // included) gets −inf.
+              // included) gets −inf, and [window] one before the query's first visible key.
               if (masked)
                 for (int m = 0; m < 2; ++m)
                   for (int64_t n = 0; n < QW / 8; ++n)
                     for (int lane = 0; lane < 32; ++lane)
-                      for (int x = 0; x < 4; ++x) {
-                        const mf::Coord c = mf::c_elem(lane, x);
-                        if (key_w + 16 * m + c.row >= visible_keys(i0 + q_w + 8 * n + c.col, N, Nk, s.causal))
-                          sT[size_t(m)][size_t(n)][size_t(lane)][size_t(x)] = -kInf;
+                      for (int e = 0; e < 4; ++e) {
+                        const mf::Coord c = mf::c_elem(lane, e);
+                        if (!key_visible(i0 + q_w + 8 * n + c.col, key_w + 16 * m + c.row, N, Nk, s.causal, s.window))
+                          sT[size_t(m)][size_t(n)][size_t(lane)][size_t(e)] = -kInf;
                       }
               // [softmax-grad] Pᵀ = exp2(s·scale·log2 e − L·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D): a column
               // of the lane's tile is one query, whose L and D the lane reads (two of each per tile).
@@ -321,7 +334,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               Lkv.nonmatmul_ops += 32 * QW * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));
             }
             barrier(Lkv);  // [two-barriers] Pᵀ and dSᵀ of tile i are whole
-            dq_step(it);
+            dq_step(it, gh);
             // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i, warp w: keys KD·(w % KG) + 16m, dims DW·(w / KG).
             for (int64_t w = 0; w < W; ++w) {
               const int64_t kg = w % KG, dg = w / KG;
@@ -348,9 +361,9 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               // lab:end
             }
             Lkv.tiles_computed += 1;
-            Lkv.tiles_masked += classify_tile(i0, i0 + rows, j0, j0 + keys, N, Nk, s.causal) == TileKind::Diagonal;
+            Lkv.tiles_masked += classify_tile(i0, i0 + rows, j0, j0 + keys, N, Nk, s.causal, s.window) == TileKind::Diagonal;
           }
-          Lkv.tiles_skipped += it0;
+          Lkv.tiles_skipped += QH * (Tr - nq);
           // [dkdv-write] dV_j and scale·dK_j into the V and K tiles (in the storage type) once every
           // warp is past its last read of them, then — all written — the rows inside Nk out to HBM.
           barrier(Lkv);
@@ -401,7 +414,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 
 // The ledger in closed form (docs/13_mma_backward.md). One (b, h): Tc K/V tiles, each visited once
 // (by its own block, or with --deterministic by one of the splits' blocks); tile j walks the Q tiles
-// first_q_tile(j) .. Tr − 1: `pairs` in all, `q_rows` of their rows inside N, `masked` needing the
+// first_q_tile(j) .. end_q_tile(j) − 1 (Tr − 1 without a window): `pairs` in all, `q_rows` of their rows inside N, `masked` needing the
 // per-element mask, `diagonal` holding the diagonal, `skipped` Q tiles before the first. Per pair and
 // warp: Sᵀ and dPᵀ read (d/16)·(4 + 2·QW/16) fragments (two key tiles of K and of V as A; Q, dO as
 // B) and issue (d/16)·(QW/16)·8 products; the lane's L and D, 16 bytes per C column (both key
@@ -409,25 +422,28 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // of Pᵀ and dSᵀ written; dV and dK read (Br/16)·(2·KD/16 + 2·DW/16) fragments for
 // (Br/16)·(DW/16)·(KD/16)·4 products; one dq_step per pair reads (Bc/16)·(QM + kDims/16) fragments
 // for (Bc/16)·(kDims/16)·QM·2 products. dQ's partial sums cover every row of the Q tile (Br·d per
-// pair), the padding included.
+// pair), the padding included. [gqa] A block serves a key/value head: K_j, V_j, dK_j, dV_j, their
+// staging and the block's own barriers once per key/value head (BHk), the pairs once per query head.
 LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
   const int d = int(s.d);
   if (!valid(sc, d)) throw std::invalid_argument("step13: the tiles must hold whole m16n8k16 fragments and ldmatrix.x4 pairs");
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, W = sc.warps();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), QM = sc.qm(d), kDims = sc.dq_dims(d);
   const int64_t QW = sc.sdp_queries(), KD = sc.dkv_keys(d), DW = sc.dkv_dims(d);
-  const int64_t splits = det ? det_splits(BH, Tc) : 1;
+  const int64_t BHk = s.B * s.hkv();  // [gqa] key/value heads: K, V, dK, dV once per head of these
+  const int64_t splits = det ? det_splits(BHk, Tc) : 1;
   const bool drop = float(s.dropout) > 0.0f;
   int64_t pairs = 0, q_rows = 0, masked = 0, diagonal = 0, skipped = 0;
   for (int64_t j = 0; j < Tc; ++j) {
     const int64_t j0 = j * Bc, j1 = std::min(j0 + Bc, Nk), first = first_q_tile(j0, N, Nk, Br, s.causal);
-    skipped += first;
-    for (int64_t it = first; it < Tr; ++it) {
+    const int64_t end = std::max(first, end_q_tile(j1, N, Nk, Br, s.causal, s.window));  // [window]
+    skipped += Tr - (end - first);
+    for (int64_t it = first; it < end; ++it) {
       const int64_t i0 = it * Br, i1 = std::min(i0 + Br, N);
       ++pairs;
       q_rows += i1 - i0;
-      masked += needs_mask(i0, i1, j0, N, Nk, Bc, s.causal);
-      diagonal += classify_tile(i0, i1, j0, j1, N, Nk, s.causal) == TileKind::Diagonal;
+      masked += needs_mask(i0, i1, j0, N, Nk, Bc, s.causal, s.window);
+      diagonal += classify_tile(i0, i1, j0, j1, N, Nk, s.causal, s.window) == TileKind::Diagonal;
     }
   }
   LedgerSet ls;
@@ -439,20 +455,20 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
 
   Ledger& kv = ls["bwd_kv"];
   const int64_t dq_bytes = BH * pairs * Br * d * 4;  // the partial sums of dQ, every row of each visited Q tile
-  kv.gmem_read = BH * (Nk * d * 2 * 2 + q_rows * d * 2 * 2 + pairs * Br * 4 * 2) + (det ? dq_bytes : 0);
-  kv.gmem_write = BH * Nk * d * 2 * 2 + (det ? dq_bytes : 0);
+  kv.gmem_read = BHk * Nk * d * 2 * 2 + BH * (q_rows * d * 2 * 2 + pairs * Br * 4 * 2) + (det ? dq_bytes : 0);
+  kv.gmem_write = BHk * Nk * d * 2 * 2 + (det ? dq_bytes : 0);
   kv.gmem_atomic = det ? 0 : dq_bytes;
-  kv.smem_write = BH * (Tc * 2 * Bc * d * 2                      // K_j, V_j
-                        + pairs * (2 * Br * d * 2 + 2 * Br * 4)   // Q_i, dO_i, L, D
-                        + pairs * 2 * Bc * Br * 2                  // Pᵀ, dSᵀ
-                        + Tc * 2 * Bc * d * 2);                    // dK_j, dV_j staged in the K/V tiles
+  kv.smem_write = BHk * (Tc * 2 * Bc * d * 2                     // K_j, V_j
+                         + Tc * 2 * Bc * d * 2)                   // dK_j, dV_j staged in the K/V tiles
+                  + BH * (pairs * (2 * Br * d * 2 + 2 * Br * 4)   // Q_i, dO_i, L, D
+                          + pairs * 2 * Bc * Br * 2);             // Pᵀ, dSᵀ
   const int64_t frags_pair =
       W * ((d / 16) * (4 + 2 * (QW / 16)) + (Br / 16) * (2 * (KD / 16) + 2 * (DW / 16)) + (Bc / 16) * (QM + kDims / 16));
-  kv.smem_read = BH * (pairs * (frags_pair * kFragElems * 2 + W * (QW / 8) * 32 * 4 * 4) + Nk * d * 2 * 2);
-  kv.barriers = BH * (2 * pairs + Tc * (2 + (det ? 1 : 0)));
+  kv.smem_read = BH * pairs * (frags_pair * kFragElems * 2 + W * (QW / 8) * 32 * 4 * 4) + BHk * Nk * d * 2 * 2;
+  kv.barriers = BH * 2 * pairs + BHk * Tc * (2 + (det ? 1 : 0));
   kv.matmul_flops = BH * pairs * W *
                     ((d / 16) * (QW / 16) * 8 + (Br / 16) * (DW / 16) * (KD / 16) * 4 + (Bc / 16) * (kDims / 16) * QM * 2) * kMmaFlops;
-  kv.nonmatmul_ops = BH * (pairs * W * 16 * Br * (5 + (drop ? 3 : 0)) + masked * W * 16 * Br + Tc * Bc * d);
+  kv.nonmatmul_ops = BH * (pairs * W * 16 * Br * (5 + (drop ? 3 : 0)) + masked * W * 16 * Br) + BHk * Tc * Bc * d;
   kv.tiles_computed = BH * pairs;
   kv.tiles_masked = BH * diagonal;
   kv.tiles_skipped = BH * skipped;
@@ -503,6 +519,8 @@ const StepInfo& info() {
     }
     borrow_forward<step12::info>(i);  // [forward-from] the forward is step 12's, whatever the flags say
     i.supports_dropout = true;
+    i.supports_gqa = true;     // [gqa] a block per key/value head sums its group's dK and dV
+    i.supports_window = true;  // [window] each K/V tile's Q tiles of the band
     i.backward_blueprint = run_backward;
     i.backward_closed_form = run_backward_closed_form;
     i.backward_smem_bytes = run_backward_smem;

@@ -9,6 +9,11 @@
 //                       ([dkv]); Q_i, dO_i, L, D one tile ahead ([pipeline])
 //   step13_dq_convert   dQ = scale · accumulator (the splits summed in order), in the storage type
 //
+// [gqa] A bwd_kv block serves a key/value head: it walks the Q tiles of each of the group's H / Hkv
+// query heads in turn, so dK and dV sum the group in its registers (no atomics); dQ stays per
+// query head. [window] A K/V tile's Q tiles end where the rows' bands pass it (end_q_tile), and the
+// mask tests the band's left edge too.
+//
 // Layout of every fragment: common/mma_layout.hpp. Template arguments: Det ([deterministic]: dQ
 // without racing atomics), Drop ([dropout]), Tl (a TileChoice) and Xp (an Experiment: schedule.hpp, [tune]).
 #include <cuda_bf16.h>
@@ -167,15 +172,16 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
   const float* lds_f = reinterpret_cast<const float*>(smem_raw + (l_sm(0) - sbase));  // generic view of L/D
 
   const AttnParams& f = p.f;
-  const int bh = blockIdx.y, b = bh / f.H, h = bh % f.H;
+  // [gqa] blockIdx.y = b·Hkv + hk; the group's query heads are h0 .. h0 + QH − 1 (bh0 = b·H + h0).
+  const int QH = f.H / f.Hkv, b = blockIdx.y / f.Hkv, hk = blockIdx.y % f.Hkv, bh0 = b * f.H + hk * QH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const T* Q = static_cast<const T*>(f.q) + b * f.q_sb + h * f.q_sh;
-  const T* K = static_cast<const T*>(f.k) + b * f.k_sb + h * f.k_sh;
-  const T* V = static_cast<const T*>(f.v) + b * f.v_sb + h * f.v_sh;
-  const T* dO = static_cast<const T*>(p.dout) + b * f.o_sb + h * f.o_sh;
+  const T* Q = static_cast<const T*>(f.q) + b * f.q_sb + int64_t(hk) * QH * f.q_sh;  // query head h0; + gh·q_sh for head h0 + gh
+  const T* K = static_cast<const T*>(f.k) + b * f.k_sb + hk * f.k_sh;
+  const T* V = static_cast<const T*>(f.v) + b * f.v_sb + hk * f.v_sh;
+  const T* dO = static_cast<const T*>(p.dout) + b * f.o_sb + int64_t(hk) * QH * f.o_sh;
   const Ws ws(p, D);
-  const float* L2 = ws.l2 + int64_t(bh) * ws.Np;
-  const float* Dr = ws.dd + int64_t(bh) * ws.Np;
+  const float* L2 = ws.l2 + int64_t(bh0) * ws.Np;  // + gh·Np for head h0 + gh
+  const float* Dr = ws.dd + int64_t(bh0) * ws.Np;
   const float sl2 = f.scale * kLog2e;
   const int Tr = int(num_tiles(f.N, Br)), Tc = int(num_tiles(f.Nk, Bc));
   const uint32_t keep_below = Drop ? dropout_threshold(f.dropout) : 0u;
@@ -203,24 +209,27 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
   for (int jt = blockIdx.x; jt < Tc; jt += Det ? gridDim.x : Tc) {
     const int j0 = jt * Bc;
     const int it0 = int(first_q_tile(j0, f.N, f.Nk, Br, f.causal));
-    float* acc = ws.acc + (Det ? int64_t(blockIdx.x) * ws.split_stride : 0) + int64_t(bh) * ws.Np * D;
+    const int itE = max(it0, int(end_q_tile(j0 + Bc < f.Nk ? j0 + Bc : f.Nk, f.N, f.Nk, Br, f.causal, f.window)));  // [window]
+    float* acc = ws.acc + (Det ? int64_t(blockIdx.x) * ws.split_stride : 0) + int64_t(bh0) * ws.Np * D;  // + gh·Np·D
 
-    // [pipeline] K_j, V_j and the first Q tile's Q, dO, L, D as one group.
-    auto load_q_tile = [&](int it, int st) {
-      load_rows_async<T, D, Br, kThreads>(q_sm(st), Q, f.q_sn, it * Br, f.N);
-      load_rows_async<T, D, Br, kThreads>(do_sm(st), dO, f.o_sn, it * Br, f.N);
-      if (threadIdx.x < Br / 4) cp_async16(l_sm(st) + 16 * threadIdx.x, L2 + it * Br + 4 * threadIdx.x, true);
-      else if (threadIdx.x < Br / 2) cp_async16(d_sm(st) + 16 * (threadIdx.x - Br / 4), Dr + it * Br + 4 * (threadIdx.x - Br / 4), true);
+    // [pipeline] K_j, V_j and the first Q tile's Q, dO, L, D as one group. [gqa] Q tile it of query
+    // head h0 + gh.
+    auto load_q_tile = [&](int gh, int it, int st) {
+      load_rows_async<T, D, Br, kThreads>(q_sm(st), Q + gh * f.q_sh, f.q_sn, it * Br, f.N);
+      load_rows_async<T, D, Br, kThreads>(do_sm(st), dO + gh * f.o_sh, f.o_sn, it * Br, f.N);
+      const int64_t row0 = int64_t(gh) * ws.Np + it * Br;
+      if (threadIdx.x < Br / 4) cp_async16(l_sm(st) + 16 * threadIdx.x, L2 + row0 + 4 * threadIdx.x, true);
+      else if (threadIdx.x < Br / 2) cp_async16(d_sm(st) + 16 * (threadIdx.x - Br / 4), Dr + row0 + 4 * (threadIdx.x - Br / 4), true);
     };
     load_rows_async<T, D, Bc, kThreads>(k_sm, K, f.k_sn, j0, f.Nk);
     load_rows_async<T, D, Bc, kThreads>(v_sm, V, f.v_sn, j0, f.Nk);
-    if (it0 < Tr) load_q_tile(it0, 0);
+    if (it0 < itE) load_q_tile(0, it0, 0);
     cp_async_commit();
 
     // [dq] dQ_i's share of this K/V tile, dS K_j, for Q tile itq: the warp's QM m16 row tiles (group
     // rg) × kDims dims (group cg). A = dS from the dSᵀ tile (.trans), B = K_j (.trans), 16 keys at a
     // time; each K fragment feeds QM products.
-    auto dq_step = [&](int itq) {
+    auto dq_step = [&](int gh, int itq) {
       float dq[QM][kDims / 8][4];
 #pragma unroll
       for (int m = 0; m < QM; ++m)
@@ -251,7 +260,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // each lane sends one 16-byte RED (sm_90) and the warp's cover 512 contiguous bytes. Every K/V
       // tile's block adds to these elements in an order nobody fixes. [deterministic]: this block owns
       // its buffer, so a plain read-add-write in program order.
-      float* tile0 = acc + int64_t(itq) * Br * D + int64_t(warp) * QM * (kDims / 8) * 128 + 4 * lane;
+      float* tile0 = acc + (int64_t(gh) * ws.Np + int64_t(itq) * Br) * D + int64_t(warp) * QM * (kDims / 8) * 128 + 4 * lane;
 #pragma unroll
       for (int m = 0; m < QM; ++m)
 #pragma unroll
@@ -288,14 +297,20 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk[m][n][e] = dv[m][n][e] = 0.0f;
 
-    for (int it = it0; it < Tr; ++it) {
-      const int i0 = it * Br, st = (it - it0) % kStages;
+    // [gqa] The group's query heads in turn, each over Q tiles it0 .. itE − 1, as one loop of steps
+    // q (the stages go by it; head gh, Q tile it); the next step's tile is loaded one step ahead,
+    // across heads too. (Two nested loops made ptxas spill the dK and dV accumulators.)
+    const int steps = QH * (itE - it0);
+    int gh = 0, it = it0;
+    for (int q = 0; q < steps; ++q) {
+      const int i0 = it * Br, st = q % kStages, bh = bh0 + gh;
       // [pipeline] Tile i has landed (this thread's copies, then everyone's). [two-barriers] The same
       // barrier says every warp is done with tile i − 1: its Q/dO stage may be refilled (the next copy
       // starts) and its Pᵀ and dSᵀ tiles rewritten.
       cp_async_wait_all();
       __syncthreads();
-      if (it + 1 < Tr) load_q_tile(it + 1, (st + 1) % kStages);
+      if (it + 1 < itE) load_q_tile(gh, it + 1, (st + 1) % kStages);
+      else if (gh + 1 < QH) load_q_tile(gh + 1, it0, (st + 1) % kStages);
       cp_async_commit();
 
       // [transposed] Sᵀ = K Q_iᵀ and dPᵀ = V dO_iᵀ for the warp's 32 keys × QW queries ([sdp-warps]).
@@ -336,18 +351,23 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
 
       // [causal-mask] Lane holds keys j0 + 32wk + 16m + g (+ 8) and queries q0 + 8n + 2t (+ 1): a
       // key at or past the query's visible count (keys past Nk included) gets −inf, so P = 0.
+      // [window] So does a key W or more before it: the band's left edge, vis − W (rows past N,
+      // whose vis is clipped to Nk, lose keys by this: their P is 0 anyway, L = +inf).
       const int key0 = j0 + 32 * wk + g, q0 = i0 + wq * QW;
-      if (needs_mask(i0, i0 + min(Br, f.N - i0), j0, f.N, f.Nk, Bc, f.causal)) {
+      if (needs_mask(i0, i0 + min(Br, f.N - i0), j0, f.N, f.Nk, Bc, f.causal, f.window)) {
 #pragma unroll
         for (int n = 0; n < QW / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int vis = int(visible_keys(q0 + 8 * n + 2 * t + e, f.N, f.Nk, f.causal));
+            const int lo = f.window > 0 ? vis - f.window : -1;
 #pragma unroll
             for (int m = 0; m < 2; ++m)
 #pragma unroll
-              for (int hr = 0; hr < 2; ++hr)
-                if (key0 + 16 * m + 8 * hr >= vis) s[m][n][2 * hr + e] = -INFINITY;
+              for (int hr = 0; hr < 2; ++hr) {
+                const int key = key0 + 16 * m + 8 * hr;
+                if (key >= vis || key < lo) s[m][n][2 * hr + e] = -INFINITY;
+              }
           }
       }
 
@@ -410,7 +430,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // lab:end
       __syncthreads();  // [two-barriers] Pᵀ and dSᵀ of tile i are whole
 
-      if constexpr (Xp != kDqEnd) dq_step(it);  // [dq] first: its reductions drain while dK and dV are formed
+      if constexpr (Xp != kDqEnd) dq_step(gh, it);  // [dq] first: its reductions drain while dK and dV are formed
 
       // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i for the warp's KD keys × DW dims ([dkv-warps]): per 16
       // queries, the A fragments of its key tiles of Pᵀ and dSᵀ (as stored: keys by rows), then per 16
@@ -439,7 +459,8 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         }
       }
       // lab:end
-      if constexpr (Xp == kDqEnd) dq_step(it);  // [tune] dq-end: dQ after dK and dV instead
+      if constexpr (Xp == kDqEnd) dq_step(gh, it);  // [tune] dq-end: dQ after dK and dV instead
+      if (++it == itE) it = it0, ++gh;
     }
 
     // [dkdv-write] dV_j and scale·dK_j into the V and K tiles (every warp is past its last read of
@@ -460,8 +481,8 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
                        "r"(pack2<T>(f.scale * dk[m][n][2 * hr], f.scale * dk[m][n][2 * hr + 1])));
         }
     __syncthreads();
-    T* dK = static_cast<T*>(p.dk) + b * f.k_sb + h * f.k_sh;
-    T* dV = static_cast<T*>(p.dv) + b * f.v_sb + h * f.v_sh;
+    T* dK = static_cast<T*>(p.dk) + b * f.k_sb + hk * f.k_sh;  // [gqa] the group's sums
+    T* dV = static_cast<T*>(p.dv) + b * f.v_sb + hk * f.v_sh;
     constexpr int kChunks = D / 8;
     for (int c = threadIdx.x; c < Bc * kChunks; c += kThreads) {
       const int key = c / kChunks, cc = c % kChunks;
@@ -526,7 +547,7 @@ void launch_kv(const BwdParams& p, int splits, cudaStream_t st) {
     CUDA_CHECK(cudaFuncSetAttribute(step13_bwd_kv<T, D, Det, Drop, Tl, Xp>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
-  const dim3 grid(unsigned(Det ? splits : num_tiles(p.f.Nk, S.Bc)), unsigned(p.f.B * p.f.H));
+  const dim3 grid(unsigned(Det ? splits : num_tiles(p.f.Nk, S.Bc)), unsigned(p.f.B * p.f.Hkv));  // [gqa] a block per key/value head
   step13_bwd_kv<T, D, Det, Drop, Tl, Xp><<<grid, S.warps() * 32, smem, st>>>(p);
   CUDA_CHECK_LAUNCH("step13_bwd_kv");
   // [dq-convert] through the same tiles' accumulator layout
@@ -537,7 +558,7 @@ void launch_kv(const BwdParams& p, int splits, cudaStream_t st) {
 template <class T, int D>
 void launch_typed(const BwdParams& p, bool det, bool drop, int tiles, int xp, cudaStream_t st) {
   const AttnParams& f = p.f;
-  const int splits = det ? int(det_splits(int64_t(f.B) * f.H, num_tiles(f.Nk, schedule_for(D, tiles).Bc))) : 1;
+  const int splits = det ? int(det_splits(int64_t(f.B) * f.Hkv, num_tiles(f.Nk, schedule_for(D, tiles).Bc))) : 1;
   // [tune] What --tiles and --experiment are not compiled for is refused before anything is launched.
   constexpr bool kTuned = std::is_same_v<T, __half> && (D == 64 || D == 128);
   const std::string why = refusal(std::is_same_v<T, __half>, D, tiles, xp, det, drop);
@@ -585,10 +606,13 @@ void launch_d(const BwdParams& p, bool det, bool drop, int tiles, int xp, cudaSt
 
 size_t backward_workspace_bytes(const Shape& s, const StepOptions& o) {
   const int64_t BH = s.B * s.H, Tc = num_tiles(s.Nk, schedule_for(int(s.d), tiles_of(o)).Bc);
-  return size_t(workspace_bytes(BH, s.N, s.d, deterministic(o) ? det_splits(BH, Tc) : 1));
+  return size_t(workspace_bytes(BH, s.N, s.d, deterministic(o) ? det_splits(s.B * s.hkv(), Tc) : 1));  // [gqa] splits per key/value head
 }
 
-void launch_backward(const BwdParams& p, const StepOptions& o, void* stream) {
+void launch_backward(const BwdParams& p0, const StepOptions& o, void* stream) {
+  BwdParams p = p0;
+  if (p.f.Hkv <= 0) p.f.Hkv = p.f.H;  // [gqa] unset: every query head its own key/value head
+  if (p.f.H % p.f.Hkv != 0) throw std::invalid_argument("step13: H must be a multiple of Hkv");
   const AttnParams& f = p.f;
   auto aligned = [](const void* ptr, int64_t sb, int64_t sh, int64_t sn) {
     return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && sn % 8 == 0;

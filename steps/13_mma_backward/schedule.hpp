@@ -111,7 +111,18 @@ FA_HD constexpr int64_t first_q_tile(int64_t j0, int64_t N, int64_t Nk, int64_t 
   return first_row <= 0 ? 0 : first_row / Br;
 }
 
-// [deterministic] Blocks per head when dQ may not race: each block walks the K/V tiles
+// [window] One past the last Q tile that sees any key of the K/V tile that ends at key j1 − 1: row
+// i's band starts at i + Nk − N − W + 1, so rows past j1 − 1 − (Nk − N) + W − 1 see none of it.
+// Every Q tile from first_q_tile on without a window.
+FA_HD constexpr int64_t end_q_tile(int64_t j1, int64_t N, int64_t Nk, int64_t Br, bool causal, int64_t window) {
+  const int64_t Tr = num_tiles(N, Br);
+  if (!causal || window <= 0) return Tr;
+  const int64_t last_row = j1 - 1 - (Nk - N) + window - 1;
+  if (last_row < 0) return 0;
+  return last_row / Br + 1 < Tr ? last_row / Br + 1 : Tr;
+}
+
+// [deterministic] Blocks per (key/value) head when dQ may not race: each block walks the K/V tiles
 // s, s + nsplit, ... in order and adds into its own dQ buffer; the convert kernel sums the
 // nsplit buffers in a fixed order. A function of the shape only, so that two runs (and the
 // blueprint) split alike.

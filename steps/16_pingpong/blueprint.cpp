@@ -86,6 +86,8 @@ const StepInfo& info() {
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;
     i.options_reason = run_options_reason;
+    i.supports_gqa = true;     // [gqa] K and V's tensor maps over Hkv heads
+    i.supports_window = true;  // [window] the band's tiles alone, in the producer and the consumers alike
     i.min_cc = 90;
     i.max_cc = 90;
     i.needs = "wgmma.mma_async, TMA and setmaxnreg (sm_90a)";

@@ -8,6 +8,10 @@
 //                    a turn the consumer waits for S_j alone and runs the softmax of tile j while
 //                    P_{j-1}·V_{j-1} is still in the tensor cores ([overlap]).
 //
+// [gqa] K's and V's tensor maps have Hkv heads; query head h loads from key/value head
+// h / (H / Hkv). [window] A block visits the K/V tiles of its band alone: the producer loads, and
+// the consumers mask, tile jbeg + t on the block's t-th turn; the ring counts t from 0.
+//
 // Tensor maps: encoded on the host (encode_map), passed as __grid_constant__ parameters.
 #include <cuda.h>  // CUtensorMap and the encoder's signature (the driver is reached through the runtime)
 #include <cuda_bf16.h>
@@ -110,7 +114,12 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * Br, rows = min(Br, p.N - i0);  // [order] heaviest causal blocks first
-  const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
+  // [skip] [window] The block visits K/V tiles jbeg .. jbeg + Tend − 1 (none when Tend = 0). Below,
+  // j counts the tiles visited, from 0 — the stages, the parities and the turns all go by it — and
+  // jbeg + j is the tile's place in K and V.
+  const int jbeg = int(first_kv_tile(i0, i0 + rows, p.N, p.Nk, Bc, p.causal, p.window));
+  const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal)) - jbeg;
+  const int hkv = p.kv_head(h);  // [gqa]
 
   // [mbarrier] One thread initializes every barrier; the block's only __syncthreads publishes them.
   // full[st]: one arrival (the producer's, with the bytes) per phase; empty[st]: one per consumer warp.
@@ -135,10 +144,10 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
       // [split-ring] K_j once K_{j-Stages} is released, then V_j once V_{j-Stages} is.
       if (j >= Stages) mbar_wait(empty_k(st), empty_parity(j, Stages));
       mbar_arrive_expect(full_k(st), kTile);
-      for (int pn = 0; pn < kPanels; ++pn) tma_load(k_at(st) + pn * Bc * wgmma::kRowBytes, &maps.k, 64 * pn, j * Bc, h, b, full_k(st));
+      for (int pn = 0; pn < kPanels; ++pn) tma_load(k_at(st) + pn * Bc * wgmma::kRowBytes, &maps.k, 64 * pn, (jbeg + j) * Bc, hkv, b, full_k(st));
       if (j >= Stages) mbar_wait(empty_v(st), empty_parity(j, Stages));
       mbar_arrive_expect(full_v(st), kTile);
-      for (int pn = 0; pn < kPanels; ++pn) tma_load(v_at(st) + pn * Bc * wgmma::kRowBytes, &maps.v, 64 * pn, j * Bc, h, b, full_v(st));
+      for (int pn = 0; pn < kPanels; ++pn) tma_load(v_at(st) + pn * Bc * wgmma::kRowBytes, &maps.v, 64 * pn, (jbeg + j) * Bc, hkv, b, full_v(st));
     }
     return;
   }
@@ -190,19 +199,25 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
         wgmma::mma_rs<T, 64>(o[pn], pa[kk], wgmma::desc(v_at(st) + wgmma::mnmajor_offset(kk, pn, Bc)), true);
     wgmma::commit();
   };
-  // Mask and softmax of tile j on s (in place: s becomes P), the running max and sum; alpha is the
-  // factor Õ still owes (applied by rescale(), once Õ is no longer being written by a wgmma).
+  // Mask and softmax of the block's tile j on s (in place: s becomes P), the running max and sum;
+  // alpha is the factor Õ still owes (applied by rescale(), once Õ is no longer being written by a wgmma).
   auto softmax = [&](int j) {
-    const int j0 = j * Bc;
-    if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal)) {  // [causal-mask]
+    const int j0 = (jbeg + j) * Bc;
+    if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal, p.window)) {  // [causal-mask]
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
+        // [window] The band's left edge is W keys before its right one: the row sees the tile's
+        // columns [vis − W, vis). (Only rows past N, whose vis is clipped to Nk, lose keys by this,
+        // and they are never stored.) Derived from vis, it costs no register across the loop.
         const int vis = int(visible_keys(i0 + 64 * c + w0 + m16n8k16::group(lane) + 8 * hr, p.N, p.Nk, p.causal)) - j0;
+        const int lo = p.window > 0 ? vis - p.window : -Bc;
 #pragma unroll
         for (int n = 0; n < Bc / 8; ++n)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (8 * n + m16n8k16::c_elem(lane, 2 * hr + e).col >= vis) s[4 * n + 2 * hr + e] = -INFINITY;
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * n + m16n8k16::c_elem(lane, 2 * hr + e).col;
+            if (col >= vis || col < lo) s[4 * n + 2 * hr + e] = -INFINITY;
+          }
       }
     }
 #pragma unroll
@@ -396,8 +411,9 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
   const bool bf = std::is_same_v<T, __nv_bfloat16>;
   Maps maps;
   maps.q = encode_map(p.q, bf, D, p.N, p.H, p.B, p.q_sn, p.q_sh, p.q_sb, Br);
-  maps.k = encode_map(p.k, bf, D, p.Nk, p.H, p.B, p.k_sn, p.k_sh, p.k_sb, Bc);
-  maps.v = encode_map(p.v, bf, D, p.Nk, p.H, p.B, p.v_sn, p.v_sh, p.v_sb, Bc);
+  const int hkv = p.Hkv > 0 ? p.Hkv : p.H;  // [gqa] K and V have their own number of heads
+  maps.k = encode_map(p.k, bf, D, p.Nk, hkv, p.B, p.k_sn, p.k_sh, p.k_sb, Bc);
+  maps.v = encode_map(p.v, bf, D, p.Nk, hkv, p.B, p.v_sn, p.v_sh, p.v_sb, Bc);
   const dim3 grid(unsigned(num_tiles(p.N, Br)), unsigned(p.B * p.H));
   step16_pingpong<T, D, Br, Bc, Stages, PP, OV><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step16_pingpong");
