@@ -141,7 +141,7 @@ __device__ inline void dropout16(float (&c0)[4], float (&c1)[4], const AttnParam
   }
 }
 
-template <class T, int D, int A, bool Drop>
+template <class T, int D, int A, bool Drop, bool Win>
 __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) {
   static_assert(!Drop || A == kFull, "dropout is compiled into the full step only");
   constexpr Schedule S = schedule_for(D, A);
@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
   // [skip] [window] The block visits K/V tiles jbeg .. Tend − 1: none right of its diagonal, none
   // left of its band.
   const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
-  const int jbeg = int(first_kv_tile(i0, i0 + rows, p.N, p.Nk, Bc, p.causal, p.window));
+  // [window] Win: compiled in only where a window is asked for (the kernel without one keeps its registers).
+  const int jbeg = Win ? int(first_kv_tile(i0, i0 + rows, p.N, p.Nk, Bc, p.causal, p.window)) : 0;
   // [pipeline] Q and the first tile are started before the loop, as one group.
   if (Tend > jbeg) {
     load_rows_async<T, D, Br>(sbase, Q, p.q_sn, i0, p.N);
@@ -250,19 +251,19 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 
     // [causal-mask] Only on tiles that need it: keys at or past a row's visible count get −inf,
     // and [window] keys before its first visible one.
-    if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal, p.window)) {
+    if (needs_mask(i0, i0 + rows, j0, p.N, p.Nk, Bc, p.causal, Win ? p.window : 0)) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int row = i0 + w0 + 16 * mt + m16n8k16::group(lane) + 8 * hr;
-          const int vis = int(visible_keys(row, p.N, p.Nk, p.causal)) - j0, lo = int(first_key(row, p.N, p.Nk, p.window)) - j0;
+          const int vis = int(visible_keys(row, p.N, p.Nk, p.causal)) - j0, lo = Win ? int(first_key(row, p.N, p.Nk, p.window)) - j0 : 0;
 #pragma unroll
           for (int n = 0; n < Bc / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int col = 8 * n + m16n8k16::c_elem(lane, 2 * hr + e).col;
-              if (col >= vis || col < lo) s[mt][n][2 * hr + e] = -INFINITY;
+              if (col >= vis || (Win && col < lo)) s[mt][n][2 * hr + e] = -INFINITY;
             }
         }
     }
@@ -399,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 
 namespace {
 
-template <class T, int D, int A, bool Drop = false>
+template <class T, int D, int A, bool Drop = false, bool Win = false>
 void launch_typed(const AttnParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, A);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -411,11 +412,11 @@ void launch_typed(const AttnParams& p, cudaStream_t st) {
     if (size_t(optin) < smem)
       throw Unsupported("step12: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
-    CUDA_CHECK(cudaFuncSetAttribute(step12_warp_tiling<T, D, A, Drop>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step12_warp_tiling<T, D, A, Drop, Win>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const dim3 grid(unsigned(num_tiles(p.N, S.Br)), unsigned(p.H / p.Hkv), unsigned(p.B * p.Hkv));  // [gqa]
-  step12_warp_tiling<T, D, A, Drop><<<grid, kThreads, smem, st>>>(p);
+  step12_warp_tiling<T, D, A, Drop, Win><<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH("step12_warp_tiling");
 }
 
@@ -439,6 +440,8 @@ void launch_ablated(const AttnParams& p, int a, cudaStream_t st) {
 // [dropout] The full step with or without dropout; an ablation with dropout was refused already.
 template <class T, int D>
 void launch_full(const AttnParams& p, cudaStream_t st) {
+  if (p.window > 0)  // [window]
+    return p.dropout > 0.0f ? launch_typed<T, D, kFull, true, true>(p, st) : launch_typed<T, D, kFull, false, true>(p, st);
   return p.dropout > 0.0f ? launch_typed<T, D, kFull, true>(p, st) : launch_typed<T, D, kFull>(p, st);
 }
 
@@ -471,6 +474,8 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int a = ablation_of(opts);
   require_dropout_supported(q.dropout, a);
+  if (q.window > 0 && a != kFull)  // [window] compiled into the full step only, as dropout is
+    throw Unsupported(std::string("step12: --ablate ") + kAblationNames[a] + " has no window variant (leave out --ablate or --window)");
   if (q.bf16) launch_d<__nv_bfloat16>(q, a, st);
   else launch_d<__half>(q, a, st);
 }
