@@ -894,7 +894,8 @@ def decode_target():
                  "fastest SDPA / step 17", "step 12 / step 17", "contiguous / paged 16 / 64 / 256"], body)
     lines = []
     if b1:
-        lines.append(f"B = 1, L ≥ 32k: step 17 reads the cache at {min(b1):.1f} – {max(b1):.1f} % of the measured bandwidth")
+        lines.append(f"B = 1, L ≥ 32k: step 17 reads the cache at {min(b1):.1f} – {max(b1):.1f} % of the measured bandwidth "
+                     f"({sum(x >= 85.0 for x in b1)} of {len(b1)} points at 85 % or more)")
     if vs_sdpa:
         x = min(vs_sdpa)
         lines.append(f"against the fastest SDPA backend: geometric mean {geomean([v for v, *_ in vs_sdpa]):.3f}, lowest {x[0]:.3f} "
@@ -903,7 +904,10 @@ def decode_target():
         lines.append(f"against step 12 as prefill (B = 1): lowest {min(vs12)[0]:.1f}×")
     if paged:
         x = min(paged)
-        lines.append(f"paged against contiguous: lowest {x[0]:.3f} (B = {x[1]}, L = {x[2] // 1024}k, pages of {x[3]})")
+        low = [p for p in paged if p[0] < 0.9]
+        lines.append(f"paged against contiguous: lowest {x[0]:.3f} (B = {x[1]}, L = {x[2] // 1024}k, pages of {x[3]}); "
+                     f"{len(paged) - len(low)} of {len(paged)} paged runs within 10 %"
+                     + (", the others at B = " + ", ".join(sorted({str(p[1]) for p in low})) if low else ""))
     return head + "\n\n" + tab + "\n\n" + "; ".join(lines) + "."
 
 
