@@ -188,6 +188,12 @@ std::vector<int64_t> group_heads(const Shape& s, const std::vector<int64_t>& hea
   return all;
 }
 
+GroupAt group_at(const Shape& s, const std::vector<int64_t>& all, int64_t bh) {
+  const int64_t G = s.H / s.hkv();
+  return {std::lower_bound(all.begin(), all.end(), bh) - all.begin(),
+          std::lower_bound(all.begin(), all.end(), bh - (bh % s.H) % G) - all.begin()};
+}
+
 namespace {
 Gradients backward_per_head(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
 }
@@ -207,16 +213,13 @@ Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO
   g.Nk = Nk;
   g.d = d;
   for (int64_t bh : heads) {
-    const int64_t at = std::lower_bound(all.begin(), all.end(), bh) - all.begin();
-    const int64_t g0 = std::lower_bound(all.begin(), all.end(), bh - (bh % s.H) % G) - all.begin();
+    const auto [at, g0] = group_at(s, all, bh);
     auto rows = [&](const std::vector<double>& v, int64_t hi, int64_t n) { return v.begin() + hi * n; };
     g.dq.insert(g.dq.end(), rows(p.dq, at, N * d), rows(p.dq, at + 1, N * d));
     g.dq_mag.insert(g.dq_mag.end(), rows(p.dq_mag, at, N * d), rows(p.dq_mag, at + 1, N * d));
     g.D.insert(g.D.end(), rows(p.D, at, N), rows(p.D, at + 1, N));
     for (auto [src, dst] : {std::pair{&p.dk, &g.dk}, {&p.dv, &g.dv}, {&p.dk_mag, &g.dk_mag}, {&p.dv_mag, &g.dv_mag}}) {
-      std::vector<double> sum(static_cast<size_t>(Nk * d), 0.0);
-      for (int64_t k = 0; k < G; ++k)  // the group's heads in order
-        for (int64_t x = 0; x < Nk * d; ++x) sum[static_cast<size_t>(x)] += (*src)[static_cast<size_t>((g0 + k) * Nk * d + x)];
+      const std::vector<double> sum = group_sum(*src, g0, G, Nk * d);
       dst->insert(dst->end(), sum.begin(), sum.end());
     }
   }

@@ -81,6 +81,20 @@ void require_heads(const Shape& s, const std::vector<int64_t>& heads, const char
 Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO, const std::vector<int64_t>& heads);
 // [gqa] Every query head of the groups of `heads` (b·H + the group's heads), ascending.
 std::vector<int64_t> group_heads(const Shape& s, const std::vector<int64_t>& heads);
+// [gqa] Where listed head bh and the first head of its group stand in `all` (group_heads' list).
+struct GroupAt {
+  int64_t at = 0, first = 0;
+};
+GroupAt group_at(const Shape& s, const std::vector<int64_t>& all, int64_t bh);
+// [gqa] A key/value head's dK or dV: its G query heads' contributions (blocks of n values in
+// `per_head`, the group's from block `first` on) summed in head order.
+template <class T>
+std::vector<T> group_sum(const std::vector<T>& per_head, int64_t first, int64_t G, int64_t n) {
+  std::vector<T> sum(static_cast<size_t>(n), T(0));
+  for (int64_t k = 0; k < G; ++k)
+    for (int64_t x = 0; x < n; ++x) sum[static_cast<size_t>(x)] += per_head[static_cast<size_t>((first + k) * n + x)];
+  return sum;
+}
 inline Gradients reference_backward(const Shape& s, const Inputs& in, const Tensor4& dO) {
   std::vector<int64_t> all(static_cast<size_t>(s.B * s.H));
   for (int64_t i = 0; i < s.B * s.H; ++i) all[static_cast<size_t>(i)] = i;

@@ -71,13 +71,10 @@ LowpGradients naive_backward_lowp(const Shape& s, const Inputs& in, const Tensor
   g.Nk = Nk;
   g.d = d;
   for (int64_t bh : heads) {
-    const int64_t at = std::lower_bound(all.begin(), all.end(), bh) - all.begin();
-    const int64_t g0 = std::lower_bound(all.begin(), all.end(), bh - (bh % s.H) % G) - all.begin();
+    const auto [at, g0] = group_at(s, all, bh);
     g.dq.insert(g.dq.end(), p.dq.begin() + at * N * d, p.dq.begin() + (at + 1) * N * d);
     for (auto [src, dst] : {std::pair{&p.dk, &g.dk}, {&p.dv, &g.dv}}) {
-      std::vector<float> sum(static_cast<size_t>(Nk * d), 0.0f);
-      for (int64_t k = 0; k < G; ++k)
-        for (int64_t x = 0; x < Nk * d; ++x) sum[static_cast<size_t>(x)] += (*src)[static_cast<size_t>((g0 + k) * Nk * d + x)];
+      std::vector<float> sum = group_sum(*src, g0, G, Nk * d);  // in fp32, in head order
       for (float& x : sum) x = round_to(s.dtype, x);
       dst->insert(dst->end(), sum.begin(), sum.end());
     }

@@ -57,6 +57,17 @@ struct Refusals {
 // a case that ran none and refused some is skipped (exit 77), as without a GPU.
 int g_ran = 0, g_refused = 0;
 
+// One checked launch of a forward: O and L against the reference (`ref`, or computed here), and no
+// write into the NaN padding.
+void check_forward_on_gpu(const StepInfo& st, const Shape& s, const Inputs& in, const StepOptions& opt, const GpuConfig& cfg,
+                          const Reference* ref = nullptr) {
+  const GpuResult g = run_on_gpu(st, s, in, opt, cfg);
+  const Check chk = check_forward(s, in, ref ? *ref : reference_forward(s, in), g.out);
+  INFO(chk.summary());
+  CHECK(chk.pass);
+  CHECK(g.stray_writes == 0);
+}
+
 // Run every case of the matrix on every step and variant with one padding layout.
 void run_matrix(const Padding& pad) {
   int ran = 0;
@@ -78,11 +89,7 @@ void run_matrix(const Padding& pad) {
         GpuConfig cfg;
         cfg.reps = 0;
         cfg.pad = pad;
-        const GpuResult g = run_on_gpu(*st, c.shape, in, opt, cfg);
-        const Check chk = check_forward(c.shape, in, ref, g.out);
-        INFO(chk.summary());
-        CHECK(chk.pass);
-        CHECK(g.stray_writes == 0);
+        check_forward_on_gpu(*st, c.shape, in, opt, cfg, &ref);
         ++ran;
       }
   }
@@ -195,11 +202,7 @@ TEST_CASE("GQA and sliding-window kernels match the reference inside NaN-padded 
         CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, st->default_options(), cfg), Unsupported);
         continue;
       }
-      const GpuResult g = run_on_gpu(*st, c.shape, in, st->default_options(), cfg);
-      const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), g.out);
-      INFO(chk.summary());
-      CHECK(chk.pass);
-      CHECK(g.stray_writes == 0);
+      check_forward_on_gpu(*st, c.shape, in, st->default_options(), cfg);
       ++ran;
     }
   }
@@ -323,11 +326,7 @@ TEST_CASE("ablated kernels match the reference where compiled, and refuse elsewh
           ++refused;
           continue;
         }
-        const GpuResult g = run_on_gpu(*st, c.shape, in, vars[vi], cfg);
-        const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), g.out);
-        INFO(chk.summary());
-        CHECK(chk.pass);
-        CHECK(g.stray_writes == 0);
+        check_forward_on_gpu(*st, c.shape, in, vars[vi], cfg);
         ++ran;
       }
   }
@@ -575,11 +574,7 @@ TEST_CASE("decoding kernels match the reference over decoding's matrix, paged an
           CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, opt, cfg), Unsupported);
           continue;
         }
-        const GpuResult g = run_on_gpu(*st, c.shape, in, opt, cfg);
-        const Check chk = check_forward(c.shape, in, reference_forward(c.shape, in), g.out);
-        INFO(chk.summary());
-        CHECK(chk.pass);
-        CHECK(g.stray_writes == 0);
+        check_forward_on_gpu(*st, c.shape, in, opt, cfg);
         ++ran;
       }
   }
