@@ -75,7 +75,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
   const decode::PagedLayout pl = decode::shuffled_layout(keys, s.Nk, page > 0 ? page : 16, layout_seed(s));
   if (page > 0) {
     const std::string bad = decode::validate(pl, s.Nk);
-    if (!bad.empty()) throw std::invalid_argument("step17: " + bad);
+    if (!bad.empty()) throw Unsupported("step17: " + bad);  // exit 2 with the message, before any launch
   }
   const int64_t cache_rows = page > 0 ? pl.num_pages * page * Hkv : B * Hkv * s.Nk;
   std::vector<float> kc(size_t(cache_rows * d), std::nanf("")), vc = kc;

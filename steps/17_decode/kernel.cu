@@ -633,7 +633,7 @@ void prepare(const Shape& s, const AttnParams& p, const StepOptions& opts, void*
     for (int64_t b = 0; b < s.B; ++b) keys[size_t(b)] = s.keys(b);
     const decode::PagedLayout pl = decode::shuffled_layout(keys, s.Nk, page, layout_seed(s));
     const std::string bad = decode::validate(pl, s.Nk);
-    if (!bad.empty()) throw std::invalid_argument("step17: " + bad);
+    if (!bad.empty()) throw Unsupported("step17: " + bad);  // exit 2 with the message, before any launch
     CUDA_CHECK(cudaMemcpyAsync(ws + w.table, pl.block_table.data(), pl.block_table.size() * 4, cudaMemcpyHostToDevice, st));
     DecodeArgs a = make_args(p, opts);
     for (int which = 0; which < 2; ++which) {
