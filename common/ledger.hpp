@@ -12,6 +12,8 @@
 //   matmul_flops           tensor-core FLOPs issued (2·16·16·16 per fragment product, padding included)
 //   cuda_core_flops        matrix-product FLOPs done on CUDA cores instead (step 02's dot products)
 //   nonmatmul_ops          scalar operations on S and P (scale, max, exp, add, mul, ...)
+//   exps                   the exponentials among them (one per S entry computed, plus each row's
+//                          rescale factors): the special-function unit's work, a resource of its own
 //   tiles_*                S tiles computed / containing masked entries / skipped
 //   smem_peak              the largest shared-memory footprint of one block, in bytes
 //   workspace              extra global memory the step allocates (S and P in step 01)
@@ -35,6 +37,7 @@ struct Ledger {
   int64_t matmul_flops = 0;
   int64_t cuda_core_flops = 0;
   int64_t nonmatmul_ops = 0;
+  int64_t exps = 0;
   int64_t tiles_computed = 0, tiles_masked = 0, tiles_skipped = 0;
   int64_t smem_peak = 0;
   int64_t workspace = 0;
