@@ -1,7 +1,7 @@
 // bench: chosen steps over a sweep of shapes, one checked and timed run per row of a CSV.
 //
 //   bench [--steps 07,08] [--ns 512,1024,...] [--ds 64,128] [--causal 0,1] [--dtypes fp16,bf16]
-//         [--variants all|default|ablations] [--tokens 16384] [--width 2048] [--reps 10] [--warmup 3]
+//         [--variants all|default|ablations] [--tokens 16384] [--width 2048] [--reps 10] [--warmup 3] [--runs 1]
 //         [--budget-s SECONDS] [--backend auto|gpu|cpu] [--commit HASH] --out FILE
 //
 // Shapes are FlashAttention's benchmark shapes: B·N = --tokens, H·d = --width. Every row is a full
@@ -38,6 +38,7 @@ struct BenchOptions {
   std::string variants = "all";  // all | default | ablations
   int64_t tokens = 16384, width = 2048;
   int reps = 10, warmup = 3;
+  int runs = 1;  // --runs K: each row's time the median of K timed runs, with their spread ([noise])
   bool peaks = false;  // --peaks: the GPU's measured ceilings instead of steps
   int64_t check_heads = 0;  // --check-heads K, passed to every run (0: the runner's rule)
   double budget_s = 0;  // 0: no bound
@@ -68,7 +69,7 @@ int64_t to_int(const std::string& flag, const std::string& v) {
 const char* kUsage =
     "usage: bench --out FILE [--steps 07,08] [--ns 512,...,16384] [--ds 64,128] [--causal 0,1]\n"
     "             [--dtypes fp16,bf16] [--variants all|default|ablations] [--tokens 16384] [--width 2048]\n"
-    "             [--reps 10] [--warmup 3] [--check-heads K] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
+    "             [--reps 10] [--warmup 3] [--runs 1] [--check-heads K] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
     "run to FILE and skips runs FILE already has (resume after an interrupt).\n"
     "bench --peaks --out FILE [--reps R] [--commit HASH] measures the GPU's ceilings instead (hbm-read: a\n"
@@ -111,6 +112,7 @@ BenchOptions parse(const std::vector<std::string>& args) {
     else if (a == "--width") o.width = to_int(a, v);
     else if (a == "--reps") o.reps = int(to_int(a, v));
     else if (a == "--warmup") o.warmup = v == "0" ? 0 : int(to_int(a, v));
+    else if (a == "--runs") o.runs = int(to_int(a, v));
     else if (a == "--check-heads") o.check_heads = to_int(a, v);
     else if (a == "--budget-s") o.budget_s = double(to_int(a, v));
     else if (a == "--backend") {
@@ -293,6 +295,7 @@ int main(int argc, char** argv) {
               cli.shape_given = cli.b_given = cli.h_given = cli.n_given = cli.nk_given = cli.d_given = true;
               cli.reps = on_gpu ? o.reps : 1;
               cli.warmup = on_gpu ? o.warmup : 0;
+              cli.runs = on_gpu ? o.runs : 1;
               cli.check_heads = o.check_heads;
               cli.step = v;
               const std::string k = run_key(st->id, variant_name(v), dtype_name(t), d, c, n);

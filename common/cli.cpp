@@ -82,6 +82,8 @@ std::string usage(const StepInfo& step) {
      << "  --dropout-seed S seed of the dropout mask (Philox; default: the --seed value)\n"
      << "  --reps R         timed repetitions on the GPU, median reported (default 20; 0 = check only)\n"
      << "  --warmup W       untimed launches before timing (default 3)\n"
+     << "  --runs K         K timed runs (warm-up and R launches each): the median of their medians is\n"
+     << "                   reported, with their min and max (default 1)\n"
      << "  --check-heads K  check the backward on K heads, the first and the last ones (default: every head\n"
      << "                   of a small problem, else the first and the last); 1 halves a long run's CPU time\n"
      << "output:\n"
@@ -184,6 +186,7 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_int(a, next(), 0, INT64_MAX));
     else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, next(), 0, 100000));
     else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(a, next(), 0, 1000));
+    else if (a == "--runs") o.runs = static_cast<int>(parse_int(a, next(), 1, 100));
     else if (a == "--check-heads") o.check_heads = parse_int(a, next(), 1, int64_t(1) << 30);
     else if (a == "--csv") o.csv = true;
     else if (a == "--save") { o.save_dir = next(); if (o.save_dir.empty()) throw CliError("--save needs a directory"); }

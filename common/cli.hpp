@@ -30,6 +30,7 @@ struct CliOptions {
   // --dropout-seed is given. Only a step with StepInfo::supports_dropout takes P > 0.
   bool dropout_given = false, dropout_seed_given = false;
   int reps = 20, warmup = 3;
+  int runs = 1;  // --runs K: K timed runs of --reps launches, their medians' spread reported ([noise])
   int64_t check_heads = 0;  // --check-heads K: the backward's reference on K heads (0: pick_heads' rule)
   bool csv = false, help = false;
   std::string save_dir;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "arch.hpp"
+#include "launches.hpp"
 #include "roofline.hpp"
 #include "problem.hpp"
 #include "step.hpp"
@@ -21,6 +22,9 @@ struct Padding {
 struct GpuConfig {
   int warmup = 3;
   int reps = 20;  // 0: one checked launch, no timing
+  // [noise] Timed runs: each is `warmup` launches then `reps` timed ones, its median one sample;
+  // ms_median is the median of the runs' medians, and their min and max are the spread.
+  int runs = 1;
   Padding pad;
 };
 
@@ -28,7 +32,11 @@ struct GpuResult {
   Forward out;               // O and L copied back from the checked launch
   std::vector<double> ms;    // each timed launch, in order
   double ms_median = 0;
+  double run_min = 0, run_max = 0;  // the spread of the runs' medians ([noise])
   int64_t stray_writes = 0;  // padding elements of O or L that are no longer NaN after the launch
+  // [launches] What the checked launch ran, kernel by kernel (empty when not recorded: why).
+  std::vector<KernelLaunch> launches;
+  std::string launches_note;
 };
 
 // True when a CUDA device can be used; otherwise `why` says why not (one line).
@@ -83,7 +91,10 @@ struct GpuBackwardResult {
   Grads grads;               // dQ, dK, dV copied back from the checked launch
   std::vector<double> ms;    // each timed launch of the whole backward (all its kernels)
   double ms_median = 0;
+  double run_min = 0, run_max = 0;
   int64_t stray_writes = 0;  // padding elements of dQ, dK or dV that are no longer NaN
+  std::vector<KernelLaunch> launches;
+  std::string launches_note;
 };
 
 // The backward the same way: Q, K, V, the forward's O and L, and dO uploaded inside NaN-padded

@@ -251,6 +251,23 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// [noise] cfg.runs timed runs; each run's median is one sample. Fills ms (every launch of every
+// run), the median of the samples and their spread.
+template <class R, class Reset, class Launch>
+void time_runs(const GpuConfig& cfg, cudaStream_t st, Reset reset, Launch launch, R& r) {
+  std::vector<double> medians;
+  for (int run = 0; run < std::max(cfg.runs, 1); ++run) {
+    const std::vector<double> ms = time_launches(cfg, st, reset, launch);
+    if (ms.empty()) break;
+    r.ms.insert(r.ms.end(), ms.begin(), ms.end());
+    medians.push_back(median(ms));
+  }
+  if (medians.empty()) return;
+  r.ms_median = median(medians);
+  r.run_min = *std::min_element(medians.begin(), medians.end());
+  r.run_max = *std::max_element(medians.begin(), medians.end());
+}
+
 }  // namespace
 
 namespace {
@@ -311,15 +328,15 @@ GpuResult launch_and_time(const StepInfo& step, const Shape& s, const StepOption
   auto launch = [&] { step.launch(p, opts, st.s); };
 
   // The checked launch: outputs poisoned first, so anything the kernel fails to write stays NaN.
+  // The driver records what it ran ([launches]: grids, registers, shared memory) for the model.
   reset();
-  launch();
   CUDA_CHECK(cudaStreamSynchronize(st.s));
   GpuResult r;
+  r.launches = record_launches([&] { launch(); CUDA_CHECK(cudaStreamSynchronize(st.s)); }, r.launches_note);
   r.out.o = download(f.o, s.dtype, r.stray_writes);
   r.out.lse = download(f.lse, s.dtype, r.stray_writes);
 
-  r.ms = time_launches(cfg, st.s, reset, launch);
-  r.ms_median = median(r.ms);
+  time_runs(cfg, st.s, reset, launch, r);
   return r;
 }
 
@@ -448,15 +465,14 @@ GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, cons
   auto launch = [&] { step.launch_backward(p, opts, st.s); };
 
   reset();
-  launch();
   CUDA_CHECK(cudaStreamSynchronize(st.s));
   GpuBackwardResult r;
+  r.launches = record_launches([&] { launch(); CUDA_CHECK(cudaStreamSynchronize(st.s)); }, r.launches_note);
   r.grads.dq = download(dq, s.dtype, r.stray_writes);
   r.grads.dk = download(dk, s.dtype, r.stray_writes);
   r.grads.dv = download(dv, s.dtype, r.stray_writes);
 
-  r.ms = time_launches(cfg, st.s, reset, launch);
-  r.ms_median = median(r.ms);
+  time_runs(cfg, st.s, reset, launch, r);
   return r;
 }
 

@@ -29,7 +29,8 @@ std::string csv_header() {
   return "step,variant,backend,device,dtype,B,H,N,Nk,d,causal,seed,max_abs_err,rel_l2_err,lse_max_abs_err,pass,"
          "ms,reps,tflops,gmem_read_bytes,gmem_write_bytes,matmul_flops,workspace_bytes,predicted_ms,"
          "bwd_max_ratio,bwd_pass,bwd_ms,bwd_tflops,bwd_gmem_read_bytes,bwd_gmem_write_bytes,bwd_matmul_flops,"
-         "bwd_workspace_bytes,bwd_predicted_ms,bwd_gmem_atomic_bytes";
+         "bwd_workspace_bytes,bwd_predicted_ms,bwd_gmem_atomic_bytes,"
+         "model_ms,bound_by,ms_min,ms_max,runs,launches,bwd_model_ms,bwd_bound_by,bwd_ms_min,bwd_ms_max,bwd_launches";
 }
 
 std::string csv_row(const RunRecord& r) {
@@ -50,6 +51,14 @@ std::string csv_row(const RunRecord& r) {
   } else {
     os << ",,,,,,,,,,";  // the ten bwd_* columns, empty
   }
+  // [model] [noise] [launches], appended so that older files keep their columns' places.
+  os << std::defaultfloat << std::setprecision(6) << "," << r.model.ms << "," << r.model.bound_by << "," << r.ms_min << ","
+     << r.ms_max << "," << r.runs << "," << format_launches(r.launches);
+  if (r.has_backward)
+    os << "," << r.bwd_model.ms << "," << r.bwd_model.bound_by << "," << r.bwd_ms_min << "," << r.bwd_ms_max << ","
+       << format_launches(r.bwd_launches);
+  else
+    os << ",,,,,";
   return os.str();
 }
 
@@ -62,6 +71,18 @@ LedgerSet all_kernels(const RunRecord& r) {
   }
   return all;
 }
+
+namespace {
+
+// [model] The bytes of the problem's tensors, what HBM must deliver at least once: Q, K, V, O in
+// the storage type and L in fp32; for a backward also dO, dQ, dK, dV.
+double tensor_bytes(const Shape& s, bool backward) {
+  const double q = double(s.B) * s.H * s.N * s.d, kv = double(s.B) * s.hkv() * s.Nk * s.d, l = double(s.B) * s.H * s.N;
+  const double fwd = 2 * (2 * q + 2 * kv) + 4 * l;
+  return backward ? fwd + 2 * (2 * q + 2 * kv) + 4 * l : fwd;
+}
+
+}  // namespace
 
 namespace {
 
@@ -90,8 +111,11 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
     grads = std::move(g.grads);
     r.bwd_stray_writes = g.stray_writes;
     r.bwd_ms = g.ms_median;
+    r.bwd_ms_min = g.run_min;
+    r.bwd_ms_max = g.run_max;
     r.bwd_reps = static_cast<int>(g.ms.size());
     r.bwd_ledger = closed;
+    r.bwd_launches = std::move(g.launches);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     BackwardBlueprintResult bp = step.backward_blueprint(s, in, fwd, dO, o.step);
@@ -104,6 +128,7 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
   }
   r.bwd_check = check_backward(s, in, dO, ref, grads);
   r.bwd_predicted = predict(r.bwd_ledger, dev);
+  r.bwd_model = model_predict(r.bwd_ledger, r.bwd_launches, step.unit(o.step), default_ceilings(dev), tensor_bytes(s, true));
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/do.npy", s.dtype, dO);
     write_npy_storage(o.save_dir + "/dq.npy", s.dtype, grads.dq);
@@ -193,16 +218,23 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     GpuConfig cfg;
     cfg.warmup = o.warmup;
     cfg.reps = o.reps;
+    cfg.runs = o.runs;
     std::vector<DeviceSample> samples;
     GpuResult g = run_on_gpu_drawn(step, s, o.seed, o.step, cfg, samples);
     r.check = check_samples(s, samples, g.out);
     r.checked_groups = int64_t(samples.size());
     r.stray_writes = g.stray_writes;
     r.ms = g.ms_median;
+    r.ms_min = g.run_min;
+    r.ms_max = g.run_max;
+    r.runs = o.runs;
     r.reps = static_cast<int>(g.ms.size());
     r.ledger = step.closed_form(s, o.step);
     r.predicted_for = dev.name + " (" + dev.source + ")";
     r.predicted = predict(r.ledger, dev);
+    r.launches = std::move(g.launches);
+    r.launches_note = g.launches_note;
+    r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), tensor_bytes(s, false));
     return r;
   }
   const Inputs in = make_inputs(s, InputSpec{o.seed});
@@ -213,6 +245,8 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   GpuConfig cfg;
   cfg.warmup = o.warmup;
   cfg.reps = o.reps;
+  cfg.runs = o.runs;
+  r.runs = on_gpu ? o.runs : 1;
   DeviceSpec dev;  // what the roofline is predicted for
   Forward out;
   if (on_gpu) {
@@ -223,9 +257,13 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     out = std::move(g.out);
     r.stray_writes = g.stray_writes;
     r.ms = g.ms_median;
+    r.ms_min = g.run_min;
+    r.ms_max = g.run_max;
     r.reps = static_cast<int>(g.ms.size());
     r.ledger = closed;
     r.predicted_for = dev.name + " (" + dev.source + ")";
+    r.launches = std::move(g.launches);
+    r.launches_note = g.launches_note;
   } else {
     dev = h200_datasheet();
     r.backend = "cpu";
@@ -242,6 +280,8 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   }
   r.check = check_forward(s, in, ref, out);
   r.predicted = predict(r.ledger, dev);
+  if (!on_gpu) r.launches_note = "a CPU run launches nothing";
+  r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), tensor_bytes(s, false));
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/q.npy", s.dtype, in.q);
     write_npy_storage(o.save_dir + "/k.npy", s.dtype, in.k);
@@ -257,7 +297,7 @@ namespace {
 
 // The ledger (counted or closed form) and the roofline it predicts: the forward's, then the backward's.
 void print_cost(std::ostream& os, const RunRecord& r, const LedgerSet& ledger, bool matches, const std::string& diff,
-                const Prediction& p) {
+                const Prediction& p, const ModelPrediction& m, const std::string& launches_note) {
   os << "ledger    " << (r.backend == "cpu" ? "counted by the blueprint" : "closed form (the blueprint counts the same; see tests)");
   if (r.backend == "cpu") os << (matches ? "; equals the closed form" : "; DIFFERS from the closed form: " + diff);
   os << "\n";
@@ -265,7 +305,11 @@ void print_cost(std::ostream& os, const RunRecord& r, const LedgerSet& ledger, b
   os << std::defaultfloat << "roofline  " << std::setprecision(4) << p.ms << " ms predicted ("
      << (p.memory_bound() ? "memory-bound" : "compute-bound") << ": bytes/bandwidth " << p.ms_memory
      << " ms, FLOPs/peak " << p.ms_compute << " ms)\n"
-     << "          for " << r.predicted_for << "\n" << std::fixed;
+     << "          for " << r.predicted_for << "\n";
+  // [model] Every resource's term, kernel by kernel, and what bounds each.
+  print_model(os, m);
+  if (!launches_note.empty()) os << "          launches not recorded: " << launches_note << "\n";
+  os << std::fixed;
 }
 
 // "measured ..." on a GPU, "cpu time ..." for a blueprint. `flops_note` says how the FLOPs are counted.
@@ -280,6 +324,16 @@ void print_time(std::ostream& os, const RunRecord& r, double ms, int reps, doubl
   } else {
     os << "cpu time  " << std::setprecision(1) << ms << " ms for the blueprint (CPU loops with counting; not a GPU figure)\n";
   }
+}
+
+// [noise] [model] The runs' spread, and the measurement against the model: measured / predicted.
+void print_against_model(std::ostream& os, const RunRecord& r, double ms, double lo, double hi, const ModelPrediction& m) {
+  if (r.backend != "gpu" || ms <= 0) return;
+  if (r.runs > 1)
+    os << "spread    " << r.runs << " runs: their medians from " << std::setprecision(3) << lo << " to " << hi << " ms ("
+       << std::setprecision(1) << (lo > 0 ? 100.0 * (hi - lo) / lo : 0.0) << " %)\n";
+  if (m.ms > 0)
+    os << "vs model  measured / predicted = " << std::setprecision(2) << ms / m.ms << " (bound by " << m.bound_by << ")\n";
 }
 
 void indent_lines(std::ostream& os, const std::string& label, const std::string& text) {
@@ -300,8 +354,10 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
     os << "          inputs drawn on the GPU (K above 2^28 elements); the reference checked " << r.checked_groups
        << " (sequence, key/value head) groups, every query head of each\n";
   if (r.stray_writes) os << "          FAIL: " << r.stray_writes << " elements of the NaN padding around O or L were overwritten\n";
-  print_cost(os, r, r.ledger, r.ledger_matches_closed_form, r.ledger_diff, r.predicted);
+  print_cost(os, r, r.ledger, r.ledger_matches_closed_form, r.ledger_diff, r.predicted, r.model,
+             r.launches.empty() ? r.launches_note : "");
   print_time(os, r, r.ms, r.reps, r.tflops(), o, "4·B·H·N·Nk·d");
+  print_against_model(os, r, r.ms, r.ms_min, r.ms_max, r.model);
   if (r.has_backward) {
     os << "\nbackward  dO = randn in " << dtype_name(r.shape.dtype) << " (seed " << r.seed
        << ", its own stream); the Eigen reference on " << r.bwd_check.checked_heads << " of " << r.shape.B * r.shape.H
@@ -309,8 +365,10 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
     indent_lines(os, "check     ", r.bwd_check.summary());
     if (r.bwd_stray_writes)
       os << "          FAIL: " << r.bwd_stray_writes << " elements of the NaN padding around dQ, dK or dV were overwritten\n";
-    print_cost(os, r, r.bwd_ledger, r.bwd_ledger_matches_closed_form, r.bwd_ledger_diff, r.bwd_predicted);
+    print_cost(os, r, r.bwd_ledger, r.bwd_ledger_matches_closed_form, r.bwd_ledger_diff, r.bwd_predicted, r.bwd_model,
+               r.bwd_launches.empty() ? r.launches_note : "");
     print_time(os, r, r.bwd_ms, r.bwd_reps, r.bwd_tflops(), o, "2.5 × the forward's 4·B·H·N·Nk·d");
+    print_against_model(os, r, r.bwd_ms, r.bwd_ms_min, r.bwd_ms_max, r.bwd_model);
     os << "\n";
   }
   os << "read      docs/" << step.id << "_" << step.slug << ".md beside steps/" << step.id << "_" << step.slug << "/\n";

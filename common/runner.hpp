@@ -24,7 +24,14 @@ struct RunRecord {
   std::string ledger_diff;
   Prediction predicted;      // for the device at hand (or the H200 datasheet on the CPU)
   std::string predicted_for;
+  // [model] The per-resource model (common/model.hpp) from the ledger, the recorded launches and
+  // the ceilings — made before the timed launches, from what they cannot change.
+  ModelPrediction model;
+  std::vector<KernelLaunch> launches;
+  std::string launches_note;
   double ms = 0;             // GPU median, or the blueprint's CPU wall time
+  double ms_min = 0, ms_max = 0;  // [noise] the spread of the timed runs' medians (GPU)
+  int runs = 1;
   int reps = 0;
   int64_t stray_writes = 0;
   // [device-inputs] Inputs drawn on the GPU (a problem too large for the host), checked on
@@ -41,7 +48,10 @@ struct RunRecord {
   bool bwd_ledger_matches_closed_form = true;
   std::string bwd_ledger_diff;
   Prediction bwd_predicted;
+  ModelPrediction bwd_model;
+  std::vector<KernelLaunch> bwd_launches;
   double bwd_ms = 0;
+  double bwd_ms_min = 0, bwd_ms_max = 0;
   int bwd_reps = 0;
   int64_t bwd_stray_writes = 0;
   // FlashAttention's convention: the backward counts 2.5 times the forward's FLOPs.

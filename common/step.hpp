@@ -8,6 +8,7 @@
 
 #include "attn_params.hpp"
 #include "ledger.hpp"
+#include "model.hpp"
 #include "problem.hpp"
 
 namespace fa {
@@ -52,6 +53,12 @@ struct StepInfo {
   BlueprintResult (*blueprint)(const Shape&, const Inputs&, const StepOptions&) = nullptr;
   // The same ledger in closed form (what the doc derives).
   LedgerSet (*closed_form)(const Shape&, const StepOptions&) = nullptr;
+
+  // [mma-unit] The MMA instruction family the step's kernels run their products on (the model's
+  // tensor ceiling is that family's); a flag may change it (step 01's --gemm cublas).
+  MmaUnit mma_unit = MmaUnit::wmma;
+  MmaUnit (*mma_unit_for)(const StepOptions&) = nullptr;
+  MmaUnit unit(const StepOptions& o) const { return mma_unit_for ? mma_unit_for(o) : mma_unit; }
 
   // The GPU side; null when the project was built without CUDA. `stream` is a cudaStream_t.
   void (*launch)(const AttnParams&, const StepOptions&, void* stream) = nullptr;

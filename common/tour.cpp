@@ -83,22 +83,28 @@ int main(int argc, char** argv) {
     return failed ? 1 : 0;
   }
   std::cout << std::left << std::setw(5) << "step" << std::setw(14) << "variant" << std::setw(58) << "what it teaches"
-            << std::setw(6) << "check" << std::right << std::setw(12) << "gmem MB" << std::setw(14) << "predicted ms"
-            << std::setw(12) << (on_gpu ? "GPU ms" : "CPU ms") << std::setw(10) << "TFLOP/s" << std::setw(12) << "bwd ms" << "\n";
+            << std::setw(6) << "check" << std::right << std::setw(12) << "gmem MB" << std::setw(12) << "roofline"
+            << std::setw(11) << "model ms" << std::left << "  " << std::setw(9) << "bound by" << std::right << std::setw(12)
+            << (on_gpu ? "GPU ms" : "CPU ms") << std::setw(9) << "meas/mod" << std::setw(10) << "TFLOP/s" << std::setw(12)
+            << "bwd ms" << "\n";
   for (const auto& r : records) {
     const StepInfo* st = nullptr;
     for (const StepInfo* s : all_steps()) if (s->id == r.step) st = s;
     const Ledger t = r.ledger.total();
     std::cout << std::left << std::setw(5) << r.step << std::setw(14) << r.variant << std::setw(58) << st->teaches
               << std::setw(6) << (r.passed() ? "PASS" : "FAIL") << std::right << std::setw(12)
-              << mb(t.gmem_read + t.gmem_write) << std::setw(14) << std::defaultfloat << std::setprecision(4)
-              << r.predicted.ms << std::setw(12) << r.ms << std::setw(10) << std::fixed << std::setprecision(1)
+              << mb(t.gmem_read + t.gmem_write) << std::setw(12) << std::defaultfloat << std::setprecision(4)
+              << r.predicted.ms << std::setw(11) << r.model.ms << std::left << "  " << std::setw(9) << r.model.bound_by
+              << std::right << std::setw(12) << r.ms << std::setw(9) << std::fixed << std::setprecision(2)
+              << (on_gpu && r.model.ms > 0 ? r.ms / r.model.ms : 0.0) << std::setw(10) << std::setprecision(1)
               << (on_gpu ? r.tflops() : 0.0) << std::setw(12) << std::setprecision(3);
     if (r.has_backward) std::cout << r.bwd_ms;
     else std::cout << "-";
     std::cout << "\n";
   }
-  std::cout << "\npredicted: the ledger's bytes and FLOPs over " << (on_gpu ? "this GPU's queried peaks" : "an H200's datasheet peaks")
-            << (on_gpu ? "" : "; CPU ms is the blueprint's own time, not a GPU figure") << "\n";
+  std::cout << "\nroofline: the ledger's bytes and FLOPs over " << (on_gpu ? "this GPU's queried peaks" : "an H200's datasheet peaks")
+            << (on_gpu ? "" : "; CPU ms is the blueprint's own time, not a GPU figure") << "\n"
+            << "model: every resource's term over the ceilings (" << (records.empty() ? std::string("-") : records.front().model.ceilings_source)
+            << "), with the launch's occupancy and coverage; bound by = its busiest resource (./stepNN prints every term)\n";
   return failed ? 1 : 0;
 }

@@ -170,15 +170,22 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   const RunRecord r = run_once(st, o, false);
   CHECK_FALSE(r.has_backward);
   for (const char* c : {"bwd_max_ratio", "bwd_pass", "bwd_ms", "bwd_tflops", "bwd_gmem_read_bytes", "bwd_gmem_write_bytes",
-                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_gmem_atomic_bytes"})
+                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_gmem_atomic_bytes",
+                               "bwd_model_ms", "bwd_bound_by", "bwd_ms_min", "bwd_ms_max", "bwd_launches"})
     CHECK(column(r, c).empty());
+  // [model] The forward's model is there on the CPU too (no launches recorded).
+  CHECK(std::stod(column(r, "model_ms")) > 0);
+  CHECK_FALSE(column(r, "bound_by").empty());
+  CHECK(column(r, "launches").empty());
   CHECK(column(r, "pass") == "1");
   // The backward's columns come after all of the forward's: older readers keep their positions.
   const std::vector<std::string> h = split_csv(csv_header());
   CHECK(h[15] == "pass");
   CHECK(h[23] == "predicted_ms");
   CHECK(h[24] == "bwd_max_ratio");
-  CHECK(h.size() == 34);
+  // [model] [noise] [launches] appended after them.
+  CHECK(h[34] == "model_ms");
+  CHECK(h.size() == 45);
 }
 
 TEST_CASE("runner backward: the program's exit status, report, --ledger-csv and --save") {

@@ -246,6 +246,10 @@ const StepInfo& info() {
     i.title = "naive attention in three kernels (S and P materialized in HBM)";
     i.teaches = "the baseline: S and P, N x Nk each, go through HBM";
     i.flags = {{"gemm", {"wmma", "cublas"}, "the two matrix products: our WMMA kernels or cuBLAS"}};
+    i.mma_unit_for = [](const StepOptions& o) {  // [mma-unit]
+      const auto it = o.find("gemm");
+      return it != o.end() && it->second == "cublas" ? MmaUnit::cublas : MmaUnit::wmma;
+    };
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;

@@ -94,6 +94,7 @@ const StepInfo& info() {
     i.slug = "online_softmax";
     i.title = "online softmax: one fused kernel, S and P never touch HBM (no reuse yet)";
     i.teaches = "fusion: running max and sum; K and V re-read per query";
+    i.mma_unit = MmaUnit::none;  // [mma-unit]
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;

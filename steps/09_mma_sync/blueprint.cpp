@@ -64,6 +64,7 @@ const StepInfo& info() {
     i.slug = "mma_sync";
     i.title = "tensor cores by hand: mma.sync.m16n8k16, S, P and O in registers";
     i.teaches = "mma.sync: S, P, O in registers; only K, V in smem";
+    i.mma_unit = MmaUnit::mma_sync;  // [mma-unit]
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;

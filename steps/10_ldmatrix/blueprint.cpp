@@ -57,6 +57,7 @@ const StepInfo& info() {
     i.slug = "ldmatrix";
     i.title = "ldmatrix from swizzled tiles: one instruction per B fragment, no padding";
     i.teaches = "ldmatrix (.trans for V) from a swizzled layout";
+    i.mma_unit = MmaUnit::mma_sync;  // [mma-unit]
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;

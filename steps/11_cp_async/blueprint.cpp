@@ -52,6 +52,7 @@ const StepInfo& info() {
     i.slug = "cp_async";
     i.title = "the load pipeline: cp.async copies tile j + 1 while tile j is multiplied";
     i.teaches = "cp.async: the next K/V tile loads during the math";
+    i.mma_unit = MmaUnit::mma_sync;  // [mma-unit]
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;

@@ -307,6 +307,7 @@ const StepInfo& info() {
     i.slug = "warp_tiling";
     i.title = "warp tiling: 32 rows per warp share every K/V fragment; ldmatrix.x4, one barrier per tile, tiles per head dimension";
     i.teaches = "warp tiling and the tuning that reaches FlashAttention-2";
+    i.mma_unit = MmaUnit::mma_sync;  // [mma-unit]
     {
       StepFlag f{"ablate", {}, "take one of this step's changes out, to measure what it buys (fp16, d = 64 and 128): "
                                "order, exp2, ostage, barrier, tiles, rows, x4 (docs/12_warp_tiling.md)"};

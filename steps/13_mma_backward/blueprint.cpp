@@ -503,6 +503,7 @@ const StepInfo& info() {
     i.slug = "mma_backward";
     i.title = "the backward on tensor cores: FlashAttention-2's grid of warps, P and dS through shared memory (forward: step 12)";
     i.teaches = "backward at FlashAttention-2's speed; deterministic dQ; dropout";
+    i.mma_unit = MmaUnit::mma_sync;  // [mma-unit]
     i.flags = {{"deterministic", {"off", "on"}, "dQ without racing atomics: a buffer per split, summed in a fixed order"}};
     {
       StepFlag f{"tiles", {}, "the backward's tile shape, Br x Bc (fp16, d = 64 and 128; docs/13_mma_backward.md, 'Tuning')"};

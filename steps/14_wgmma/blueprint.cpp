@@ -65,6 +65,7 @@ const StepInfo& info() {
     i.slug = "wgmma";
     i.title = "wgmma: both products on Hopper's warpgroup MMA, operands read from swizzled shared memory by descriptor";
     i.teaches = "warpgroup MMA (wgmma), matrix descriptors and the 128-byte swizzle";
+    i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
       StepFlag f{"tiles", {}, "the block's tile (Br x Bc): auto (128x64, two blocks per SM), 128x128 (one) — an experiment, fp16 only (docs/14_wgmma.md)"};
       for (const char* n : kTileNames) f.choices.push_back(n);

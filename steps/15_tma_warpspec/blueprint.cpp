@@ -64,6 +64,7 @@ const StepInfo& info() {
     i.slug = "tma_warpspec";
     i.title = "TMA and warp specialization: a producer warp fills a ring of K/V stages guarded by mbarriers, two consumer warpgroups multiply";
     i.teaches = "TMA tensor copies, mbarriers, producer/consumer warpgroups and setmaxnreg";
+    i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
       StepFlag f{"tiles", {}, "the block's tile (Br x Bc): auto (128x128, two stages at d = 128), 128x64 (four) — an experiment, fp16 only (docs/15_tma_warpspec.md)"};
       for (const char* n : kTileNames) f.choices.push_back(n);

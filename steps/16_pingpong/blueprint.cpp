@@ -73,6 +73,7 @@ const StepInfo& info() {
     i.slug = "pingpong";
     i.title = "Ping-pong and intra-warpgroup overlap: one warpgroup's softmax runs under the other's products, and under its own P·V";
     i.teaches = "named-barrier turns between consumer warpgroups, wgmma.wait_group 1, tiles per head dimension";
+    i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
       StepFlag f{"tiles", {}, "the block's tile (Br x Bc), with as many stages as fit: auto (192x128 at d = 64, 128x128 at d = 128, 128x64 at d = 256), 128x64, 128x128, 192x128 (d = 64 only) — an experiment, fp16 only (docs/16_pingpong.md)"};
       for (const char* n : kTileNames) f.choices.push_back(n);

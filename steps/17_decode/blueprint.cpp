@@ -381,6 +381,7 @@ const StepInfo& info() {
     i.slug = "decode";
     i.title = "decoding: split-KV over a paged cache, the query heads of a group packed as one tile";
     i.teaches = "split-KV (Flash-Decoding), GQA packing, a paged KV cache";
+    i.mma_unit = MmaUnit::mma_sync;  // [mma-unit]
     StepFlag page{"page-size", {}, "the cache in pages of this many tokens through a block table, or none (contiguous)"};
     for (const char* p : kPageSizes) page.choices.push_back(p);
     StepFlag sp{"splits", {"auto", "1", "2", "3", "4", "8", "16", "32", "64", "128"},
