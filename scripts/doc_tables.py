@@ -911,6 +911,50 @@ def decode_target():
     return head + "\n\n" + tab + "\n\n" + "; ".join(lines) + "."
 
 
+# ------------------------------------------------------------------------------------------------
+# The theory the measurements stand on: the closed-form traffic of FlashAttention-1's loop order
+# against the naive one (docs/00, docs/03).
+
+def traffic_model():
+    """traffic_model.csv's forward rows without the mask (./plot_traffic, no GPU): (step, d, N) -> bytes per head."""
+    out = {}
+    for r in rows("traffic_model.csv"):
+        if r["pass"] == "forward" and r["causal"] == "0":
+            out[(r["step"], int(r["d"]), int(r["N"]))] = int(r["gmem_read_bytes"]) + int(r["gmem_write_bytes"]) + int(r["gmem_atomic_bytes"])
+    return out
+
+
+def io_complexity(ns=(256, 1024, 4096, 16384, 32768)):
+    """Steps 01 (S and P through HBM), 03 (FlashAttention-1's K/V-outer loop) and 04 (FlashAttention-2's
+    Q-outer loop) from their closed-form ledgers, per head, d = 128 and 64: bytes, their ratios, and the
+    bytes per (query, key) pair. The closing line: the ratio of step 03 to step 01 over every N of the file."""
+    m = traffic_model()
+    if not m:
+        return "_no closed-form ledgers yet: run `./plot_traffic` (no GPU needed)_"
+    body, spans = [], {}
+    for d in (128, 64):
+        for n in ns:
+            a, b, c = m.get(("01", d, n)), m.get(("03", d, n)), m.get(("04", d, n))
+            if not (a and b and c):
+                continue
+            body.append([d, n, f"{a / 1e6:,.1f}", f"{b / 1e6:,.1f}", f"{c / 1e6:,.1f}", f"{b / a:.2f}", f"{c / a:.2f}",
+                         f"{a / n / n:.1f}", f"{b / n / n:.1f}", f"{c / n / n:.1f}"])
+        r = [m[("03", d, n)] / m[("01", d, n)] for (s_, dd, n) in m if s_ == "01" and dd == d and ("03", d, n) in m]
+        ns_all = sorted(n for (s_, dd, n) in m if s_ == "01" and dd == d and ("03", d, n) in m)
+        if r:
+            spans[d] = (min(r), max(r), ns_all[0], ns_all[-1])
+    head = ("_Closed-form ledgers, not a measurement: `plots/data/traffic_model.csv`, written by `./plot_traffic` on "
+            "the CPU from each step's `closed_form()` (a test holds each equal to its blueprint's count). Bytes requested "
+            "from global memory per head, read + written, fp16, N = Nk, no mask; MB = 10⁶ bytes; a pair is one (query, key)._")
+    t = table(["d", "N", "step 01 MB", "step 03 MB", "step 04 MB", "03 / 01", "04 / 01", "01 bytes per pair",
+               "03 bytes per pair", "04 bytes per pair"], body)
+    lines = []
+    for d, (lo, hi, n0, n1) in spans.items():
+        verdict = "more than step 01 at every N" if lo > 1 else ("less than step 01 at every N" if hi < 1 else "more at some N, less at others")
+        lines.append(f"d = {d}: step 03 moves {lo:.2f}–{hi:.2f}× step 01's bytes over N = {n0} … {n1} — {verdict}")
+    return head + "\n\n" + t + "\n\n" + "; ".join(lines) + "."
+
+
 TABLES = {
     "step01-sweep": lambda: step_sweep("01"),
     "step01-dtype": lambda: step_dtype("01"),
@@ -973,6 +1017,8 @@ TABLES = {
     "versus-peers": versus_peers,
     "loop-and-grid": loop_and_grid,
     "tour": tour,
+    # The theory: IO complexity (docs/03).
+    "io-complexity": io_complexity,
 }
 
 BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
