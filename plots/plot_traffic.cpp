@@ -3,7 +3,8 @@
 // (log-log, N = Nk = 256 ... 32k), and the memory each step needs beyond Q, K, V and O.
 //   make plot_traffic && ./plot_traffic [--d 128] [--out DIR]
 // Writes DIR/traffic.png (no mask), DIR/traffic_causal.png (causal), DIR/memory.png (default: the
-// repository's plots/) and the numbers behind them, DIR/data/traffic_model.csv. A new step appears
+// repository's plots/) and the numbers behind them, DIR/data/traffic_model.csv: rows for the plotted
+// d first, then for d = 64 and 128 (the sweeps' head dimensions) where --d is another. A new step appears
 // here by registering; nothing to edit. Backward passes (step 08) are one curve per schedule, with
 // their fp32 atomics counted as traffic; a step that runs another step's forward adds no forward
 // curve of its own. Every curve has its own colour, dash and point and a label at its right end;
@@ -72,50 +73,74 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::filesystem::create_directories(out + "/data");
+  // One curve per step's forward (its default variant), and one per schedule of a backward; each
+  // with its slot (one per step, whether or not it draws a forward, then the backward schedules).
+  struct Curve {
+    const StepInfo* st;
+    StepOptions opt;
+    bool backward;
+    std::string tag, name;
+    size_t slot;
+  };
+  std::vector<Curve> curves;
+  const std::vector<const StepInfo*> steps = all_steps();
+  size_t slot = 0, backward_slot = steps.size();
+  for (const StepInfo* st : steps) {
+    const std::string name = st->slug;  // plot::label turns '_' into ' '
+    if (st->forward_from.empty()) curves.push_back({st, st->default_options(), false, st->id, name, slot});
+    ++slot;
+    if (st->backward_closed_form)
+      for (const StepOptions& opt : st->all_variants()) {
+        // The schedule's name: the flag's value ("fused", "naive"), or for a switch (off|on) its
+        // name when on ("deterministic") and nothing when off.
+        std::string schedule = opt.empty() ? std::string("") : opt.begin()->second;
+        if (schedule == "off") schedule = "";
+        else if (schedule == "on") schedule = opt.begin()->first;
+        curves.push_back({st, opt, true, st->id + " bwd" + (schedule.empty() ? "" : " " + schedule),
+                          "backward" + (schedule.empty() ? "" : ", " + schedule), backward_slot++});
+      }
+  }
+  auto ledger_of = [](const Curve& c, int64_t n, int64_t hd, bool causal) {
+    Shape s;
+    s.N = s.Nk = n;
+    s.d = hd;
+    s.causal = causal;
+    return (c.backward ? c.st->backward_closed_form(s, c.opt) : c.st->closed_form(s, c.opt)).total();
+  };
+  // Beyond Q, K, V and O: the step's workspace (S and P in step 01; P, dP, dS in a naive backward)
+  // and L (4 bytes per row).
+  auto extra_of = [](const Ledger& led, int64_t n) { return led.workspace + 4 * n; };
+
+  // The CSV: the plotted d first, then the sweeps' head dimensions (64 and 128, FlashAttention's
+  // benchmark's) it is not, so that a doc can set d against d (docs/03's io-complexity table).
+  std::vector<int64_t> csv_ds{d};
+  for (int64_t hd : {int64_t(64), int64_t(128)})
+    if (hd != d) csv_ds.push_back(hd);
   std::ofstream csv(out + "/data/traffic_model.csv");
   csv << "step,variant,pass,N,d,causal,gmem_read_bytes,gmem_write_bytes,gmem_atomic_bytes,extra_memory_bytes\n";
+  for (int64_t hd : csv_ds)
+    for (bool causal : {false, true})
+      for (const Curve& c : curves)
+        for (int64_t n = 256; n <= 32768; n *= 2) {
+          const Ledger led = ledger_of(c, n, hd, causal);
+          csv << c.st->id << "," << variant_name(c.opt) << "," << (c.backward ? "backward" : "forward") << "," << n << "," << hd
+              << "," << (causal ? 1 : 0) << "," << led.gmem_read << "," << led.gmem_write << "," << led.gmem_atomic << ","
+              << extra_of(led, n) << "\n";
+        }
+
   const std::string dd = std::to_string(d);
   for (bool causal : {false, true}) {
     std::vector<plot::Line> traffic, memory;
-    size_t slot = 0;  // one per step (whether or not it draws a forward), then the backward schedules
-    // One curve per step's forward (its default variant), and one per schedule of a backward.
-    auto add = [&](const StepInfo& st, const StepOptions& opt, bool backward, const std::string& tag, const std::string& name,
-                   size_t at) {
+    for (const Curve& c : curves) {
       Series t, m;
       for (int64_t n = 256; n <= 32768; n *= 2) {
-        Shape s;
-        s.N = s.Nk = n;
-        s.d = d;
-        s.causal = causal;
-        const Ledger led = (backward ? st.backward_closed_form(s, opt) : st.closed_form(s, opt)).total();
-        // Beyond Q, K, V and O: the step's workspace (S and P in step 01; P, dP, dS in a naive
-        // backward) and L (4 bytes per row).
-        const int64_t extra = led.workspace + 4 * n;
+        const Ledger led = ledger_of(c, n, d, causal);
         t.emplace_back(double(n), double(led.gmem_read + led.gmem_write + led.gmem_atomic));
-        m.emplace_back(double(n), double(extra));
-        csv << st.id << "," << variant_name(opt) << "," << (backward ? "backward" : "forward") << "," << n << "," << d << ","
-            << (causal ? 1 : 0) << "," << led.gmem_read << "," << led.gmem_write << "," << led.gmem_atomic << "," << extra << "\n";
+        m.emplace_back(double(n), double(extra_of(led, n)));
       }
-      const std::string title = "step " + st.id + ": " + name;
-      traffic.push_back({title, tag, name, t, at});
-      memory.push_back({title, tag, name, m, at});
-    };
-    const std::vector<const StepInfo*> steps = all_steps();
-    size_t backward_slot = steps.size();
-    for (const StepInfo* st : steps) {
-      const std::string name = st->slug;  // plot::label turns '_' into ' '
-      if (st->forward_from.empty()) add(*st, st->default_options(), false, st->id, name, slot);
-      ++slot;
-      if (st->backward_closed_form)
-        for (const StepOptions& opt : st->all_variants()) {
-          // The schedule's name: the flag's value ("fused", "naive"), or for a switch (off|on) its
-          // name when on ("deterministic") and nothing when off.
-          std::string schedule = opt.empty() ? std::string("") : opt.begin()->second;
-          if (schedule == "off") schedule = "";
-          else if (schedule == "on") schedule = opt.begin()->first;
-          add(*st, opt, true, st->id + " bwd" + (schedule.empty() ? "" : " " + schedule),
-              "backward" + (schedule.empty() ? "" : ", " + schedule), backward_slot++);
-        }
+      const std::string title = "step " + c.st->id + ": " + c.name;
+      traffic.push_back({title, c.tag, c.name, t, c.slot});
+      memory.push_back({title, c.tag, c.name, m, c.slot});
     }
     Series floor;  // Q, K, V read once and O written once: what any exact attention must move
     for (int64_t n = 256; n <= 32768; n *= 2) floor.emplace_back(double(n), double(4 * n * d * 2));

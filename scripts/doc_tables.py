@@ -911,6 +911,147 @@ def decode_target():
     return head + "\n\n" + tab + "\n\n" + "; ".join(lines) + "."
 
 
+# ------------------------------------------------------------------------------------------------
+# The theory the measurements stand on: the closed-form traffic of FlashAttention-1's loop order
+# against the naive one (docs/00, docs/03); the measured fraction of the tensor peak beside the
+# papers' A100 figures (docs/12, README).
+
+def traffic_model():
+    """traffic_model.csv's forward rows without the mask (./plot_traffic, no GPU): (step, d, N) -> bytes per head."""
+    out = {}
+    for r in rows("traffic_model.csv"):
+        if r["pass"] == "forward" and r["causal"] == "0":
+            out[(r["step"], int(r["d"]), int(r["N"]))] = int(r["gmem_read_bytes"]) + int(r["gmem_write_bytes"]) + int(r["gmem_atomic_bytes"])
+    return out
+
+
+def io_complexity(ns=(256, 1024, 4096, 16384, 32768)):
+    """Steps 01 (S and P through HBM), 03 (FlashAttention-1's K/V-outer loop) and 04 (FlashAttention-2's
+    Q-outer loop) from their closed-form ledgers, per head, d = 128 and 64: bytes, their ratios, and the
+    bytes per (query, key) pair. The closing line: the ratio of step 03 to step 01 over every N of the file."""
+    m = traffic_model()
+    if not m:
+        return "_no closed-form ledgers yet: run `./plot_traffic` (no GPU needed)_"
+    body, spans = [], {}
+    for d in (128, 64):
+        for n in ns:
+            a, b, c = m.get(("01", d, n)), m.get(("03", d, n)), m.get(("04", d, n))
+            if not (a and b and c):
+                continue
+            body.append([d, n, f"{a / 1e6:,.1f}", f"{b / 1e6:,.1f}", f"{c / 1e6:,.1f}", f"{b / a:.2f}", f"{c / a:.2f}",
+                         f"{a / n / n:.1f}", f"{b / n / n:.1f}", f"{c / n / n:.1f}"])
+        r = [m[("03", d, n)] / m[("01", d, n)] for (s_, dd, n) in m if s_ == "01" and dd == d and ("03", d, n) in m]
+        ns_all = sorted(n for (s_, dd, n) in m if s_ == "01" and dd == d and ("03", d, n) in m)
+        if r:
+            spans[d] = (min(r), max(r), ns_all[0], ns_all[-1])
+    head = ("_Closed-form ledgers, not a measurement: `plots/data/traffic_model.csv`, written by `./plot_traffic` on "
+            "the CPU from each step's `closed_form()` (a test holds each equal to its blueprint's count). Bytes requested "
+            "from global memory per head, read + written, fp16, N = Nk, no mask; MB = 10⁶ bytes; a pair is one (query, key)._")
+    t = table(["d", "N", "step 01 MB", "step 03 MB", "step 04 MB", "03 / 01", "04 / 01", "01 bytes per pair",
+               "03 bytes per pair", "04 bytes per pair"], body)
+    lines = []
+    for d, (lo, hi, n0, n1) in spans.items():
+        verdict = "more than step 01 at every N" if lo > 1 else ("less than step 01 at every N" if hi < 1 else "more at some N, less at others")
+        lines.append(f"d = {d}: step 03 moves {lo:.2f}–{hi:.2f}× step 01's bytes over N = {n0} … {n1} — {verdict}")
+    return head + "\n\n" + t + "\n\n" + "; ".join(lines) + "."
+
+
+def h200_tensor_peak():
+    """The H200's dense fp16/bf16 tensor rate as common/roofline.cpp's h200_datasheet() gives it (FLOP/s)."""
+    src = open(os.path.join(ROOT, "common", "roofline.cpp"), encoding="utf-8").read()
+    body = src[src.index("DeviceSpec h200_datasheet()"):]
+    return float(re.search(r"tensor_flops\s*=\s*([0-9.eE+]+)", body).group(1))
+
+
+PEAK_ROWS = (  # (label, file pattern, match, TFLOP/s column)
+    ("step 03 (FlashAttention-1's loop order, split-K warps, WMMA)", "session_*_step03.csv", {"step": "03", "variant": "-"}, "tflops"),
+    ("step 04 (FlashAttention-2's loop order and grid, WMMA)", "session_*_step04.csv", {"step": "04", "variant": "grid=qtile"}, "tflops"),
+    ("step 05 (and FlashAttention-2's split-Q warps)", "session_*_step05.csv", {"step": "05", "variant": "split=q"}, "tflops"),
+    ("step 12 (`mma.sync`, FlashAttention-2's level)", "session_*_step12.csv", {"step": "12", "variant": "-"}, "tflops"),
+    # the peers' run beside step 12's (peers_h200_{fwd,fwd16,bwd}.csv are other runs)
+    ("FlashAttention-2 itself (PyTorch's flash backend)", "peers_h200.csv", {"backend": "flash"}, "fwd_tflops"),
+    ("step 16 (Hopper: `wgmma`, TMA, ping-pong)", "target_*_fwd16.csv", {"step": "16", "variant": "-"}, "tflops"),
+)
+
+
+def peak_points(n=16384):
+    """Per PEAK_ROWS entry: the latest H200 row at (fp16, no mask, d, N = n) for d = 128 and 64, and every
+    such row's TFLOP/s over N (for the range), from the named CSVs."""
+    out = []
+    for label, pattern, match, col in PEAK_ROWS:
+        rs = [r for r in rows(pattern) if all(r.get(k) == v for k, v in match.items()) and r["dtype"] == "fp16" and r["causal"] == "0"
+              and "H200" in (r.get("device") or r.get("gpu") or "") and r.get(col)
+              and r.get("pass", "1") == "1" and r.get("status", "ok") == "ok"]
+        at = {}
+        for r in sorted(rs, key=lambda r: r["date"]):
+            at[(int(r["d"]), int(r["N"]))] = r  # the latest run of a point
+        out.append((label, col, {d: at.get((d, n)) for d in (128, 64)}, [r for k, r in at.items() if k[0] in (64, 128)]))
+    return out
+
+
+def pct1(x):
+    """A percentage: one decimal, two below 1 % (step 03's are a few hundredths)."""
+    return f"{x:.2f}" if x < 1 else f"{x:.1f}"
+
+
+def paper_peaks():
+    """What the H200 measured at FlashAttention-2's benchmark shapes (B·N = 16k, H·d = 2048, fp16, no mask)
+    as a fraction of its dense fp16 tensor peak: each step at N = 16k, d = 128 and 64, and its range over N."""
+    peak = h200_tensor_peak()
+    pts = peak_points()
+    body, used = [], []
+    for label, col, at, every in pts:
+        cells = [label]
+        for d in (128, 64):
+            r = at[d]
+            if r:
+                used.append(r)
+                t = float(r[col])
+                cells += [f"{t:.1f}", pct1(100 * t / (peak / 1e12))]
+            else:
+                cells += ["–", "–"]
+        if every:
+            pct = [100 * float(r[col]) / (peak / 1e12) for r in every]
+            ns = sorted({int(r["N"]) for r in every})
+            cells.append(f"{pct1(min(pct))} – {pct1(max(pct))} (N = {ns[0]} … {ns[-1]})")
+        else:
+            cells.append("–")
+        runs = sorted({(r["commit"], r["date"]) for r in (at[128], at[64]) if r})
+        cells.append(", ".join(f"`{c}`" for c, _ in runs) or "–")
+        body.append(cells)
+    devices = sorted({r.get("device") or r.get("gpu") for r in used})
+    dates = sorted({r["date"] for r in used})
+    head = (f"_Measured on an {', '.join(devices)} ({dates[0]} … {dates[-1]}, the commits per row): the programs' own "
+            f"`--csv` rows and `scripts/peers.py`'s (how each file was made: `plots/data/README.md`). TFLOP/s on "
+            f"FlashAttention's convention, 4·B·H·N²·d; the peak: {peak / 1e12:.0f} TFLOP/s dense fp16/bf16, "
+            f"`h200_datasheet()` in `common/roofline.cpp`. fp16, no mask, B·N = 16k, H·d = 2048._" if used else
+            "_no measurements yet: run `scripts/gpu_session.sh` on a GPU machine_")
+    return head + "\n\n" + table(["kernel", "d = 128 TFLOP/s, N = 16k", "% of peak", "d = 64 TFLOP/s, N = 16k", "% of peak",
+                                    "% of peak over N, both d", "commit"], body)
+
+
+def paper_peaks_line():
+    """One sentence for the README: step 12, FlashAttention-2 and step 16 at N = 16k as % of the H200's peak."""
+    peak = h200_tensor_peak() / 1e12
+    pts = {label.split(" (")[0]: (col, at) for label, col, at, _ in peak_points()}
+
+    def pct(name):
+        col, at = pts.get(name, (None, None))
+        if not at or not at[128] or not at[64]:
+            return None
+        return f"{100 * float(at[128][col]) / peak:.0f} % (d = 128) and {100 * float(at[64][col]) / peak:.0f} % (d = 64)"
+    names = ("step 12", "FlashAttention-2 itself", "step 16")
+    parts = [pct(n) for n in names]
+    if not all(parts):
+        return "_no measurements yet: run `scripts/gpu_session.sh` on a GPU machine_"
+    used = [r for n in names for r in pts[n][1].values()]
+    device = ", ".join(sorted({r.get("device") or r.get("gpu") for r in used}))
+    commits = ", ".join(f"`{c}`" for c in sorted({r["commit"] for r in used}))
+    return (f"On an {device} (commits {commits}), at N = 16k without the mask (fp16, B·N = 16k, H·d = 2048), step 12 "
+            f"reaches {parts[0]} of the {peak:.0f} TFLOP/s dense fp16 peak, FlashAttention-2 (PyTorch's flash backend) "
+            f"{parts[1]}, and step 16 {parts[2]}.")
+
+
 TABLES = {
     "step01-sweep": lambda: step_sweep("01"),
     "step01-dtype": lambda: step_dtype("01"),
@@ -973,6 +1114,10 @@ TABLES = {
     "versus-peers": versus_peers,
     "loop-and-grid": loop_and_grid,
     "tour": tour,
+    # The theory: IO complexity (docs/03); the papers' fractions of peak beside the H200's (docs/12, README).
+    "io-complexity": io_complexity,
+    "peak-fraction": paper_peaks,
+    "peak-fraction-line": paper_peaks_line,
 }
 
 BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
