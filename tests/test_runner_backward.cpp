@@ -48,7 +48,7 @@ BackwardBlueprintResult fake_backward(const Shape& s, const Inputs& in, const Fo
   const std::string mode = opt.at("mode");
   const double f = mode == "scaled" ? 1.05 : 1.0;
   BackwardBlueprintResult r{{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)},
-                            fake_ledger("fake_bwd", s, mode == "miscounted" ? 64 : 0)};
+                            fake_ledger("fake_bwd", s, mode == "miscounted" ? 64 : 0), {}};
   for (size_t x = 0; x < g.dq.size(); ++x) r.grads.dq.v[x] = round_to(s.dtype, float(f * g.dq[x]));
   for (size_t x = 0; x < g.dk.size(); ++x) {
     r.grads.dk.v[x] = round_to(s.dtype, float(g.dk[x]));
@@ -170,7 +170,8 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   const RunRecord r = run_once(st, o, false);
   CHECK_FALSE(r.has_backward);
   for (const char* c : {"bwd_max_ratio", "bwd_pass", "bwd_ms", "bwd_tflops", "bwd_gmem_read_bytes", "bwd_gmem_write_bytes",
-                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_gmem_atomic_bytes"})
+                               "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_gmem_atomic_bytes",
+                               "bwd_save_ms", "bwd_save_predicted_ms", "bwd_save_gmem_write_bytes"})
     CHECK(column(r, c).empty());
   CHECK(column(r, "pass") == "1");
   // The backward's columns come after all of the forward's: older readers keep their positions.
@@ -178,7 +179,8 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   CHECK(h[15] == "pass");
   CHECK(h[23] == "predicted_ms");
   CHECK(h[24] == "bwd_max_ratio");
-  CHECK(h.size() == 34);
+  CHECK(h.size() == 37);
+  CHECK(h[34] == "bwd_save_ms");
 }
 
 TEST_CASE("runner backward: the program's exit status, report, --ledger-csv and --save") {
