@@ -53,6 +53,7 @@ struct BwdParams {
   void* dk = nullptr;
   void* dv = nullptr;
   void* workspace = nullptr;    // the backward's scratch (f.workspace is not used)
+  void* saved = nullptr;        // [saved-for-backward] what the forward wrote for it (StepInfo::launch_save), or null
 };
 
 }  // namespace fa

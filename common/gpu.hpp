@@ -95,12 +95,18 @@ struct GpuBackwardResult {
   int64_t stray_writes = 0;  // padding elements of dQ, dK or dV that are no longer NaN
   std::vector<KernelLaunch> launches;
   std::string launches_note;
+  // [saved-for-backward] The step's launch_save (what the forward writes for this backward), timed
+  // apart: each timed launch and their median; empty and 0 for a backward that reads nothing saved.
+  std::vector<double> save_ms;
+  double save_ms_median = 0;
 };
 
 // The backward the same way: Q, K, V, the forward's O and L, and dO uploaded inside NaN-padded
 // buffers (dQ, dK, dV padded and poisoned like O); one checked launch of step.launch_backward, then
 // cfg.reps timed ones (dQ, dK, dV poisoned before each, outside the timed interval). The backward's
 // workspace is poisoned with them: a launcher must initialize the scratch it accumulates into.
+// A step that saves tensors for its backward (StepInfo::backward_saved_bytes) has them written
+// first by its launch_save, into a poisoned buffer, and that kernel timed apart (save_ms).
 GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const Forward& fwd,
                                       const Tensor4& dO, const StepOptions& opts, const GpuConfig& cfg);
 

@@ -460,13 +460,28 @@ GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, cons
   p.dv = dv.buf.get();
   p.workspace = ws.get();
   Stream st;
+  GpuBackwardResult r;
+  // [saved-for-backward] What the forward writes for this backward beyond O and L (step 08's
+  // --bwd stored: P): poisoned, written once by the step's own kernel from Q, K, V, O and L, and
+  // timed apart, with the same warm-up and repetitions. The backward's resets leave it alone, as
+  // they leave Q or L: for the backward it is an input.
+  DeviceBuffer saved(step.backward_saved_bytes ? step.backward_saved_bytes(s, opts) : 0);
+  p.saved = saved.get();
+  if (saved.bytes()) {
+    if (!step.launch_save) throw std::logic_error("step " + step.id + " saves tensors for its backward but has no launch_save");
+    poison(saved, st.s);
+    auto save = [&] { step.launch_save(p, opts, st.s); };
+    save();
+    CUDA_CHECK(cudaStreamSynchronize(st.s));
+    r.save_ms = time_launches(cfg, st.s, [] {}, save);
+    r.save_ms_median = median(r.save_ms);
+  }
   // The scratch is poisoned too: a launcher must initialize whatever it accumulates into.
   auto reset = [&] { poison(dq.buf, st.s); poison(dk.buf, st.s); poison(dv.buf, st.s); poison(ws, st.s); };
   auto launch = [&] { step.launch_backward(p, opts, st.s); };
 
   reset();
   CUDA_CHECK(cudaStreamSynchronize(st.s));
-  GpuBackwardResult r;
   r.launches = record_launches([&] { launch(); CUDA_CHECK(cudaStreamSynchronize(st.s)); }, r.launches_note);
   r.grads.dq = download(dq, s.dtype, r.stray_writes);
   r.grads.dk = download(dk, s.dtype, r.stray_writes);

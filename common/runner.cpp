@@ -29,7 +29,8 @@ std::string csv_header() {
   return "step,variant,backend,device,dtype,B,H,N,Nk,d,causal,seed,max_abs_err,rel_l2_err,lse_max_abs_err,pass,"
          "ms,reps,tflops,gmem_read_bytes,gmem_write_bytes,matmul_flops,workspace_bytes,predicted_ms,"
          "bwd_max_ratio,bwd_pass,bwd_ms,bwd_tflops,bwd_gmem_read_bytes,bwd_gmem_write_bytes,bwd_matmul_flops,"
-         "bwd_workspace_bytes,bwd_predicted_ms,bwd_gmem_atomic_bytes,"
+         "bwd_workspace_bytes,bwd_predicted_ms,bwd_gmem_atomic_bytes,bwd_save_ms,bwd_save_predicted_ms,"
+         "bwd_save_gmem_write_bytes,"
          "model_ms,bound_by,ms_min,ms_max,runs,launches,bwd_model_ms,bwd_bound_by,bwd_ms_min,bwd_ms_max,bwd_launches";
 }
 
@@ -51,6 +52,13 @@ std::string csv_row(const RunRecord& r) {
   } else {
     os << ",,,,,,,,,,";  // the ten bwd_* columns, empty
   }
+  if (r.has_saved) {
+    os << "," << std::defaultfloat;
+    if (r.save_reps > 0) os << std::setprecision(6) << r.save_ms;
+    os << "," << std::setprecision(6) << r.saved_predicted.ms << "," << r.saved_ledger.total().gmem_write;
+  } else {
+    os << ",,,";  // the three bwd_save_* columns, empty
+  }
   // [model] [noise] [launches], appended so that older files keep their columns' places.
   os << std::defaultfloat << std::setprecision(6) << "," << r.model.ms << "," << r.model.bound_by << "," << r.ms_min << ","
      << r.ms_max << "," << r.runs << "," << format_launches(r.launches);
@@ -64,11 +72,12 @@ std::string csv_row(const RunRecord& r) {
 
 LedgerSet all_kernels(const RunRecord& r) {
   LedgerSet all = r.ledger;
-  for (const auto& [name, l] : r.bwd_ledger.kernels) {
-    for (const auto& kl : all.kernels)
-      if (kl.first == name) throw std::logic_error("the backward's kernel " + name + " has a forward kernel's name");
-    all.kernels.emplace_back(name, l);
-  }
+  for (const LedgerSet* part : {&r.saved_ledger, &r.bwd_ledger})
+    for (const auto& [name, l] : part->kernels) {
+      for (const auto& kl : all.kernels)
+        if (kl.first == name) throw std::logic_error("the kernel name " + name + " appears in two passes");
+      all.kernels.emplace_back(name, l);
+    }
   return all;
 }
 
@@ -105,6 +114,8 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
   const Tensor4 dO = make_grad_output(s, o.seed);
   const Gradients ref = reference_backward(s, in, dO, o.check_heads > 0 ? first_last_heads(s, o.check_heads) : pick_heads(s));
   const LedgerSet closed = step.backward_closed_form(s, o.step);
+  // [saved-for-backward] What the forward wrote for this backward, if anything: charged apart.
+  const LedgerSet saved_closed = step.saved_closed_form ? step.saved_closed_form(s, o.step) : LedgerSet{};
   Grads grads;
   if (on_gpu) {
     GpuBackwardResult g = run_backward_on_gpu(step, s, in, fwd, dO, o.step, cfg);
@@ -115,6 +126,9 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
     r.bwd_ms_max = g.run_max;
     r.bwd_reps = static_cast<int>(g.ms.size());
     r.bwd_ledger = closed;
+    r.saved_ledger = saved_closed;
+    r.save_ms = g.save_ms_median;
+    r.save_reps = static_cast<int>(g.save_ms.size());
     r.bwd_launches = std::move(g.launches);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
@@ -125,7 +139,12 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
     r.bwd_ledger = std::move(bp.ledger);
     r.bwd_ledger_diff = r.bwd_ledger.diff(closed);
     r.bwd_ledger_matches_closed_form = r.bwd_ledger_diff.empty();
+    r.saved_ledger = std::move(bp.saved);
+    r.saved_ledger_diff = r.saved_ledger.diff(saved_closed);
+    r.saved_ledger_matches_closed_form = r.saved_ledger_diff.empty();
   }
+  r.has_saved = !r.saved_ledger.kernels.empty() || !saved_closed.kernels.empty();
+  if (r.has_saved) r.saved_predicted = predict(r.saved_ledger, dev);
   r.bwd_check = check_backward(s, in, dO, ref, grads);
   r.bwd_predicted = predict(r.bwd_ledger, dev);
   r.bwd_model = model_predict(r.bwd_ledger, r.bwd_launches, step.unit(o.step), default_ceilings(dev), tensor_bytes(s, true));
@@ -307,7 +326,7 @@ void print_cost(std::ostream& os, const RunRecord& r, const LedgerSet& ledger, b
      << " ms, FLOPs/peak " << p.ms_compute << " ms)\n"
      << "          for " << r.predicted_for << "\n";
   // [model] Every resource's term, kernel by kernel, and what bounds each.
-  print_model(os, m);
+  if (!m.kernels.empty()) print_model(os, m);
   if (!launches_note.empty()) os << "          launches not recorded: " << launches_note << "\n";
   os << std::fixed;
 }
@@ -368,6 +387,18 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
     print_cost(os, r, r.bwd_ledger, r.bwd_ledger_matches_closed_form, r.bwd_ledger_diff, r.bwd_predicted, r.bwd_model,
                r.bwd_launches.empty() ? r.launches_note : "");
     print_time(os, r, r.bwd_ms, r.bwd_reps, r.bwd_tflops(), o, "2.5 × the forward's 4·B·H·N·Nk·d");
+    if (r.has_saved) {
+      // [saved-for-backward] Charged to neither pass above: what the forward wrote for this backward.
+      os << "saved     what the forward writes for this backward beyond O and L, charged apart from both\n";
+      print_cost(os, r, r.saved_ledger, r.saved_ledger_matches_closed_form, r.saved_ledger_diff, r.saved_predicted, {}, "");
+      if (r.backend == "gpu") {
+        if (r.save_reps > 0)
+          os << "measured  " << std::setprecision(3) << r.save_ms << " ms median of " << r.save_reps << ", the writing kernel alone\n";
+        else os << "measured  --reps 0: written once, not timed\n";
+      } else {
+        os << "cpu time  counted inside the backward's blueprint run above\n";
+      }
+    }
     print_against_model(os, r, r.bwd_ms, r.bwd_ms_min, r.bwd_ms_max, r.bwd_model);
     os << "\n";
   }

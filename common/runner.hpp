@@ -60,20 +60,35 @@ struct RunRecord {
     return bwd_ms > 0 ? kBackwardFlopFactor * shape.flops_fa_convention() / (bwd_ms * 1e-3) / 1e12 : 0.0;
   }
 
+  // [saved-for-backward] What the forward wrote for this backward beyond O and L (step 08's --bwd
+  // stored: P), charged apart from both: its ledger (counted on the CPU, the closed form on a GPU),
+  // its roofline, and on a GPU the median time of the kernel that writes it.
+  bool has_saved = false;
+  LedgerSet saved_ledger;
+  bool saved_ledger_matches_closed_form = true;
+  std::string saved_ledger_diff;
+  Prediction saved_predicted;
+  double save_ms = 0;
+  int save_reps = 0;
+
   bool forward_passed() const { return check.pass && stray_writes == 0; }
   bool backward_passed() const { return !has_backward || (bwd_check.pass && bwd_stray_writes == 0); }
   // Every check passed (what a table's PASS/FAIL says) ...
   bool passed() const { return forward_passed() && backward_passed(); }
   // ... and every counted ledger equals its closed form (what the exit status says).
-  bool ok() const { return passed() && ledger_matches_closed_form && bwd_ledger_matches_closed_form; }
+  bool ok() const {
+    return passed() && ledger_matches_closed_form && bwd_ledger_matches_closed_form && saved_ledger_matches_closed_form;
+  }
 };
 
 std::string variant_name(const StepOptions& o);  // "gemm=wmma" or "-" when the step has no flags
 // One row per run. The backward's columns (bwd_*) come last and are empty for a step without one;
-// `pass` is the forward's.
+// `pass` is the forward's. The last three (bwd_save_*) are what the forward wrote for the backward
+// ([saved-for-backward]), empty where it wrote nothing.
 std::string csv_header();
 std::string csv_row(const RunRecord& r);
-// The forward's kernels followed by the backward's, as one set (what --ledger-csv writes).
+// The forward's kernels, then what it saved for the backward, then the backward's, as one set
+// (what --ledger-csv writes).
 LedgerSet all_kernels(const RunRecord& r);
 
 // Runs one step on one shape on the chosen backend and checks it (used by the program and tests).

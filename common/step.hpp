@@ -40,6 +40,9 @@ struct BlueprintResult {
 struct BackwardBlueprintResult {
   Grads grads;       // dQ, dK, dV rounded to the storage type
   LedgerSet ledger;  // counted while it ran
+  // [saved-for-backward] What the forward wrote for this backward beyond O and L (step 08's --bwd
+  // stored: P), counted apart from `ledger`: the forward's cost, not the backward's. Empty for most.
+  LedgerSet saved;
 };
 
 struct StepInfo {
@@ -123,6 +126,16 @@ struct StepInfo {
   void (*launch_backward)(const BwdParams&, const StepOptions&, void* stream) = nullptr;
   size_t (*backward_workspace_bytes)(const Shape&, const StepOptions&) = nullptr;
   bool has_backward() const { return backward_blueprint != nullptr; }
+
+  // [saved-for-backward] A backward schedule that reads a tensor the forward must have written
+  // beyond O and L (step 08's --bwd stored reads P, N × Nk per head): its ledger in closed form
+  // (what the blueprint counts in BackwardBlueprintResult::saved; empty when the variant saves
+  // nothing), and on the GPU its size and the kernel that writes it into BwdParams::saved from the
+  // forward's tensors. The harness runs that kernel once before the checked backward launch and
+  // times it apart: the backward's own timing and ledger never include it. Null: nothing saved.
+  LedgerSet (*saved_closed_form)(const Shape&, const StepOptions&) = nullptr;
+  size_t (*backward_saved_bytes)(const Shape&, const StepOptions&) = nullptr;
+  void (*launch_save)(const BwdParams&, const StepOptions&, void* stream) = nullptr;
 
   std::string program_name;  // set only by tools that are not a step (the tour)
   std::string program() const { return program_name.empty() ? "step" + id : program_name; }

@@ -53,10 +53,17 @@ TEST_CASE("backward: counted ledger equals the closed form on many small shapes"
         const Inputs in = make_inputs(s, {uint64_t(t)});
         const Forward fwd = st->blueprint(s, in, st->default_options()).out;
         const Tensor4 dO = make_grad_output(s, uint64_t(t));
-        const LedgerSet counted = st->backward_blueprint(s, in, fwd, dO, opt).ledger;
-        const std::string diff = counted.diff(st->backward_closed_form(s, opt));
+        const BackwardBlueprintResult r = st->backward_blueprint(s, in, fwd, dO, opt);
+        const std::string diff = r.ledger.diff(st->backward_closed_form(s, opt));
         INFO(diff);
         CHECK(diff.empty());
+        // [saved-for-backward] What the forward saved for this backward, counted apart: its own
+        // closed form (nothing, for a step or variant that saves nothing).
+        const LedgerSet saved = st->saved_closed_form ? st->saved_closed_form(s, opt) : LedgerSet{};
+        const std::string sdiff = r.saved.diff(saved);
+        INFO(sdiff);
+        CHECK(sdiff.empty());
+        CHECK(r.saved.kernels.size() == saved.kernels.size());
       }
   }
 }

@@ -323,7 +323,7 @@ BackwardBlueprintResult fake_backward(const Shape& s, const Inputs& in, const Fo
   Shape used = s;
   if (opt.at("mode") == "ignores") used.dropout = 0.0;
   const Gradients g = reference_backward(used, in, dO);
-  BackwardBlueprintResult r{{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)}, {}};
+  BackwardBlueprintResult r{{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)}, {}, {}};
   for (size_t x = 0; x < g.dq.size(); ++x) r.grads.dq.v[x] = round_to(s.dtype, float(g.dq[x]));
   for (size_t x = 0; x < g.dk.size(); ++x) {
     r.grads.dk.v[x] = round_to(s.dtype, float(g.dk[x]));

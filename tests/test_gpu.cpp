@@ -301,6 +301,54 @@ TEST_CASE("backward timing returns the requested number of positive samples") {
 // Experiments that are not variants (step 12's --ablate): each value alone, on the matrix's fp16
 // cases at the head dimensions they are compiled for, in NaN-padded buffers; elsewhere they must
 // refuse (Unsupported, exit 2 in the program), never run something else.
+// [saved-for-backward] A backward that reads what its forward saved (step 08's --bwd stored: P):
+// the harness writes it first (into a NaN-poisoned buffer: a P left unwritten poisons every
+// gradient), times that kernel apart, and the backward's gradients still match the reference. A
+// variant that saves nothing gets no buffer and no save time.
+TEST_CASE("a backward that reads what its forward saved gets it written first, timed apart") {
+  int ran = 0, saving = 0;
+  Refusals no;
+  for (const StepInfo* st : all_steps()) {
+    if (!st->launch_backward || !st->backward_saved_bytes) continue;
+    REQUIRE(static_cast<bool>(st->launch_save));
+    REQUIRE(static_cast<bool>(st->saved_closed_form));
+    for (const StepOptions& opt : test::all_options(*st))
+      for (const test::Case& c : {test::make_case(1, 2, 256, 200, 64, true, DType::f16), test::make_case(2, 1, 113, 255, 128, false, DType::bf16)}) {
+        const std::string what = "step" + st->id + " " + variant_name(opt) + " " + c.name();
+        CAPTURE(what);
+        const size_t bytes = st->backward_saved_bytes(c.shape, opt);
+        CHECK((bytes > 0) == !st->saved_closed_form(c.shape, opt).kernels.empty());
+        if (no.refused(*st, c.shape, opt, true)) continue;
+        GpuConfig cfg;
+        cfg.warmup = 1;
+        cfg.reps = 3;
+        cfg.pad = Padding{8, 24, 40};
+        const Inputs in = make_inputs(c.shape, c.inputs);
+        const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed + 1);
+        const GpuResult f = run_on_gpu(*st, c.shape, in, opt, cfg);
+        const GpuBackwardResult b = run_backward_on_gpu(*st, c.shape, in, f.out, dO, opt, cfg);
+        const BackwardCheck chk = check_backward(c.shape, in, dO, reference_backward(c.shape, in, dO), b.grads);
+        INFO(chk.summary());
+        CHECK(chk.pass);
+        CHECK(b.stray_writes == 0);
+        REQUIRE(b.ms.size() == 3);
+        if (bytes == 0) {
+          CHECK(b.save_ms.empty());
+          CHECK(b.save_ms_median == 0.0);
+        } else {
+          REQUIRE(b.save_ms.size() == 3);
+          for (double ms : b.save_ms) CHECK(ms > 0.0);
+          CHECK(b.save_ms_median > 0.0);
+          ++saving;
+        }
+        ++ran;
+      }
+  }
+  g_ran += ran;
+  g_refused += no.total;
+  if (no.total == 0 && any_backward()) CHECK(saving > 0);
+}
+
 TEST_CASE("ablated kernels match the reference where compiled, and refuse elsewhere") {
   int ran = 0, refused = 0;
   Refusals no;  // [arch] what this GPU cannot run at all (step 12 before sm_80)

@@ -48,7 +48,7 @@ BackwardBlueprintResult fake_backward(const Shape& s, const Inputs& in, const Fo
   const std::string mode = opt.at("mode");
   const double f = mode == "scaled" ? 1.05 : 1.0;
   BackwardBlueprintResult r{{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.H, s.Nk, s.d), Tensor4(s.B, s.H, s.Nk, s.d)},
-                            fake_ledger("fake_bwd", s, mode == "miscounted" ? 64 : 0)};
+                            fake_ledger("fake_bwd", s, mode == "miscounted" ? 64 : 0), {}};
   for (size_t x = 0; x < g.dq.size(); ++x) r.grads.dq.v[x] = round_to(s.dtype, float(f * g.dq[x]));
   for (size_t x = 0; x < g.dk.size(); ++x) {
     r.grads.dk.v[x] = round_to(s.dtype, float(g.dk[x]));
@@ -171,6 +171,7 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   CHECK_FALSE(r.has_backward);
   for (const char* c : {"bwd_max_ratio", "bwd_pass", "bwd_ms", "bwd_tflops", "bwd_gmem_read_bytes", "bwd_gmem_write_bytes",
                                "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_gmem_atomic_bytes",
+                               "bwd_save_ms", "bwd_save_predicted_ms", "bwd_save_gmem_write_bytes",
                                "bwd_model_ms", "bwd_bound_by", "bwd_ms_min", "bwd_ms_max", "bwd_launches"})
     CHECK(column(r, c).empty());
   // [model] The forward's model is there on the CPU too (no launches recorded).
@@ -183,9 +184,10 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   CHECK(h[15] == "pass");
   CHECK(h[23] == "predicted_ms");
   CHECK(h[24] == "bwd_max_ratio");
+  CHECK(h[34] == "bwd_save_ms");
   // [model] [noise] [launches] appended after them.
-  CHECK(h[34] == "model_ms");
-  CHECK(h.size() == 45);
+  CHECK(h[37] == "model_ms");
+  CHECK(h.size() == 48);
 }
 
 TEST_CASE("runner backward: the program's exit status, report, --ledger-csv and --save") {

@@ -17,6 +17,10 @@ bool naive(const StepOptions& o) {
   const auto it = o.find("bwd");
   return it != o.end() && it->second == "naive";
 }
+bool stored(const StepOptions& o) {
+  const auto it = o.find("bwd");
+  return it != o.end() && it->second == "stored";
+}
 
 namespace {
 
@@ -281,11 +285,13 @@ void gemm_kernel(Ledger& led, const Store& st, int64_t M, int64_t Nn, int64_t K,
 
 }  // namespace
 
-BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO) {
+BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO,
+                                        bool stored) {
   BackwardBlueprintResult res;
   res.grads = empty_grads(s);
   res.ledger.kernels.reserve(6);  // references into the set stay valid
-  Ledger& Lp = res.ledger["naive_p"];
+  // [stored] With --bwd stored the forward wrote P: the same kernel, counted as the forward's.
+  Ledger& Lp = (stored ? res.saved : res.ledger)["naive_p"];
   Ledger& Ldp = res.ledger["naive_dp"];
   Ledger& Lds = res.ledger["naive_ds"];
   Ledger& Ldv = res.ledger["naive_dv"];
@@ -294,7 +300,8 @@ BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const 
   const Store st = Store::of(s.dtype), f32 = Store::f32();
   const int64_t d = s.d, N = s.N, Nk = s.Nk;
   const float scale = static_cast<float>(s.softmax_scale());
-  Lp.workspace = naive_workspace(s.B * s.H, N, Nk);
+  Lp.workspace = stored ? saved_p_bytes(s.B * s.H, N, Nk) : naive_workspace(s.B * s.H, N, Nk);
+  if (stored) Ldp.workspace = stored_workspace(s.B * s.H, N, Nk);
   std::vector<float> Pw(static_cast<size_t>(N * Nk)), dPw(static_cast<size_t>(N * Nk)), dSw(static_cast<size_t>(N * Nk));
 
   for (int64_t b = 0; b < s.B; ++b)
@@ -414,21 +421,45 @@ LedgerSet closed_form_naive(const Shape& s) {
   return ls;
 }
 
+// ================================ stored =========================================================
+// [stored] The forward has written P; the backward is naive's without step08_naive_p, whose ledger
+// moves to the forward's side (its workspace there is P itself; dP and dS stay the backward's).
+
+LedgerSet closed_form_stored(const Shape& s) {
+  const LedgerSet all = closed_form_naive(s);
+  LedgerSet ls;
+  for (const auto& [name, led] : all.kernels)
+    if (name != "naive_p") ls.kernels.emplace_back(name, led);
+  ls["naive_dp"].workspace = stored_workspace(s.B * s.H, s.N, s.Nk);
+  return ls;
+}
+
+LedgerSet closed_form_saved_p(const Shape& s) {
+  LedgerSet all = closed_form_naive(s), ls;
+  ls["naive_p"] = all["naive_p"];
+  ls["naive_p"].workspace = saved_p_bytes(s.B * s.H, s.N, s.Nk);
+  return ls;
+}
+
 // ================================ registration ====================================================
 
 namespace {
 BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO,
                                      const StepOptions& o) {
+  if (stored(o)) return blueprint_naive(s, in, fwd, dO, true);
   return naive(o) ? blueprint_naive(s, in, fwd, dO) : blueprint_fused(s, in, fwd, dO, kSchedule);
 }
 LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
+  if (stored(o)) return closed_form_stored(s);
   return naive(o) ? closed_form_naive(s) : closed_form_fused(s, kSchedule);
 }
+// [saved-for-backward] Only --bwd stored reads something the forward saved: P.
+LedgerSet run_saved_closed_form(const Shape& s, const StepOptions& o) { return stored(o) ? closed_form_saved_p(s) : LedgerSet{}; }
 // [arch] Shared memory per block of the backward's largest kernel — the fused block (schedule.hpp),
 // or the naive GEMM tile (two 16-bit G × G tiles, an fp32 one, L). (The forward's is step 07's:
 // borrow_forward.)
 int64_t run_backward_smem(const Shape& s, const StepOptions& o) {
-  return naive(o) ? 2 * G * (G + kPad) * 2 + G * (G + kPadF) * 4 + G * 4 : smem_bytes(kSchedule, int(s.d));
+  return naive(o) || stored(o) ? 2 * G * (G + kPad) * 2 + G * (G + kPadF) * 4 + G * 4 : smem_bytes(kSchedule, int(s.d));
 }
 }  // namespace
 
@@ -439,14 +470,18 @@ const StepInfo& info() {
     i.slug = "backward";
     i.title = "the backward pass: dQ, dK, dV from the saved L (forward: step 07)";
     i.teaches = "backward: P from L; dK, dV on chip; dQ by atomics";
-    i.flags = {{"bwd", {"fused", "naive"}, "backward schedule: fused (FlashAttention-2) or naive (P, dP, dS in HBM)"}};
+    i.flags = {{"bwd", {"fused", "naive", "stored"},
+                "backward schedule: fused (FlashAttention-2), naive (P, dP, dS in HBM) or stored (naive reading the P the forward wrote)"}};
     borrow_forward<step07::info>(i);  // [forward-from] the forward is step 07's, whatever --bwd says
     i.backward_blueprint = run_backward;
     i.backward_closed_form = run_backward_closed_form;
     i.backward_smem_bytes = run_backward_smem;
+    i.saved_closed_form = run_saved_closed_form;
 #ifdef FA_HAVE_CUDA
     i.launch_backward = launch_backward;
     i.backward_workspace_bytes = backward_workspace_bytes;
+    i.backward_saved_bytes = backward_saved_bytes;
+    i.launch_save = launch_save;
 #endif
     i.kernel_prefix = "step08_";
     return i;

@@ -10,6 +10,8 @@
 //   step08_naive_p  P = exp(scale·QKᵀ − L)      step08_naive_dp  dP = dO Vᵀ (fp32)
 //   step08_naive_ds dS = P ∘ (dP − rowsum(P ∘ dP))
 //   step08_naive_dv dV = Pᵀ dO     step08_naive_dq  dQ = scale·dS K     step08_naive_dk  dK = scale·dSᵀ Q
+// --bwd stored [stored]: the forward has written P (launch_save runs step08_naive_p into
+// BwdParams::saved, charged to the forward); the backward is naive's last five kernels, reading it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -293,6 +295,7 @@ __device__ void gemm_tile(GemmShared<T>& sm, const View<T>& A, const View<T>& B,
 }
 
 // Head pointers of the naive workspace: dP [N][Nk] (fp32) first, then P and dS [N][Nk] (storage type).
+// [stored] When the forward saved P (p.saved), P is there and the workspace holds dP, then dS.
 template <class T>
 struct NaiveWs {
   T* P;
@@ -303,8 +306,8 @@ struct NaiveWs {
     float* dP_all = static_cast<float*>(p.workspace);
     T* P_all = reinterpret_cast<T*>(dP_all + BH * nn);
     dP = dP_all + bh * nn;
-    P = P_all + bh * nn;
-    dS = P_all + BH * nn + bh * nn;
+    P = p.saved ? static_cast<T*>(p.saved) + bh * nn : P_all + bh * nn;
+    dS = p.saved ? P_all + bh * nn : P_all + BH * nn + bh * nn;
   }
 };
 
@@ -436,14 +439,23 @@ void launch_fused(const BwdParams& p, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step08_dq_convert");
 }
 
+constexpr int kGemmThreads = kGemmWarps * 32;
+
 template <class T>
-void launch_naive(const BwdParams& p, cudaStream_t st) {
+void launch_naive_p(const BwdParams& p, cudaStream_t st) {
+  const unsigned tn = unsigned(num_tiles(p.f.N, G)), tk = unsigned(num_tiles(p.f.Nk, G));
+  step08_naive_p<T><<<dim3(tk, tn, unsigned(p.f.B * p.f.H)), kGemmThreads, 0, st>>>(p);
+  CUDA_CHECK_LAUNCH("step08_naive_p");
+}
+
+// [stored] with_p = false: the forward already wrote P into p.saved, so step08_naive_p is not run.
+template <class T>
+void launch_naive(const BwdParams& p, cudaStream_t st, bool with_p = true) {
   const AttnParams& f = p.f;
   const unsigned BH = unsigned(f.B * f.H);
   const unsigned tn = unsigned(num_tiles(f.N, G)), tk = unsigned(num_tiles(f.Nk, G)), td = unsigned(num_tiles(f.d, G));
-  constexpr int threads = kGemmWarps * 32;
-  step08_naive_p<T><<<dim3(tk, tn, BH), threads, 0, st>>>(p);
-  CUDA_CHECK_LAUNCH("step08_naive_p");
+  constexpr int threads = kGemmThreads;
+  if (with_p) launch_naive_p<T>(p, st);
   step08_naive_dp<T><<<dim3(tk, tn, BH), threads, 0, st>>>(p);
   CUDA_CHECK_LAUNCH("step08_naive_dp");
   step08_naive_ds<T><<<blocks_for(int64_t(BH) * f.N, 8), 256, 0, st>>>(p);
@@ -458,6 +470,7 @@ void launch_naive(const BwdParams& p, cudaStream_t st) {
 
 template <class T>
 void launch_d(const BwdParams& p, const StepOptions& o, cudaStream_t st) {
+  if (stored(o)) return launch_naive<T>(p, st, false);
   if (naive(o)) return launch_naive<T>(p, st);
   switch (p.f.d) {
     case 16: return launch_fused<T, 16>(p, st);
@@ -471,10 +484,16 @@ void launch_d(const BwdParams& p, const StepOptions& o, cudaStream_t st) {
 }  // namespace
 
 size_t backward_workspace_bytes(const Shape& s, const StepOptions& o) {
+  if (stored(o)) return size_t(stored_workspace(s.B * s.H, s.N, s.Nk));
   return size_t(naive(o) ? naive_workspace(s.B * s.H, s.N, s.Nk) : fused_workspace(s.B * s.H, s.N, s.d));
 }
 
-void launch_backward(const BwdParams& p, const StepOptions& o, void* stream) {
+size_t backward_saved_bytes(const Shape& s, const StepOptions& o) {
+  return stored(o) ? size_t(saved_p_bytes(s.B * s.H, s.N, s.Nk)) : 0;
+}
+
+namespace {
+void check_backward_params(const BwdParams& p) {
   const AttnParams& f = p.f;
   auto aligned = [](const void* ptr, int64_t sb, int64_t sh, int64_t sn) {
     return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && sn % 8 == 0;
@@ -483,10 +502,33 @@ void launch_backward(const BwdParams& p, const StepOptions& o, void* stream) {
       !aligned(f.v, f.v_sb, f.v_sh, f.v_sn) || !aligned(p.dout, f.o_sb, f.o_sh, f.o_sn))
     throw std::invalid_argument("step08: Q, K, V, dO need 16-byte aligned pointers and strides that are multiples of 8");
   if (int64_t(f.B) * f.H > 65535) throw std::invalid_argument("step08: B·H must be at most 65535 (grid dimension)");
+}
+}  // namespace
+
+void launch_backward(const BwdParams& p, const StepOptions& o, void* stream) {
+  check_backward_params(p);
   if (p.workspace == nullptr) throw std::invalid_argument("step08: the backward needs its workspace");
+  // [stored] The stored backward reads the forward's P; the others must not be handed one (their
+  // P would then be read from it, not from their workspace).
+  if (stored(o) != (p.saved != nullptr))
+    throw std::invalid_argument(stored(o) ? "step08: --bwd stored reads the P the forward saved (BwdParams::saved), and none was given"
+                                          : "step08: only --bwd stored reads a saved P (BwdParams::saved)");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (f.bf16) launch_d<__nv_bfloat16>(p, o, st);
+  if (p.f.bf16) launch_d<__nv_bfloat16>(p, o, st);
   else launch_d<__half>(p, o, st);
+}
+
+// [saved-for-backward] The forward's share of --bwd stored: P = exp(scale·QKᵀ − L) into p.saved,
+// the same kernel the naive backward starts with. A forward that materializes P would write these
+// bytes as it goes; run alone, the kernel also re-reads Q and K and recomputes S: an upper bound on
+// what saving P costs the forward, whose lower bound is the write alone (docs/08_backward.md).
+void launch_save(const BwdParams& p, const StepOptions& o, void* stream) {
+  if (!stored(o)) return;
+  check_backward_params(p);
+  if (p.saved == nullptr) throw std::invalid_argument("step08: --bwd stored: no buffer for the saved P");
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (p.f.bf16) launch_naive_p<__nv_bfloat16>(p, st);
+  else launch_naive_p<__half>(p, st);
 }
 
 }  // namespace fa::step08

@@ -4,10 +4,13 @@
 //   P = exp(scale·QKᵀ − L)        recomputed from the saved L: no row statistics needed
 //   dV = Pᵀ dO,  dP = dO Vᵀ,  D_i = Σ_c dO_ic O_ic,  dS = P ∘ (dP − D),
 //   dQ = scale · dS K,  dK = scale · dSᵀ Q.
-// Two schedules (--bwd):
+// Three schedules (--bwd):
 //   naive  the standard algorithm: P, dP and dS are N × Nk matrices in HBM, six kernels;
 //   fused  FlashAttention-2's: one block per K/V tile walks the Q tiles, dK and dV stay on chip,
-//          dQ is accumulated with fp32 atomics; fully masked tiles are skipped.
+//          dQ is accumulated with fp32 atomics; fully masked tiles are skipped;
+//   stored [stored] the standard training pipeline's: the forward has written P to HBM, and the
+//          backward reads it rather than recomputing it — naive's last five kernels, with naive's
+//          first (P from Q, K and L) run as the forward's, charged apart ([saved-for-backward]).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -60,18 +63,31 @@ inline constexpr int kGemmWarps = (kGemmTile / 16) * (kGemmTile / 16);
 // Workspace (global memory beyond the tensors) of each schedule.
 FA_HD constexpr int64_t fused_workspace(int64_t BH, int64_t N, int64_t d) { return BH * N * 4 + BH * N * d * 4; }
 FA_HD constexpr int64_t naive_workspace(int64_t BH, int64_t N, int64_t Nk) { return BH * N * Nk * (4 + 2 + 2); }  // dP, P, dS
+// [stored] The stored schedule's workspace is dP and dS; P (storage type) is the forward's, held
+// from the forward to the backward (BwdParams::saved): the same 8 bytes per (i, j) as naive's.
+FA_HD constexpr int64_t stored_workspace(int64_t BH, int64_t N, int64_t Nk) { return BH * N * Nk * (4 + 2); }  // dP, dS
+FA_HD constexpr int64_t saved_p_bytes(int64_t BH, int64_t N, int64_t Nk) { return BH * N * Nk * 2; }          // P
 
-bool naive(const StepOptions& o);  // --bwd naive
+bool naive(const StepOptions& o);   // --bwd naive
+bool stored(const StepOptions& o);  // --bwd stored
 
 // The GPU side (kernel.cu).
 void launch_backward(const BwdParams& p, const StepOptions& opts, void* stream);
 size_t backward_workspace_bytes(const Shape& s, const StepOptions& opts);
+// [stored] What the forward saves for --bwd stored: P, written by step08_naive_p into p.saved.
+size_t backward_saved_bytes(const Shape& s, const StepOptions& opts);
+void launch_save(const BwdParams& p, const StepOptions& opts, void* stream);
 
 // The CPU side (blueprint.cpp).
 BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO,
                                         const Schedule& sched);
 LedgerSet closed_form_fused(const Shape& s, const Schedule& sched);
-BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO);
+// stored = true: the stored schedule — naive_p is counted in the result's `saved` (the forward's),
+// the other five kernels in its ledger.
+BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO,
+                                        bool stored = false);
 LedgerSet closed_form_naive(const Shape& s);
+LedgerSet closed_form_stored(const Shape& s);   // the stored backward: naive's without naive_p
+LedgerSet closed_form_saved_p(const Shape& s);  // what the forward writes for it: naive_p's
 
 }  // namespace fa::step08
