@@ -117,24 +117,38 @@ __global__ void peak_chase(const uint32_t* __restrict__ buf, uint32_t* state, in
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 constexpr int kSmemThreads = 256;
-// smem-read: each thread loads 16 bytes (ld.shared.v4) from its own slot: a warp reads 512
-// contiguous bytes, four 128-byte wavefronts, no two lanes of a quarter-warp in the same bank —
-// conflict-free, so each LDS.128 costs the 4 cycles of 128 bytes/clock/SM. volatile: the slot never
-// changes, and a plain load would be hoisted out of the loop.
-__global__ void __launch_bounds__(kSmemThreads) peak_smem_read(int iters, uint32_t* sink) {
-  __shared__ uint4 buf[2 * kSmemThreads];
+// The shared-memory kernels' 8 loads per trip of the loop: thread t reads slot (t + 32u) mod 256 of
+// a 4 KB buffer for u = 0..7 — eight different slots, each load a warp's 512 contiguous bytes (four
+// 128-byte wavefronts, no two lanes of a quarter-warp in one bank: conflict-free, so each costs the
+// 4 cycles of 128 bytes a clock per SM). `volatile` on the asm is not enough: ptxas, which sees
+// plain PTX loads from memory nothing stores to, merges loads of one address (a first version
+// loading two slots four times each measured 3.8x the hardware's ceiling) and could hoist them out
+// of the loop. So every load has its own address, and all of them move by (i & zero) slots — zero is
+// 0 at run time, which the compiler cannot know — so none is the same from one trip to the next.
+struct SmemSlots {
+  uint32_t at[8];
+  __device__ SmemSlots(const uint4* buf) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) at[u] = smem_u32(&buf[(threadIdx.x + 32u * u) % kSmemThreads]);
+  }
+};
+__device__ __forceinline__ void fill_slots(uint4* buf) {
   buf[threadIdx.x] = make_uint4(threadIdx.x, 1, 2, 3);
-  buf[threadIdx.x + kSmemThreads] = make_uint4(4, threadIdx.x, 5, 6);
   __syncthreads();
-  const uint32_t a = smem_u32(&buf[threadIdx.x]);
+}
+
+// smem-read: ld.shared.v4 (LDS.128), 16 bytes a thread, folded into two words.
+__global__ void __launch_bounds__(kSmemThreads) peak_smem_read(int iters, uint32_t zero, uint32_t* sink) {
+  __shared__ uint4 buf[kSmemThreads + 8];
+  fill_slots(buf);
+  const SmemSlots sl(buf);
   uint32_t a0 = 0, a1 = 0;
   for (int i = 0; i < iters; ++i) {
+    const uint32_t off = (uint32_t(i) & zero) * 16;
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       uint32_t x, y, z, w;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
-                   : "r"(a + (u & 1) * kSmemThreads * 16));
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(sl.at[u] + off));
       a0 ^= x ^ y;
       a1 ^= z ^ w;
     }
@@ -142,39 +156,39 @@ __global__ void __launch_bounds__(kSmemThreads) peak_smem_read(int iters, uint32
   if ((a0 ^ a1) == kNever) *sink = a0;
 }
 
-// smem-write: the same slots, stored (st.shared.v4) — volatile, as a store nobody reads would go.
-__global__ void __launch_bounds__(kSmemThreads) peak_smem_write(int iters, uint32_t* sink) {
-  __shared__ uint4 buf[2 * kSmemThreads];
-  const uint32_t a = smem_u32(&buf[threadIdx.x]);
+// smem-write: st.shared.v4 (STS.128) to the same eight slots, values that change every trip.
+// volatile, as a store nobody reads would go; the read-back at the end keeps the buffer live.
+__global__ void __launch_bounds__(kSmemThreads) peak_smem_write(int iters, uint32_t zero, uint32_t* sink) {
+  __shared__ uint4 buf[kSmemThreads + 8];
+  const SmemSlots sl(buf);
   for (int i = 0; i < iters; ++i) {
+    const uint32_t off = (uint32_t(i) & zero) * 16;
 #pragma unroll
     for (int u = 0; u < 8; ++u)
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a + (u & 1) * kSmemThreads * 16), "r"(i), "r"(u),
-                   "r"(a), "r"(i ^ u)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(sl.at[u] + off), "r"(i), "r"(u), "r"(off), "r"(i ^ u)
                    : "memory");
   }
   __syncthreads();
   if (buf[threadIdx.x].x == kNever) *sink = buf[threadIdx.x].y;
 }
 
-// ldmatrix: ldmatrix.sync.aligned.m8n8.x4.shared.b16 — each lane names one 16-byte row (lane l:
-// row l of the warp's 512 contiguous bytes: four 8 × 8 matrices, each eight rows in distinct banks)
-// and receives 4 registers, 16 bytes, of the fragments the tensor cores want. The bytes counted
-// are those delivered to registers: 512 per instruction per warp.
-__global__ void __launch_bounds__(kSmemThreads) peak_ldmatrix(int iters, uint32_t* sink) {
-  __shared__ uint4 buf[2 * kSmemThreads];
-  buf[threadIdx.x] = make_uint4(threadIdx.x, 1, 2, 3);
-  buf[threadIdx.x + kSmemThreads] = make_uint4(4, threadIdx.x, 5, 6);
-  __syncthreads();
-  const uint32_t a = smem_u32(&buf[threadIdx.x]);  // warp w, lane l: byte 512w + 16l
+// ldmatrix: ldmatrix.sync.aligned.m8n8.x4.shared.b16 — each lane names one 16-byte row (lane l of
+// a warp: slot (t + 32u) mod 256 as above, so the 32 rows are 512 contiguous bytes: four 8 × 8
+// matrices, each eight rows in distinct banks) and receives 4 registers, 16 bytes, of the fragments
+// the tensor cores want. The bytes counted are those delivered to registers: 512 per instruction.
+__global__ void __launch_bounds__(kSmemThreads) peak_ldmatrix(int iters, uint32_t zero, uint32_t* sink) {
+  __shared__ uint4 buf[kSmemThreads + 8];
+  fill_slots(buf);
+  const SmemSlots sl(buf);
   uint32_t a0 = 0, a1 = 0;
   for (int i = 0; i < iters; ++i) {
+    const uint32_t off = (uint32_t(i) & zero) * 16;
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       uint32_t x, y, z, w;
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
-                   : "r"(a + (u & 1) * kSmemThreads * 16));
+                   : "r"(sl.at[u] + off));
       a0 ^= x ^ y;
       a1 ^= z ^ w;
     }
@@ -342,6 +356,21 @@ std::vector<PeakResult> measure_peaks(int reps, std::vector<std::string>& notes)
   float* sink_f = sink.as<float>();
   const int usable_cc = gpu_caps().usable_cc();
 
+  // Latencies: a ring of 128-byte lines (peak_ring_init), walked by one thread; `flush` runs
+  // between building the ring and walking it.
+  DeviceBuffer state(4);
+  auto chase = [&](const char* name, int log2_nodes, int64_t max_steps, auto&& flush) {
+    const uint32_t nodes = 1u << log2_nodes, stride = 32;  // 32 words: 128 bytes per node
+    DeviceBuffer ring(size_t(nodes) * stride * 4);
+    peak_ring_init<<<1024, 256, 0, s>>>(ring.as<uint32_t>(), nodes, (log2_nodes + 1) / 2, stride);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemsetAsync(state.get(), 0, 4, s));  // perm(0) = 0: the walk starts at node 0
+    flush();
+    auto lc = [&](int64_t steps) { peak_chase<<<1, 1, 0, s>>>(ring.as<const uint32_t>(), state.as<uint32_t>(), int(steps)); };
+    const int64_t steps = calibrate(s, 256, lc, 1.0, max_steps);
+    add(row(name, "ns", Kind::NsPerStep, steps, time_reps(s, reps, [&] { lc(steps); })));
+  };
+
   // HBM: 4 GiB, 80 times the H200's 50 MB of L2 (about 1 ms per launch there).
   {
     const int64_t bytes = int64_t(4) << 30, n = bytes / 16;
@@ -354,6 +383,13 @@ std::vector<PeakResult> measure_peaks(int reps, std::vector<std::string>& notes)
     add(row("hbm-write", "bytes/s", Kind::PerSecond, bytes, time_reps(s, reps, [&] {
           peak_hbm_write<<<gw, 512, 0, s>>>(buf.as<uint4>(), n);
         })));
+    // hbm-latency: a ring of 2^21 nodes (256 MB). Building it leaves its last-written lines in L2,
+    // so a read of the 4 GiB buffer evicts them before the walk. A launch walks at most 2^16 nodes
+    // (~40 ms), so the launches together stay far from coming round to lines visited before.
+    chase("hbm-latency", 21, int64_t(1) << 16, [&] {
+      peak_hbm_read<<<gr, 512, 0, s>>>(buf.as<const uint4>(), n, sink_u);
+      CUDA_CHECK(cudaGetLastError());
+    });
   }
 
   // L2: 8 MB, a sixth of the H200's L2 (every architecture the course builds for has >= 4 MB; a
@@ -369,6 +405,9 @@ std::vector<PeakResult> measure_peaks(int reps, std::vector<std::string>& notes)
     const int64_t steps = calibrate(s, 16, launch, 1.0, int64_t(1) << 24);
     add(row("l2-read", "bytes/s", Kind::PerSecond, int64_t(g) * 512 * steps * 16,
             time_reps(s, reps, [&] { launch(steps); })));
+    // l2-latency: a ring of 2^16 nodes (8 MB), left in L2 by building it; coming round again is
+    // the point.
+    chase("l2-latency", 16, int64_t(1) << 24, [] {});
   }
 
   // Shared memory and ldmatrix: a full grid of 256-thread blocks.
@@ -376,13 +415,13 @@ std::vector<PeakResult> measure_peaks(int reps, std::vector<std::string>& notes)
     const unsigned gr = full_grid(peak_smem_read, kSmemThreads), gw = full_grid(peak_smem_write, kSmemThreads),
                    gl = full_grid(peak_ldmatrix, kSmemThreads);
     auto per_launch = [&](unsigned g, int64_t iters) { return int64_t(g) * kSmemThreads * iters * 8 * 16; };
-    auto lr = [&](int64_t it) { peak_smem_read<<<gr, kSmemThreads, 0, s>>>(int(it), sink_u); };
+    auto lr = [&](int64_t it) { peak_smem_read<<<gr, kSmemThreads, 0, s>>>(int(it), 0u, sink_u); };
     int64_t it = calibrate(s, 64, lr);
     add(row("smem-read", "bytes/s", Kind::PerSecond, per_launch(gr, it), time_reps(s, reps, [&] { lr(it); })));
-    auto lw = [&](int64_t i) { peak_smem_write<<<gw, kSmemThreads, 0, s>>>(int(i), sink_u); };
+    auto lw = [&](int64_t i) { peak_smem_write<<<gw, kSmemThreads, 0, s>>>(int(i), 0u, sink_u); };
     it = calibrate(s, 64, lw);
     add(row("smem-write", "bytes/s", Kind::PerSecond, per_launch(gw, it), time_reps(s, reps, [&] { lw(it); })));
-    auto ll = [&](int64_t i) { peak_ldmatrix<<<gl, kSmemThreads, 0, s>>>(int(i), sink_u); };
+    auto ll = [&](int64_t i) { peak_ldmatrix<<<gl, kSmemThreads, 0, s>>>(int(i), 0u, sink_u); };
     it = calibrate(s, 64, ll);
     add(row("ldmatrix", "bytes/s", Kind::PerSecond, per_launch(gl, it), time_reps(s, reps, [&] { ll(it); })));
   }
@@ -444,27 +483,6 @@ std::vector<PeakResult> measure_peaks(int reps, std::vector<std::string>& notes)
     auto la = [&](int64_t steps) { peak_atomic_f32<<<g, 512, 0, s>>>(buf.as<float>(), elems - 1, int(steps)); };
     const int64_t steps = calibrate(s, 16, la, 1.0, int64_t(1) << 24);
     add(row("atomic-f32", "ops/s", Kind::PerSecond, int64_t(g) * 512 * steps, time_reps(s, reps, [&] { la(steps); })));
-  }
-
-  // Latencies: a ring of 128-byte lines, 256 MB (five times the H200's L2) and 8 MB.
-  {
-    DeviceBuffer state(4);
-    auto chase = [&](const char* name, int log2_nodes, int64_t max_steps) {
-      const uint32_t nodes = 1u << log2_nodes, stride = 32;  // 32 words: 128 bytes per node
-      DeviceBuffer ring(size_t(nodes) * stride * 4);
-      peak_ring_init<<<1024, 256, 0, s>>>(ring.as<uint32_t>(), nodes, (log2_nodes + 1) / 2, stride);
-      CUDA_CHECK(cudaGetLastError());
-      CUDA_CHECK(cudaMemsetAsync(state.get(), 0, 4, s));  // perm(0) = 0: the walk starts at node 0
-      auto lc = [&](int64_t steps) { peak_chase<<<1, 1, 0, s>>>(ring.as<const uint32_t>(), state.as<uint32_t>(), int(steps)); };
-      const int64_t steps = calibrate(s, 256, lc, 1.0, max_steps);
-      add(row(name, "ns", Kind::NsPerStep, steps, time_reps(s, reps, [&] { lc(steps); })));
-    };
-    // HBM: 2^21 nodes; a launch walks at most 2^16 of them (~40 ms), so the whole set of launches
-    // stays far from coming round to lines it has visited (which L2 might still hold). The walk
-    // starts at the nodes the init kernel wrote first, long evicted by the ones written after.
-    chase("hbm-latency", 21, int64_t(1) << 16);
-    // L2: 2^16 nodes; coming round again is the point (the ring lives in L2).
-    chase("l2-latency", 16, int64_t(1) << 24);
   }
 
   // Launch: 1000 empty kernels back to back between one pair of events, per rep.
