@@ -702,7 +702,9 @@ TEST_CASE("measured ceilings lie between 20 % and 110 % of what the device's SMs
       CHECK(r.value > 0);
     }
   }
-  if (by.count("hbm-latency") && by.count("l2-latency")) CHECK(by["l2-latency"].value < by["hbm-latency"].value);
+  // An L2 hit is clearly quicker than a DRAM miss (a chase whose "L2" lines were still fetched from
+  // DRAM measured 95 % of hbm-latency).
+  if (by.count("hbm-latency") && by.count("l2-latency")) CHECK(by["l2-latency"].value < 0.8 * by["hbm-latency"].value);
   ++g_ran;
   CHECK(checked > 0);
 }
