@@ -72,8 +72,8 @@ const char* kUsage =
     "             [--reps 10] [--warmup 3] [--runs 1] [--check-heads K] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
     "run to FILE and skips runs FILE already has (resume after an interrupt).\n"
-    "bench --peaks --out FILE [--reps R] [--commit HASH] measures the GPU's ceilings instead (hbm-read: a\n"
-    "streaming read of 4 GiB), one CSV row each.\n"
+    "bench --peaks --out FILE [--reps R] [--commit HASH] measures the GPU's ceilings instead (HBM, L2, shared\n"
+    "memory, tensor cores, FMA, ex2, barriers, atomics, latencies, launch: docs/profiling.md), one CSV row each.\n"
     "bench --list [--steps ...] [--variants ...] prints each chosen step's program and flags, one variant\n"
     "a line (e.g. 'step01 --gemm cublas'), for scripts that loop over variants.\n";
 
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool on_gpu = have_gpu && o.backend != Backend::Cpu;
-  if (!on_gpu) std::cerr << "bench: " << (why.empty() ? "--backend cpu" : why) << ": running CPU blueprints (not GPU figures)\n";
+  if (!on_gpu && !o.peaks) std::cerr << "bench: " << (why.empty() ? "--backend cpu" : why) << ": running CPU blueprints (not GPU figures)\n";
   if (o.commit.empty() && std::getenv("FA_COMMIT")) o.commit = std::getenv("FA_COMMIT");
   if (o.commit.empty()) o.commit = "unknown";
   std::string cuda = "", driver = "";
@@ -215,22 +215,40 @@ int main(int argc, char** argv) {
       std::cerr << "bench: --peaks needs a GPU (" << why << ")\n";
       return 2;
     }
-    const bool fresh_peaks = !std::ifstream(o.out).good();
+    const std::string peaks_header = kPrefix + "device,peak,unit,value,amount,reps,ms";
+    bool fresh_peaks = true;
+    {
+      std::ifstream in(o.out);
+      std::string line;
+      if (std::getline(in, line)) {
+        fresh_peaks = false;
+        if (line != peaks_header) {
+          std::cerr << "bench: error: " << o.out << " has another header; use a new --out file\n";
+          return 2;
+        }
+      }
+    }
     std::ofstream out(o.out, std::ios::app);
     if (!out) {
       std::cerr << "bench: error: cannot write " << o.out << "\n";
       return 2;
     }
-    if (fresh_peaks) out << "date,commit,cuda,driver,device,peak,bytes,reps,ms,bytes_per_s\n";
-    const PeakResult p = measure_hbm_read(int64_t(4) << 30, std::max(o.reps, 5));
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", std::gmtime(&now));
-    out << date << "," << o.commit << "," << cuda << "," << driver << ",\"" << gpu_device_spec().name << "\"," << p.name << ","
-        << p.bytes << "," << p.reps << "," << std::setprecision(6) << p.ms_median << "," << std::setprecision(6) << p.bytes_per_s()
-        << "\n";
-    std::cerr << "bench: " << p.name << ": " << std::setprecision(4) << p.bytes_per_s() / 1e12 << " TB/s (" << p.bytes
-              << " bytes in " << p.ms_median << " ms, median of " << p.reps << ")\n";
+    if (fresh_peaks) out << peaks_header << "\n";
+    std::vector<std::string> notes;
+    std::vector<PeakResult> rows;
+    try {
+      rows = measure_peaks(std::max(o.reps, 5), notes);
+    } catch (const std::exception& e) {
+      std::cerr << "bench: error: --peaks: " << e.what() << "\n";
+      return 1;
+    }
+    const std::string date = utc_now(), device = gpu_device_spec().name;
+    for (const PeakResult& p : rows)
+      out << date << "," << o.commit << "," << cuda << "," << driver << ",\"" << device << "\"," << p.name << "," << p.unit
+          << "," << std::setprecision(6) << p.value << "," << p.amount << "," << p.reps << "," << std::setprecision(6)
+          << p.ms_median << "\n";
+    for (const std::string& n : notes) std::cerr << "bench: absent: " << n << "\n";
+    std::cerr << "bench: " << rows.size() << " ceilings written to " << o.out << "\n";
     return out ? 0 : 1;
   }
 

@@ -75,17 +75,24 @@ inline bool inputs_on_device(const Shape& s) { return s.kv_elems() > (int64_t(1)
 GpuResult run_on_gpu_drawn(const StepInfo& step, const Shape& s, uint64_t seed, const StepOptions& opts,
                            const GpuConfig& cfg, std::vector<DeviceSample>& samples);
 
-// [peaks] What a resource of the GPU at hand delivers, measured rather than read from a datasheet:
-// hbm-read streams `bytes` from HBM once per launch (16-byte loads from every thread of a full
-// grid, a buffer far beyond L2), timed like a step (warm-up, then the median of `reps`).
+// [peaks] What each resource of the GPU at hand delivers, measured rather than read from a
+// datasheet (common/peaks.cu): one microbenchmark per resource the kernels use — HBM and L2 reads,
+// HBM writes, shared memory, ldmatrix, the tensor cores (wmma, mma.sync, wgmma), FMA, the SFU's
+// ex2, barriers, atomics, load latencies and the launch — each warmed up, then the median of
+// `reps` launches timed with CUDA events. The per-resource model (common/roofline.*) reads the rows
+// by name; bench --peaks writes them (docs/profiling.md, "Measured ceilings").
 struct PeakResult {
-  std::string name;    // "hbm-read"
-  int64_t bytes = 0;   // per launch
-  double ms_median = 0;
+  std::string name;      // "hbm-read", "wgmma-f16", "l2-latency", ...
+  std::string unit;      // "bytes/s", "flops/s", "ops/s", "barriers/s"; "ns" or "us" for a latency
+  double value = 0;      // the headline: amount per second, or ns (us) per dependent step (launch)
+  int64_t amount = 0;    // work per launch in the unit's numerator (bytes, FLOPs, ops, barriers),
+                         // or the number of dependent steps (loads, barriers, launches) timed together
+  double ms_median = 0;  // one launch (for "launch": one batch of `amount` launches)
   int reps = 0;
-  double bytes_per_s() const { return ms_median > 0 ? double(bytes) / (ms_median * 1e-3) : 0.0; }
 };
-PeakResult measure_hbm_read(int64_t bytes, int reps);
+// Every benchmark, in a fixed order. One that cannot run here (mma.sync before sm_80; wgmma
+// without sm_90a code or an sm_90 device) is left out and `notes` gets a line saying why.
+std::vector<PeakResult> measure_peaks(int reps, std::vector<std::string>& notes);
 
 struct GpuBackwardResult {
   Grads grads;               // dQ, dK, dV copied back from the checked launch

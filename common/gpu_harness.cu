@@ -399,44 +399,6 @@ GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, con
   return launch_and_time(step, s, opts, cfg, f, st);
 }
 
-namespace {
-// [peaks] Every thread reads 16 bytes per step of a grid-stride loop and folds them into one word,
-// written only if it is a value no input makes (so the loads cannot be dropped, nothing is stored).
-__global__ void fa_hbm_read(const uint4* __restrict__ src, int64_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcs(src + i);  // streaming: evict first, the data is read once
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
-}  // namespace
-
-PeakResult measure_hbm_read(int64_t bytes, int reps) {
-  PeakResult r;
-  r.name = "hbm-read";
-  const int64_t n = bytes / 16;
-  r.bytes = n * 16;
-  DeviceBuffer buf(size_t(r.bytes)), sink(4);
-  Stream st;
-  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x3c, size_t(r.bytes), st.s));
-  int dev = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fa_hbm_read, 512, 0));
-  const unsigned grid = unsigned(sms * std::max(1, per_sm));
-  GpuConfig cfg;
-  cfg.reps = reps;
-  auto launch = [&] {
-    fa_hbm_read<<<grid, 512, 0, st.s>>>(static_cast<const uint4*>(buf.get()), n, sink.as<uint32_t>());
-    CUDA_CHECK(cudaGetLastError());
-  };
-  const std::vector<double> ms = time_launches(cfg, st.s, [] {}, launch);
-  r.ms_median = median(ms);
-  r.reps = int(ms.size());
-  return r;
-}
-
 GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const Forward& fwd,
                                       const Tensor4& dO, const StepOptions& opts, const GpuConfig& cfg) {
   if (!step.launch_backward) throw std::runtime_error("step " + step.id + " has no GPU backward launcher in this build");

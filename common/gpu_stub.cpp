@@ -19,7 +19,7 @@ GpuResult run_on_gpu_drawn(const StepInfo&, const Shape&, uint64_t, const StepOp
                            std::vector<DeviceSample>&) {
   throw std::runtime_error("built without CUDA");
 }
-PeakResult measure_hbm_read(int64_t, int) { throw std::runtime_error("built without CUDA"); }
+std::vector<PeakResult> measure_peaks(int, std::vector<std::string>&) { throw std::runtime_error("built without CUDA"); }
 GpuBackwardResult run_backward_on_gpu(const StepInfo&, const Shape&, const Inputs&, const Forward&, const Tensor4&,
                                       const StepOptions&, const GpuConfig&) {
   throw std::runtime_error("built without CUDA");

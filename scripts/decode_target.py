@@ -91,11 +91,14 @@ def main():
     if rc != 0:
         print("decode_target.py: bench --peaks failed: " + err, file=sys.stderr)
         return 1
-    with open(peaks) as pf:
-        peak = next(csv.DictReader(pf))
-    bw = float(peak["bytes_per_s"])
+    with open(peaks) as pf:  # one row per ceiling (peak, unit, value, amount, reps, ms): the HBM read's
+        peak = next((r for r in csv.DictReader(pf) if r["peak"] == "hbm-read"), None)
+    if peak is None:
+        print("decode_target.py: bench --peaks wrote no hbm-read row", file=sys.stderr)
+        return 1
+    bw = float(peak["value"])
     w.writerow({**base, "kind": "hbm-read", "backend": "bench --peaks", "us": float(peak["ms"]) * 1e3,
-                "cache_bytes": peak["bytes"], "bytes_per_s": bw, "pct_of_measured_bw": 100.0, "note": "streaming read"})
+                "cache_bytes": peak["amount"], "bytes_per_s": bw, "pct_of_measured_bw": 100.0, "note": "streaming read"})
     f.flush()
     print(f"decode_target.py: HBM read {bw / 1e12:.3f} TB/s", file=sys.stderr)
 

@@ -4,8 +4,9 @@
 # through scripts/ncu_ledger.py (which holds the metric list), and scripts/peers.py.
 #   1. build everything;  2. the whole test suite, GPU tests included;
 #   3. compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step at a small shape;
-#   4. the tour, and every step over N = 512 ... 16k on FlashAttention's benchmark shapes
-#      (B·N = 16k, H·d = 2048) with `bench`;
+#   4. the GPU's measured ceilings (`bench --peaks`: HBM, L2, shared memory, tensor cores, FMA,
+#      ex2, barriers, atomics, latencies, launch), the tour, and every step over N = 512 ... 16k on
+#      FlashAttention's benchmark shapes (B·N = 16k, H·d = 2048) with `bench`;
 #   5. Nsight Compute: bytes requested from global memory, L2 and DRAM bytes, beside the ledger;
 #      shared-memory bank conflicts, tensor-pipe use, warp stall reasons, where this ncu offers them;
 #   6. optionally: step 12's ablations, the FlashAttention-2 target matrix, PyTorch's SDPA peers.
@@ -14,6 +15,8 @@
 #                              step program's --csv columns)
 #   ncu_<gpu>_stepNN.csv       per kernel: ledger bytes against Nsight's requested / L2 / DRAM bytes,
 #                              then the extra metrics (docs/profiling.md reads them)
+#   peaks_<gpu>.csv            bench --peaks: one row per measured ceiling (date, commit, CUDA versions,
+#                              device, peak, unit, value, amount, reps, ms; docs/profiling.md)
 #   tour_<gpu>.csv             the tour at its default GPU shape
 #   ablation_<gpu>_step12.csv  FA_ABLATIONS=1: step 12 with each of its changes taken out
 #   bench_<gpu>_step12.csv     FA_TARGET=1: step 12 over the FlashAttention-2 target matrix
@@ -100,7 +103,12 @@ while read -r prog vflags; do
 done < <("$B/bench" --list --variants ${FA_SANITIZE_VARIANTS:-all} ${FA_SANITIZE:+--steps $(csv_list $FA_SANITIZE)})
 fi
 
-# ---- 4. the tour and the sweep ---------------------------------------------------------------
+# ---- 4. the ceilings, the tour and the sweep -------------------------------------------------
+# The measured ceilings first, on a GPU nothing else has warmed: what the model divides by.
+say "peaks"
+rm -f "$out/peaks_${slug}.csv"
+"$B/bench" --peaks --commit "$commit" --out "$out/peaks_${slug}.csv" 2>&1 | tee -a "$log" | grep -E '^bench: ' >&2 \
+  || say "bench --peaks failed (see $log)"
 if [ "${FA_TOUR:-1}" = 1 ]; then
   say "tour"
   "$B/tour" --csv --reps 10 2>>"$log" | sed "1s/^/date,commit,cuda,driver,/; 2,\$s/^/$date_utc,$commit,$cuda,$driver,/" >"$out/tour_${slug}.csv"

@@ -659,6 +659,104 @@ TEST_CASE("step 17 appends the new tokens' keys and values into the cache, conti
   CHECK(ran + no.total > 0);
 }
 
+// [peaks] The measured ceilings (common/peaks.cu) against what the device can do at most: its SM
+// count and peak clock times a per-clock rate per SM (NVIDIA's tables; the tensor and FMA tables are
+// common/roofline.cpp's), and for HBM its bus width × memory clock × 2. A row must lie in
+// (0, 1.1 × ceiling] — above it the benchmark counts work it does not do — and above 20 % of it —
+// below, the work was optimized away or the benchmark is mis-sized (launch overhead, too few loads
+// in flight). Rows without a tabulated ceiling on this architecture are checked against a
+// neighbour where one bounds them, and printed as UNCHECKED otherwise (not passes). Latencies lie in
+// a plausible range.
+TEST_CASE("measured ceilings lie between 20 % and 110 % of what the device's SMs and clocks allow") {
+  const DeviceSpec dev = gpu_device_spec();
+  const GpuCaps caps = gpu_caps();
+  const int cc = dev.cc_major * 10 + dev.cc_minor;
+  const bool known_sm = cc == 75 || cc == 80 || cc == 86 || cc == 87 || cc == 89 || cc == 90;
+  const double per_clk = double(dev.sm_count) * dev.sm_clock_hz;  // SM-clocks per second
+  std::vector<std::string> notes;
+  const std::vector<PeakResult> rows = measure_peaks(5, notes);
+  for (const std::string& n : notes) std::cout << "ABSENT: " << n << "\n";
+  std::map<std::string, PeakResult> by;
+  for (const PeakResult& r : rows) by[r.name] = r;
+
+  // Every benchmark is there, or said why not; mma.sync wherever the code has it, wgmma on an sm_90
+  // whose build has 90 (compiled as 90a).
+  for (const char* name : {"hbm-read", "hbm-write", "l2-read", "smem-read", "smem-write", "ldmatrix", "wmma-f16", "fp32-fma",
+                           "ex2", "barrier", "barrier-latency", "atomic-f32", "hbm-latency", "l2-latency", "launch"}) {
+    CAPTURE(name);
+    CHECK(by.count(name) == 1);
+  }
+  CHECK(by.count("mma-sync-f16") == (caps.usable_cc() >= 80 ? 1u : 0u));
+  const bool built_90 = ("," + caps.built_for + ",").find(",90,") != std::string::npos;
+  if (cc == 90 && built_90) CHECK(by.count("wgmma-f16") == 1);
+  CHECK(rows.size() + notes.size() == 17);
+
+  auto bytes_clk = [&](double b) { return known_sm ? b * per_clk : 0.0; };
+  const double tensor = double(tensor_flops_per_clock_per_sm(dev.cc_major, dev.cc_minor)) * per_clk;
+  const std::map<std::string, double> ceiling = {
+      {"hbm-read", dev.hbm_bytes_per_s},
+      {"hbm-write", dev.hbm_bytes_per_s},
+      {"smem-read", bytes_clk(128)},  // 32 banks × 4 bytes a clock
+      {"smem-write", bytes_clk(128)},
+      {"ldmatrix", bytes_clk(128)},
+      {"wmma-f16", tensor},
+      {"mma-sync-f16", tensor},
+      {"wgmma-f16", tensor},
+      {"fp32-fma", double(fp32_flops_per_clock_per_sm(dev.cc_major, dev.cc_minor)) * per_clk},
+      {"ex2", bytes_clk(16)},  // 16 SFU results a clock per SM on sm_75 ... sm_90
+  };
+  int checked = 0;
+  for (const PeakResult& r : rows) {
+    CAPTURE(r.name);
+    CHECK(r.reps >= 5);
+    CHECK(r.amount > 0);
+    CHECK(r.ms_median > 0);
+    CHECK(std::isfinite(r.value));
+    if (r.unit == "ns" || r.unit == "us") {
+      const bool memory = r.name == "hbm-latency" || r.name == "l2-latency";
+      const double lo = memory ? 50 : r.name == "barrier-latency" ? 1 : 0.5, hi = memory ? 5000 : r.name == "barrier-latency" ? 1000 : 100;
+      std::cout << "LATENCY: " << r.name << " " << r.value << " " << r.unit << " (plausible: " << lo << " .. " << hi << ")\n";
+      CHECK(r.value >= lo);
+      CHECK(r.value <= hi);
+      ++checked;
+      continue;
+    }
+    // Throughput: at least 1 ms a launch, so that the launch itself is noise.
+    CHECK(r.ms_median >= 0.5);
+    const auto it = ceiling.find(r.name);
+    const double c = it == ceiling.end() ? 0.0 : it->second;
+    if (c > 0) {
+      std::cout << "CEILING: " << r.name << " " << r.value << " " << r.unit << " = " << 100.0 * r.value / c << " % of " << c << "\n";
+      CHECK(r.value > 0.2 * c);
+      CHECK(r.value <= 1.1 * c);
+      ++checked;
+    } else if (r.name == "l2-read" && known_sm && by.count("hbm-read")) {
+      // No tabulated L2 rate; but a hit in L2 must beat the DRAM stream, and no SM takes in more than
+      // its L1's 128 bytes a clock.
+      std::cout << "BOUNDED: l2-read " << r.value << " bytes/s, between hbm-read " << by["hbm-read"].value << " and "
+                << bytes_clk(128) << "\n";
+      CHECK(r.value > by["hbm-read"].value);
+      CHECK(r.value <= 1.1 * bytes_clk(128));
+      ++checked;
+    } else if (r.name == "barrier" && by.count("barrier-latency")) {
+      // The whole GPU retires barriers at least as fast as one block alone does.
+      const double one_block = 1e9 / by["barrier-latency"].value;
+      std::cout << "BOUNDED: barrier " << r.value << " barriers/s, above one block's " << one_block << "\n";
+      CHECK(r.value > one_block);
+      ++checked;
+    } else {
+      std::cout << "UNCHECKED: " << r.name << " " << r.value << " " << r.unit << ": no ceiling tabulated for compute capability "
+                << cc_string(cc) << " (not counted as a pass)\n";
+      CHECK(r.value > 0);
+    }
+  }
+  // An L2 hit is clearly quicker than a DRAM miss (a chase whose "L2" lines were still fetched from
+  // DRAM measured 95 % of hbm-latency).
+  if (by.count("hbm-latency") && by.count("l2-latency")) CHECK(by["l2-latency"].value < 0.8 * by["hbm-latency"].value);
+  ++g_ran;
+  CHECK(checked > 0);
+}
+
 int main(int argc, char** argv) {
   // Listing the tests (ctest's discovery at build time) needs no GPU.
   bool listing = false;
