@@ -46,6 +46,15 @@ FA_HD constexpr int64_t rows_with_keys(int64_t N, int64_t Nk, bool causal) {
   return causal ? (N < Nk ? N : Nk) : N;
 }
 
+// How many of the Br rows i0 .. i0 + Br − 1 of a Q tile see at least one key, rows past N
+// included (they see every key): the rows whose running max leaves −inf, for the exps a kernel
+// skips on the others ([rescale-guard]). Without the mask, all Br.
+FA_HD constexpr int64_t tile_rows_with_keys(int64_t i0, int64_t Br, int64_t N, int64_t Nk, bool causal) {
+  if (!causal) return Br;
+  const int64_t blind_end = N - Nk < i0 + Br ? N - Nk : i0 + Br;  // rows i < N − Nk see none
+  return blind_end > i0 ? Br - (blind_end - i0) : Br;
+}
+
 // [tile-class] How the causal mask meets the tile of rows [i0, i1) and columns [j0, j1) (clipped
 // to N and Nk): every entry visible, some masked (the diagonal), or every entry masked.
 // [window] With a window the band has a left edge too, parallel to the diagonal and W keys before

@@ -93,7 +93,7 @@ std::string human_count(double x) {
 void print_ledger(std::ostream& os, const LedgerSet& ls) {
   os << "  " << std::left << std::setw(10) << "kernel" << std::right << std::setw(12) << "gmem read"
      << std::setw(12) << "gmem write" << std::setw(12) << "smem r+w" << std::setw(10) << "barriers"
-     << std::setw(12) << "MMA FLOPs" << std::setw(12) << "FMA FLOPs" << std::setw(11) << "other ops" << std::setw(16) << "S tiles c/m/s"
+     << std::setw(12) << "MMA FLOPs" << std::setw(12) << "FMA FLOPs" << std::setw(11) << "other ops" << std::setw(11) << "exps" << std::setw(16) << "S tiles c/m/s"
      << std::setw(11) << "smem/blk" << "\n";
   auto row = [&](const std::string& name, const Ledger& led) {
     std::ostringstream tiles;
@@ -103,6 +103,7 @@ void print_ledger(std::ostream& os, const LedgerSet& ls) {
        << human_bytes(double(led.smem_read + led.smem_write)) << std::setw(10) << human_count(double(led.barriers))
        << std::setw(12) << human_count(double(led.matmul_flops)) << std::setw(12) << human_count(double(led.cuda_core_flops))
        << std::setw(11) << human_count(double(led.nonmatmul_ops))
+       << std::setw(11) << human_count(double(led.exps))
        << std::setw(16) << tiles.str() << std::setw(11) << human_bytes(double(led.smem_peak)) << "\n";
   };
   for (const auto& [name, led] : ls.kernels) row(name, led);

@@ -13,7 +13,13 @@
 //   cuda_core_flops        matrix-product FLOPs done on CUDA cores instead (step 02's dot products)
 //   nonmatmul_ops          scalar operations on S and P (scale, max, exp, add, mul, ...)
 //   exps                   the exponentials among them (one per S entry computed, plus each row's
-//                          rescale factors): the special-function unit's work, a resource of its own
+//                          rescale factors): the special-function unit's work, a resource of its own.
+//                          Counted as the kernel evaluates them: masked entries where it takes
+//                          exp(−inf) = 0 (not where its loop stops before them: step 01, the naive
+//                          backward); alpha in every lane that computes it (four per row in the
+//                          mma.sync and wgmma layouts); none behind a guard on m = −inf that holds
+//                          ([rescale-guard], steps 02–11: a row's first tile, a row that sees no key);
+//                          the backward's recompute of P; none on a skipped tile
 //   tiles_*                S tiles computed / containing masked entries / skipped
 //   smem_peak              the largest shared-memory footprint of one block, in bytes
 //   workspace              extra global memory the step allocates (S and P in step 01)

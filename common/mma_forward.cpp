@@ -118,6 +118,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                 float& m = wp.m[size_t(lane)][size_t(hr)];
                 const float m_new = std::max(m, gmax);
                 alpha[size_t(lane)][size_t(hr)] = m == -kInf ? 0.0f : std::exp2(m - m_new);  // [rescale-guard]
+                led.exps += m == -kInf ? 0 : 1;  // each of the row's four lanes takes its own alpha
                 m = m_new;
                 wp.l[size_t(lane)][size_t(hr)] *= alpha[size_t(lane)][size_t(hr)];
               }
@@ -127,6 +128,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                   const float m = wp.m[size_t(lane)][size_t(e / 2)];
                   float& v = sf[size_t(n)][size_t(lane)][size_t(e)];
                   v = m == -kInf ? 0.0f : std::exp2(v - m);
+                  led.exps += m == -kInf ? 0 : 1;  // masked entries too (exp2(−inf) = 0)
                   wp.l[size_t(lane)][size_t(e / 2)] += v;
                 }
             for (auto& on : wp.o)  // [deferred]
@@ -192,9 +194,14 @@ LedgerSet closed_form(const Shape& s, const Tiles& sc, const std::string& kernel
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, W = sc.warps();
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
   int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0;
+  // exps: a row (padding included) that sees a key takes exp2 on every entry of the T visited tiles,
+  // masked ones too, and alpha in each of its four lanes on all tiles but the first (m = −inf:
+  // [rescale-guard]); a row that sees none takes none.
+  int64_t exps = 0;
   for (int64_t i = 0; i < Tr; ++i) {
     const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
     pairs += T;
+    exps += T > 0 ? tile_rows_with_keys(i0, Br, N, Nk, s.causal) * (T * Bc + 4 * (T - 1)) : 0;
     for (int64_t j = 0; j < T; ++j) {
       masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);
       diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal) == TileKind::Diagonal;
@@ -211,6 +218,7 @@ LedgerSet closed_form(const Shape& s, const Tiles& sc, const std::string& kernel
   led.barriers = BH * pairs * 2;
   led.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
   led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d) + masked * W * 16 * Bc + N * d + 2 * N);
+  led.exps = BH * exps;
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * diagonal;
   led.tiles_skipped = BH * (Tr * Tc - pairs);

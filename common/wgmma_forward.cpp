@@ -144,6 +144,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                 const float m_new = std::max(m, gmax[size_t(lane)][size_t(hr)] * sl2);
                 const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
                 const float alpha = std::exp2(m - m_use);
+                led.exps += 1 + 2 * (sc.Bc / 8);  // alpha and the lane's p of the row: no guard, every tile
                 m = m_new;
                 float rs = 0.0f;
                 for (int n = 0; n < sc.Bc / 8; ++n)
@@ -277,6 +278,9 @@ LedgerSet closed_form(const Shape& s, const Tiles& sc, const std::string& kernel
   led.barriers = BH * (sc.loads == Loads::Ring ? Tr : pairs + Tr);
   led.matmul_flops = BH * pairs * G * 2 * (2 * 64 * Bc * d);
   led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d) + masked * W * 16 * Bc + N * d + 2 * N);
+  // exps: step 12's, every entry of every visited tile (masked ones too) and alpha in each of a
+  // row's four lanes on every tile.
+  led.exps = BH * pairs * Br * (Bc + 4);
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * diagonal;
   led.tiles_skipped = BH * (Tr * Tc - pairs);

@@ -65,6 +65,7 @@ void split_k_update(const Layout& sc, const Shape& s, SplitKBlock& blk, int64_t 
     blk.mnew.write(0, r, m);
     blk.cold.write(0, r, rescale_factor(m_old, m));  // alpha for now; times l_i below
     led.nonmatmul_ops += W + 3;
+    led.exps += m_old == -kInf ? 0 : 1;  // [rescale-guard]: no exp on a row's first tile
   }
   barrier(led);
   // Pass 2a: each lane reads its 16 values of S into registers (P is about to overwrite S's rows).
@@ -87,6 +88,7 @@ void split_k_update(const Layout& sc, const Shape& s, SplitKBlock& blk, int64_t 
         l += p;
       }
       led.nonmatmul_ops += 3 * 16;
+      led.exps += m == -kInf ? 0 : 16;  // masked entries too (exp(−inf) = 0), unless the row saw no key
       blk.redl.write(w, r, l);
     }
   barrier(led);
@@ -185,6 +187,7 @@ void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64
         l += p;
       }
       lpart[static_cast<size_t>(t)] = l;
+      led.exps += m_new == -kInf ? 0 : half;  // masked entries too (exp(−inf) = 0), unless the row saw no key
     }
     led.nonmatmul_ops += 3 * 16 * sc.Bc;
     for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
@@ -197,6 +200,7 @@ void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64
       blk.mi.write(0, r, m_new);
       blk.li.write(0, r, l_new);
       led.nonmatmul_ops += 5;
+      led.exps += m_old == -kInf ? 0 : 1;  // [rescale-guard]: no exp on a row's first tile
     }
     // [rescale-o] the warp's rows of Õ *= alpha.
     for (int64_t r = 16 * w; r < 16 * w + 16; ++r)

@@ -2,6 +2,7 @@
 // counted ledger against its closed form on many small shapes.
 #include <doctest/doctest.h>
 
+#include "causal.hpp"
 #include "checks.hpp"
 #include "registry.hpp"
 #include "rng.hpp"
@@ -41,6 +42,33 @@ TEST_CASE("counted ledger equals the closed form on many small shapes") {
         INFO(diff);
         CHECK(diff.empty());
       }
+}
+
+TEST_CASE("every forward exponentiates each visible entry at least once, and no kernel counts more exps than scalar ops") {
+  // A lower bound no schedule can beat: softmax needs exp of every S entry a row sees (without the
+  // mask, all B·H·N·Nk). And an exp is one of the scalar operations on S and P, so each kernel's
+  // exps are at most its nonmatmul_ops. Counted by the blueprints, on random small shapes.
+  Rng rng(7);
+  int runs = 0;
+  for (const StepInfo* st : all_steps())
+    for (const StepOptions& opt : test::all_options(*st))
+      for (int t = 0; t < 12; ++t) {
+        const Shape s = test::random_small_shape(rng, t);
+        const std::string shape = s.str();
+        CAPTURE(st->id);
+        CAPTURE(shape);
+        const LedgerSet ls = st->blueprint(s, make_inputs(s, {uint64_t(t)}), opt).ledger;
+        const int64_t vis = s.B * s.H * visible_pairs(s.N, s.Nk, s.causal);
+        CHECK(ls.total().exps >= vis);
+        if (!s.causal) CHECK(ls.total().exps >= s.B * s.H * s.N * s.Nk);
+        for (const auto& [kernel, led] : ls.kernels) {
+          CAPTURE(kernel);
+          CHECK(led.exps >= 0);
+          CHECK(led.exps <= led.nonmatmul_ops);
+        }
+        ++runs;
+      }
+  CHECK(runs >= 12 * 17);
 }
 
 TEST_CASE("the shape matrix covers what docs/anatomy.md asks for") {

@@ -1,6 +1,7 @@
 // The counting views count what they should, and refuse what the GPU would refuse.
 #include <doctest/doctest.h>
 
+#include <sstream>
 #include <stdexcept>
 
 #include "roofline.hpp"
@@ -72,6 +73,30 @@ TEST_CASE("ledger sums, compares and names its differences") {
   s["x"].gmem_write = 3;
   s["y"].gmem_write = 4;
   CHECK(s.total().gmem_write == 7);
+}
+
+TEST_CASE("exps are summed, compared, printed and written like the other counts") {
+  Ledger a, b;
+  a.exps = 5;
+  b.exps = 6;
+  CHECK_FALSE(a == b);
+  CHECK(a.diff(b).find("exps: 5 vs 6") != std::string::npos);
+  a += b;
+  CHECK(a.exps == 11);
+  LedgerSet s;
+  s["x"].exps = 1234;
+  s["x"].nonmatmul_ops = 5678;
+  std::ostringstream table, csv;
+  print_ledger(table, s);
+  const std::string t = table.str();
+  const size_t ops = t.find("other ops"), ex = t.find("exps"), tiles = t.find("S tiles");
+  REQUIRE(ex != std::string::npos);
+  CHECK(ops < ex);  // the column after "other ops"
+  CHECK(ex < tiles);
+  CHECK(t.find("5678       1234") != std::string::npos);  // each right-aligned in its 11 characters
+  write_ledger_csv(csv, s);
+  CHECK(csv.str().find(",exps\n") != std::string::npos);
+  CHECK(csv.str().find(",1234\n") != std::string::npos);
 }
 
 TEST_CASE("the roofline adds each kernel's bound") {

@@ -1,6 +1,8 @@
 // Step 01 on its own: a second tile configuration, the tile classification, and the ledger's shape.
 #include <doctest/doctest.h>
 
+#include <tuple>
+
 #include "checks.hpp"
 #include "../steps/01_naive/schedule.hpp"
 #include "second_config.hpp"
@@ -56,4 +58,20 @@ TEST_CASE("step01: the worked example of docs/01_naive.md (N = Nk = 4096, d = 12
   CHECK(ls.kernels[2].second.gmem_read == 100663296);
   CHECK(ls.total().gmem_read == 436207616);
   CHECK(ls.total().gmem_write == 101728256);
+}
+
+TEST_CASE("step01: the softmax kernel takes exp twice per visible entry (the sum, then P), the products none") {
+  // Pass 2 sums exp(S − m) and pass 3 computes it again to write P; both loops stop at the row's
+  // visible keys, so masked keys take none. Counted by the blueprint, causal and not, Nk < N and >.
+  for (const auto& [n, nk, causal] : {std::tuple{40, 70, false}, {70, 40, true}, {33, 90, true}}) {
+    const test::Case c = test::make_case(2, 3, n, nk, 32, causal, DType::f16);
+    CAPTURE(c.name());
+    const BlueprintResult r = blueprint(c.shape, make_inputs(c.shape, c.inputs), kSchedule);
+    const int64_t vis = 2 * 3 * visible_pairs(n, nk, causal);
+    CHECK(r.ledger.kernels[0].second.exps == 0);  // scores
+    CHECK(r.ledger.kernels[1].second.exps == 2 * vis);
+    CHECK(r.ledger.kernels[2].second.exps == 0);  // pv
+    if (!causal) CHECK(r.ledger.total().exps == 2 * int64_t(2 * 3) * n * nk);
+    else CHECK(r.ledger.total().exps < 2 * int64_t(2 * 3) * n * nk);
+  }
 }

@@ -37,3 +37,16 @@ TEST_CASE("step 02: the counted blueprint equals the closed form and the referen
   INFO(chk.summary());
   CHECK(chk.pass);
 }
+
+TEST_CASE("step 02: exp of every visible score, and alpha on every key but a row's first") {
+  // p = exp(s − m_new) per visible key; alpha = exp(m − m_new) per key too, except the first, where
+  // m = −inf and the guard gives 0 without an exp ([rescale-guard]). Rows that see no key: none.
+  for (const bool causal : {false, true}) {
+    const test::Case c = test::make_case(1, 2, 90, 40, 32, causal, DType::bf16);
+    CAPTURE(c.name());
+    const Ledger a = step02::blueprint(c.shape, make_inputs(c.shape, c.inputs)).ledger.total();
+    const int64_t vis = 2 * visible_pairs(90, 40, causal), rows = 2 * rows_with_keys(90, 40, causal);
+    CHECK(a.exps == 2 * vis - rows);
+    CHECK(rows == (causal ? 2 * 40 : 2 * 90));
+  }
+}

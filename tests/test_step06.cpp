@@ -26,3 +26,20 @@ TEST_CASE("step 06 removes the per-tile normalization: the same HBM bytes as ste
   CHECK(six.nonmatmul_ops < five.nonmatmul_ops);
   CHECK(six.smem_read + six.smem_write < five.smem_read + five.smem_write);
 }
+
+TEST_CASE("step 06: exps per row, counted: every entry of every tile, alpha on every tile but the first") {
+  // Br = Bc = 32. A row that sees a key (padding rows past N too: their Q is 0, their S finite)
+  // takes Bc exps per tile and alpha from its second tile on; a row that sees none keeps
+  // m = −inf and takes none ([rescale-guard]).
+  struct Want { int64_t n, nk; bool causal; int64_t exps; };
+  for (const Want& w : {Want{32, 32, false, 32 * 32},              // one tile: no alpha at all
+                        Want{32, 64, false, 32 * (2 * 32 + 1)},    // two tiles: one alpha per row
+                        Want{20, 40, false, 32 * (2 * 32 + 1)},    // ragged: 12 padding rows count, 24 padding keys too
+                        Want{40, 10, true, (64 - 30) * 32}}) {     // rows 0..29 see no key
+    const test::Case c = test::make_case(1, 1, w.n, w.nk, 32, w.causal, DType::f16);
+    CAPTURE(c.name());
+    const Ledger a = step06::blueprint(c.shape, make_inputs(c.shape, c.inputs), step06::kSchedule).ledger.total();
+    CHECK(a.exps == w.exps);
+    CHECK(a.exps >= visible_pairs(w.n, w.nk, w.causal));
+  }
+}

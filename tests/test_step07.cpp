@@ -36,6 +36,28 @@ TEST_CASE("step 07 skips about half the tiles when causal, and nothing without t
   CHECK(step07::closed_form(s, step07::kSchedule).total().gmem_read == step06::closed_form(s, step06::kSchedule).total().gmem_read);
 }
 
+TEST_CASE("step 07: the skipped tiles take no exps, and without the mask it takes step 06's") {
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 64;
+  s.causal = true;
+  const int64_t six_c = step06::closed_form(s, step06::kSchedule).total().exps;
+  const int64_t seven_c = step07::closed_form(s, step07::kSchedule).total().exps;
+  CHECK(seven_c < six_c);
+  // Rows of Q tile i take exp on (i + 1) tiles of 32 keys and alpha on i of them: about half of 06's.
+  int64_t want = 0;
+  for (int64_t i = 0; i < 4096 / 32; ++i) want += 32 * ((i + 1) * 32 + i);
+  CHECK(seven_c == want);
+  CHECK(seven_c >= visible_pairs(4096, 4096, true));
+  s.causal = false;
+  CHECK(step07::closed_form(s, step07::kSchedule).total().exps == step06::closed_form(s, step06::kSchedule).total().exps);
+  CHECK(step06::closed_form(s, step06::kSchedule).total().exps == 4096 * (128 * 32 + 127));
+  // Counted, causal with Nk < N: Q tiles that see no key visit nothing and take nothing.
+  const test::Case c = test::make_case(1, 2, 100, 20, 32, true, DType::bf16);
+  const Ledger a = step07::blueprint(c.shape, make_inputs(c.shape, c.inputs), step07::kSchedule).ledger.total();
+  CHECK(a.exps == 2 * (128 - 80) * 32);  // Tr = 4: 128 rows, 80 blind; one K/V tile, no alpha
+}
+
 TEST_CASE("step 07: Q tiles whose rows see no key visit no K/V tile") {
   // N = 100, Nk = 20: rows 0..79 see nothing; with Br = 32 the first two Q tiles are skipped whole.
   CHECK(kv_tiles_for(0, 32, 100, 20, 32, true) == 0);

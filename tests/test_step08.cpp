@@ -74,6 +74,45 @@ TEST_CASE("step 08: worked example of the fused ledger (docs/08_backward.md)") {
   CHECK(44 * NN == 738197504);
 }
 
+TEST_CASE("step 08: the backward's recompute of P counts its exps") {
+  // fused: P = exp(scale·S − L) on every entry of every visited (K/V tile, Q tile) pair, masked
+  // ones too (zeroed after the exp), padding rows too (L = +inf there: exp gives 0); naive: its P
+  // kernel on the visible entries only. Counted by the blueprints.
+  const StepInfo* st = nullptr;
+  for (const StepInfo* x : all_steps()) if (x->id == "08") st = x;
+  REQUIRE(st != nullptr);
+  auto exps_of = [](const LedgerSet& ls, const std::string& kernel) {
+    for (const auto& [name, led] : ls.kernels)
+      if (name == kernel) return led.exps;
+    return int64_t(-1);
+  };
+  for (const bool causal : {false, true}) {
+    const test::Case c = test::make_case(1, 2, 70, 90, 32, causal, DType::f16);
+    CAPTURE(c.name());
+    const Inputs in = make_inputs(c.shape, c.inputs);
+    const Forward fwd = st->blueprint(c.shape, in, st->default_options()).out;
+    const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed);
+    const LedgerSet fused = step08::blueprint_fused(c.shape, in, fwd, dO, step08::kSchedule).ledger;
+    const LedgerSet naive = step08::blueprint_naive(c.shape, in, fwd, dO).ledger;
+    const int64_t vis = 2 * visible_pairs(70, 90, causal);
+    CHECK(fused.total().exps >= vis);
+    CHECK(exps_of(fused, "bwd_kv") == fused.total().exps);  // the recompute is the only exp
+    CHECK(naive.total().exps == vis);
+    CHECK(exps_of(naive, "naive_p") == vis);
+    if (!causal) CHECK(fused.total().exps == 2 * 96 * 96);  // 3 × 3 tiles of 32 × 32, padding included
+  }
+  // N = Nk = 4096: one exp per (i, j) without the mask; with it, the skipped tiles take none.
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  const int64_t full = step08::closed_form_fused(s, step08::kSchedule).total().exps;
+  s.causal = true;
+  const int64_t causal = step08::closed_form_fused(s, step08::kSchedule).total().exps;
+  CHECK(full == int64_t(4096) * 4096);
+  CHECK(causal == int64_t(128) * 129 / 2 * 32 * 32);
+  CHECK(causal < full);
+}
+
 TEST_CASE("step 08: a gradient element below fp16's smallest subnormal, stored as 0, passes (N = 1, Nk = 3000)") {
   // One query that sees 3000 keys: some dV elements are smaller than fp16's smallest subnormal
   // (5.96e-08) and round to ±0. The relative tolerance 4u·mag alone rejected that once; the floor

@@ -35,3 +35,19 @@ TEST_CASE("step 09: shared memory holds K and V only, the products stay those of
   CHECK(nine.barriers == 8192);
 }
 
+
+TEST_CASE("step 09: exps, counted: every entry of a visited tile, alpha in four lanes per row but on its first tile") {
+  // The kernel guards both exp2s on m = −inf ([rescale-guard]): a row's first tile takes no alpha,
+  // a row that sees no key takes nothing.
+  const step09::Schedule s9{16, 32};
+  struct Want { int64_t n, nk; bool causal; int64_t exps; };
+  for (const Want& w : {Want{16, 32, false, 16 * 32}, Want{16, 64, false, 16 * (2 * 32 + 4)},
+                        Want{10, 40, false, 16 * (2 * 32 + 4)},   // ragged: 6 padding rows count
+                        Want{20, 8, true, (4 + 16) * 32}}) {      // rows 0..11 see no key: 4 of Q tile 0's 16 do
+    const test::Case c = test::make_case(1, 1, w.n, w.nk, 32, w.causal, DType::bf16);
+    CAPTURE(c.name());
+    const Ledger a = step09::blueprint(c.shape, make_inputs(c.shape, c.inputs), s9).ledger.total();
+    CHECK(a.exps == w.exps);
+    CHECK(a.exps >= visible_pairs(w.n, w.nk, w.causal));
+  }
+}

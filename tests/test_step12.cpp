@@ -46,6 +46,9 @@ TEST_CASE("step 12: with step 11's tiles the same HBM bytes and products as step
     CHECK(same.matmul_flops == eleven.matmul_flops);
     CHECK(2 * same.barriers == eleven.barriers);  // one barrier per tile instead of two
     CHECK(same.smem_peak == (64 + 4 * 64) * 128 * 2);  // Q, then two stages of K and V
+    // exps: the same entries; step 12 also takes alpha on a row's first tile (no guard: exp2 of
+    // −inf), in each of the row's four lanes — 4 per row of the 16 Q tiles of 64 rows.
+    CHECK(same.exps - eleven.exps == 16 * 64 * 4);
   }
   // Its own tiles at d = 128 (Br = 128, Bc = 64, four warps of 32 rows), N = 4096, no mask.
   Shape s;
@@ -62,6 +65,32 @@ TEST_CASE("step 12: with step 11's tiles the same HBM bytes and products as step
   CHECK(8 * (twelve.smem_read - q_and_o) == 5 * eleven.smem_read);
   CHECK(twelve.smem_peak == 98304);
   CHECK(step12::smem_bytes(step12::schedule_for(64), 64) == 81920);
+}
+
+TEST_CASE("step 12: exps, counted: Bc per row and 4 alphas per row (one per lane of its group) on every visited tile") {
+  const step12::Schedule sc{32, 32, 1};
+  struct Want { int64_t n, nk; bool causal; int64_t exps; };
+  for (const Want& w : {Want{32, 32, false, 32 * (32 + 4)}, Want{32, 64, false, 32 * 2 * (32 + 4)},
+                        Want{20, 40, false, 32 * 2 * (32 + 4)},   // ragged: padding rows and keys count
+                        Want{64, 64, true, 3 * 32 * (32 + 4)},    // the tile right of the diagonal is skipped
+                        Want{64, 20, true, 32 * (32 + 4)}}) {     // Q tile 0 sees no key: skipped whole
+    const test::Case c = test::make_case(1, 1, w.n, w.nk, 32, w.causal, DType::f16);
+    CAPTURE(c.name());
+    const Ledger a = step12::blueprint(c.shape, make_inputs(c.shape, c.inputs), sc).ledger.total();
+    CHECK(a.exps == w.exps);
+    CHECK(a.exps >= visible_pairs(w.n, w.nk, w.causal));
+  }
+  // Causal at N = Nk = 4096 (its own tiles): about half the exps of the unmasked run.
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  const int64_t full = step12::closed_form(s, step12::kSchedule).total().exps;
+  s.causal = true;
+  const int64_t causal = step12::closed_form(s, step12::kSchedule).total().exps;
+  CHECK(full == int64_t(4096) * (4096 + 4 * 64));
+  CHECK(causal < full);
+  CHECK(double(causal) / double(full) > 0.5);
+  CHECK(double(causal) / double(full) < 0.52);
 }
 
 TEST_CASE("step 12: the XOR-stepped ldmatrix and cp.async addresses are swizzle()'s places") {

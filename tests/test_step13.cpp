@@ -344,3 +344,31 @@ TEST_CASE("step 13: its ledger at N = 4096, d = 128 against step 08's, and its s
   CHECK(step13::smem_bytes(step13::schedule_for(32), 32) == 116736);    // 114.0 KB: over sm_86's 99 KB
   CHECK(step13::smem_bytes(step13::schedule_for(16), 16) == 92160);     //  90.0 KB: under it
 }
+
+TEST_CASE("step 13: the backward's recompute of Pᵀ counts its exps: every entry of every visited tile") {
+  const StepInfo& st = step13::info();
+  for (const bool causal : {false, true}) {
+    const test::Case c = test::make_case(1, 2, 70, 150, 64, causal, DType::f16);
+    CAPTURE(c.name());
+    const Prepared p = prepare(c.shape, c.inputs);
+    const LedgerSet ls = st.backward_blueprint(c.shape, p.in, p.fwd, p.dO, {}).ledger;
+    const int64_t vis = 2 * visible_pairs(70, 150, causal);
+    CHECK(ls.total().exps >= vis);
+    for (const auto& [name, led] : ls.kernels) {
+      CAPTURE(name);
+      CHECK(led.exps == (name == "bwd_kv" ? ls.total().exps : 0));  // the recompute is the only exp
+      CHECK(led.exps <= led.nonmatmul_ops);
+    }
+    // Without the mask: ⌈150/128⌉ = 2 K/V tiles of 128 keys × ⌈70/64⌉ = 2 Q tiles of 64, padding included.
+    if (!causal) CHECK(ls.total().exps == 2 * (2 * 128) * (2 * 64));
+  }
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  const int64_t full = st.backward_closed_form(s, {}).total().exps;
+  s.causal = true;
+  const int64_t causal = st.backward_closed_form(s, {}).total().exps;
+  CHECK(full == int64_t(4096) * 4096);
+  CHECK(causal < full);
+  CHECK(causal >= visible_pairs(4096, 4096, true));
+}

@@ -177,3 +177,26 @@ TEST_CASE("step 17 refuses bad decoding input with a message naming the flag") {
   pl.block_table[0] = int32_t(pl.num_pages);  // sequence 0's first page
   CHECK(decode::validate(pl, 64).find("outside the pool") != std::string::npos);
 }
+
+TEST_CASE("step 17: exps — every key a row sees at least once in the split kernel, and the combine's two per split and row") {
+  // The combine takes exp(L_s − m) for the sum and exp(L_s − L) for the weights, for each of a
+  // row's splits; every decoding row sees at least its own token. Fused or a kernel: the same exps.
+  for (const test::Case& c : test::decode_matrix()) {
+    const Shape& s = c.shape;
+    CAPTURE(c.name());
+    int64_t vis = 0;  // (row, key) pairs the rows see, over every query head
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t i = 0; i < s.N; ++i) vis += s.H * std::max<int64_t>(0, s.last_visible_key(i, b) - s.first_visible_key(i, b) + 1);
+    const Inputs in = make_inputs(s, c.inputs);
+    const LedgerSet one = step17::blueprint(s, in, opts("none", "1")).ledger;
+    CHECK(one.total().exps >= vis);
+    const LedgerSet kernel = step17::blueprint(s, in, {{"page-size", "none"}, {"splits", "3"}, {"combine", "kernel"}}).ledger;
+    const LedgerSet fused = step17::blueprint(s, in, {{"page-size", "none"}, {"splits", "3"}, {"combine", "fused"}}).ledger;
+    REQUIRE(kernel.kernels.size() == 2);
+    CHECK(kernel.kernels[1].first == "combine");
+    CHECK(kernel.kernels[1].second.exps == 2 * 3 * s.B * s.H * s.N);
+    CHECK(kernel.kernels[0].second.exps >= vis);
+    CHECK(fused.total().exps == kernel.total().exps);
+    for (const auto& [name, led] : kernel.kernels) CHECK(led.exps <= led.nonmatmul_ops);
+  }
+}

@@ -97,6 +97,7 @@ void softmax_row(const Shape& s, const GlobalMat& S, GlobalMat& P, Tensor4& lse,
     for (int64_t j = t; j < nv; j += kSoftmaxThreads) part[static_cast<size_t>(t)] += std::exp(S.load(i, j) - m);
   }
   led.nonmatmul_ops += 3 * nv;
+  led.exps += nv;  // pass 2's exp, on the visible keys only (the loop stops at nv)
   const float l = block_reduce(fadd);
 
   // lab:begin p-to-hbm: pass 3 of [softmax]: P = exp(S - m) / l for the nv visible keys, 0 for masked ones, the whole row written to P in HBM (docs/01_naive.md)
@@ -104,6 +105,7 @@ void softmax_row(const Shape& s, const GlobalMat& S, GlobalMat& P, Tensor4& lse,
   for (int64_t j = 0; j < s.Nk; ++j) P.store(i, j, j < nv ? std::exp(S.load(i, j) - m) * inv : 0.0f);
   // lab:end
   led.nonmatmul_ops += 3 * nv + 3;  // sub, exp, mul per key; 1/l, log and add per row
+  led.exps += nv;                   // pass 3 computes exp(S - m) again: two per visible entry in all
   lse.at(b, h, i, 0) = m + std::log(l);
   led.gmem_write += 4;
 }
@@ -215,6 +217,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   m.smem_read = BH * rows_vis * 2 * kSoftmaxThreads * kSoftmaxWarps * 4;
   m.barriers = BH * rows_vis * 4;
   m.nonmatmul_ops = BH * (7 * vis + 3 * rows_vis);
+  m.exps = BH * 2 * vis;  // exp(S - m) in pass 2 (the sum) and again in pass 3 (P), masked keys never
   m.smem_peak = rows_vis > 0 ? kSoftmaxWarps * 4 : 0;
   m.workspace = p_bytes(s);
 

@@ -36,6 +36,7 @@ void row(const Shape& s, const GlobalMat& Q, const GlobalMat& K, const GlobalMat
     // lab:end
     led.cuda_core_flops += 4 * d;  // the dot product and p·v: two FMAs per element
     led.nonmatmul_ops += 7 + d;    // max, 2×(sub, exp), l's mul and add; o's rescale
+    led.exps += j == 0 ? 1 : 2;    // p, and alpha but on the first key (m = −inf: [rescale-guard])
   }
   if (nv == 0) {  // a row that sees no key: O = 0, L = +inf
     for (int64_t c = 0; c < d; ++c) O.store(i, c, 0.0f);
@@ -77,6 +78,7 @@ LedgerSet closed_form(const Shape& s) {
   led.gmem_write = BH * (N * d * 2 + N * 4);           // O and L
   led.cuda_core_flops = BH * vis * 4 * d;
   led.nonmatmul_ops = BH * (vis * (7 + d) + rows_vis * (d + 2));
+  led.exps = BH * (2 * vis - rows_vis);  // p per key, alpha per key but a row's first
   return ls;
 }
 

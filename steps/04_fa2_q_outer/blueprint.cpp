@@ -98,6 +98,11 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   led.barriers = BH * (pairs * (1 + 7 + W) + Tr);
   led.matmul_flops = BH * pairs * W * R * (d / 16) * 2 * flops;
   led.nonmatmul_ops = BH * (pairs * (Br * Bc + 2 * Br * Bc + Br * (W + 3) + 3 * Br * Bc + Br * (W + 2) + 2 * Br * d) + 2 * N);
+  // exps: the Tr·Br rows (padding included) that see a key take exp on every entry of every tile,
+  // masked ones too, and alpha on every tile but their first (m = −inf: [rescale-guard]); a row that
+  // sees none keeps m = −inf and takes none.
+  const int64_t rows_seeing = Tr * Br - (N - rows_with_keys(N, Nk, s.causal));
+  led.exps = BH * rows_seeing * (Tc * Bc + Tc - 1);
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
   led.smem_peak = smem_bytes(sc, int(d));

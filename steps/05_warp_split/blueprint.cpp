@@ -66,6 +66,7 @@ void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBloc
         l += p;
       }
       lpart[static_cast<size_t>(t)] = l;
+      led.exps += m_new == -kInf ? 0 : half;  // masked entries too (exp(−inf) = 0), unless the row saw no key
     }
     led.nonmatmul_ops += 3 * 16 * sc.Bc;
     for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
@@ -81,6 +82,7 @@ void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBloc
       blk.li.write(0, r, l_new);
       // lab:end
       led.nonmatmul_ops += 6;
+      led.exps += mold[static_cast<size_t>(t)] == -kInf ? 0 : 1;  // alpha; [rescale-guard]: none on a row's first tile
     }
     // [rescale-o] the warp's rows of O *= alpha·l_i.
     for (int64_t r = 16 * w; r < 16 * w + 16; ++r)
@@ -192,6 +194,11 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool split_q) {
   led.smem_read = BH * (pairs * r_pair + N * (d * 4 + 8));
   led.barriers = BH * (pairs * barriers_pair + Tr);
   led.nonmatmul_ops = BH * (pairs * ops_pair + 2 * N);
+  // exps: the Tr·Br rows (padding included) that see a key take exp on every entry of every tile,
+  // masked ones too, and alpha on every tile but their first (m = −inf: [rescale-guard]); a row that
+  // sees none keeps m = −inf and takes none.
+  const int64_t rows_seeing = Tr * Br - (N - rows_with_keys(N, Nk, s.causal));
+  led.exps = BH * rows_seeing * (Tc * Bc + Tc - 1);
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * tiles_with_masked_entries(N, Nk, Br, Bc, s.causal);
   led.smem_peak = smem_bytes(sc, int(d));

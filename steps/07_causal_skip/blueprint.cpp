@@ -90,9 +90,11 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   const int64_t Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
   const int64_t frag2 = 16 * 16 * 2, frag4 = 16 * 16 * 4, flops = 2 * 16 * 16 * 16;
   int64_t pairs = 0, masked = 0, diagonal = 0, kv_rows = 0;  // kv_rows: K/V rows inside Nk, summed over visits
+  int64_t exps = 0;  // the rows that see a key: exp on every entry of the T visited tiles, alpha on all but the first
   for (int64_t i = 0; i < Tr; ++i) {
     const int64_t i0 = i * Br, i1 = std::min(i0 + Br, N), T = kv_tiles_for(i0, i1, N, Nk, Bc, s.causal);
     pairs += T;
+    exps += T > 0 ? tile_rows_with_keys(i0, Br, N, Nk, s.causal) * (T * Bc + T - 1) : 0;
     for (int64_t j = 0; j < T; ++j) {
       masked += needs_mask(i0, i1, j * Bc, N, Nk, Bc, s.causal);
       diagonal += classify_tile(i0, i1, j * Bc, std::min((j + 1) * Bc, Nk), N, Nk, s.causal) == TileKind::Diagonal;
@@ -111,6 +113,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc) {
   led.barriers = BH * (pairs * 2 + Tr);
   led.matmul_flops = BH * pairs * W * C * (d / 16) * 2 * flops;
   led.nonmatmul_ops = BH * (pairs * (Br * Bc + 4 * Br * Bc + 5 * Br + Br * d) + masked * Br * Bc + N * d + 2 * N);
+  led.exps = BH * exps;  // skipped tiles take none
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * diagonal;
   led.tiles_skipped = BH * (Tr * Tc - pairs);

@@ -122,6 +122,7 @@ BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const 
             }
           // lab:end
           Lkv.nonmatmul_ops += (masked ? 6 : 5) * sc.Br * sc.Bc;
+          Lkv.exps += sc.Br * sc.Bc;  // the recompute of P: every entry, masked ones too (zeroed after the exp)
           barrier(Lkv);
           // [dkdv] dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i.
           // lab:begin dkdv: [dkdv]: into the register accumulators of output fragment (fm, fn): dv += Pᵀ dO_i and dk += dSᵀ Q_i over the tile's rows, 16 at a time (transposed fragments of Ps, dSs)
@@ -216,6 +217,7 @@ LedgerSet closed_form_fused(const Shape& s, const Schedule& sc) {
   kv.barriers = BH * (pairs * 4 + Tc * 4);
   kv.matmul_flops = BH * pairs * (RF * KF * (d / 16) * 2 + KF * DF * (Br / 16) * 2 + RF * DF * KF) * kFragFlops;
   kv.nonmatmul_ops = BH * (pairs * 5 * Br * Bc + masked * Br * Bc + Nk * d);
+  kv.exps = BH * pairs * Br * Bc;  // P recomputed on every entry of every visited tile
   kv.tiles_computed = BH * pairs;
   kv.tiles_masked = BH * diagonal;
   kv.tiles_skipped = BH * skipped;
@@ -325,6 +327,7 @@ BackwardBlueprintResult blueprint_naive(const Shape& s, const Inputs& in, const 
                 const bool vis = j < visible_keys(i, N, Nk, s.causal);
                 P.store(i, j, vis ? std::exp(scale * t.Cs.read(r, c) - Ls.read(0, r)) : 0.0f);
                 Lp.nonmatmul_ops += vis ? 4 : 1;
+                Lp.exps += vis ? 1 : 0;  // masked entries are written 0 without an exp
               }
           }
       }
@@ -402,6 +405,7 @@ LedgerSet closed_form_naive(const Shape& s) {
   p.smem_read += BH * (2 * vis * 4 - N * Nk * 4);  // S and L are read only where P is visible
   p.gmem_write = BH * N * Nk * e;
   p.nonmatmul_ops = BH * (N * Nk + 3 * vis);
+  p.exps = BH * vis;  // P on the visible entries only
   p.smem_peak += G * 4;
   p.workspace = naive_workspace(BH, N, Nk);
   Ledger& dp = ls["naive_dp"] = gemm_ledger(BH, N, Nk, d, e, e);

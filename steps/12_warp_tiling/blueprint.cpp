@@ -140,6 +140,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   const float m_new = std::max(m, mx * sl2);
                   const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
                   const float alpha = std::exp2(m - m_use);
+                  led.exps += 1 + 2 * (sc.Bc / 8);  // alpha and the lane's p of the row: no guard, every tile
                   m = m_new;
                   float rs = 0.0f;
                   for (int64_t n = 0; n < sc.Bc / 8; ++n)
@@ -274,6 +275,9 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
   led.matmul_flops = BH * pairs * mmas_pair * 2 * 16 * 8 * 16;
   const int64_t drop_ops = float(s.dropout) > 0.0f ? 2 * 16 * Bc : 0;  // [dropout] per m16 tile and pair
   led.nonmatmul_ops = BH * (pairs * W * MT * (16 * Bc * 5 + 48 + 16 * d + drop_ops) + masked * W * MT * 16 * Bc + N * d + 2 * N);
+  // exps: every entry of every visited tile, masked ones too (exp2(−inf) = 0), and alpha in each of
+  // a row's four lanes on every tile (the m_use guard keeps the exp2: [rescale-guard]); dropout adds none.
+  led.exps = BH * pairs * Br * (Bc + 4);
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * diagonal;
   led.tiles_skipped = BH * (Tr * Tc - pairs);

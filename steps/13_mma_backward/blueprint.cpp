@@ -332,6 +332,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               }
               // lab:end
               Lkv.nonmatmul_ops += 32 * QW * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));
+              Lkv.exps += 32 * QW;  // the recompute of Pᵀ: every entry of the warp's 32 keys × QW queries, masked ones too
             }
             barrier(Lkv);  // [two-barriers] Pᵀ and dSᵀ of tile i are whole
             dq_step(it, gh);
@@ -469,6 +470,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, bool det) {
   kv.matmul_flops = BH * pairs * W *
                     ((d / 16) * (QW / 16) * 8 + (Br / 16) * (DW / 16) * (KD / 16) * 4 + (Bc / 16) * (kDims / 16) * QM * 2) * kMmaFlops;
   kv.nonmatmul_ops = BH * (pairs * W * 16 * Br * (5 + (drop ? 3 : 0)) + masked * W * 16 * Br) + BHk * Tc * Bc * d;
+  kv.exps = BH * pairs * W * 16 * Br;  // Pᵀ recomputed on every entry of every visited tile; dropout adds none
   kv.tiles_computed = BH * pairs;
   kv.tiles_masked = BH * diagonal;
   kv.tiles_skipped = BH * skipped;

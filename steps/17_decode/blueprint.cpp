@@ -211,6 +211,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
               }
               // lab:end
               led.nonmatmul_ops += 16 * KW * (masked ? 6 : 5) + 3 * 16 + 16 * d;
+              led.exps += 16 * (KW + 4);  // per row: p on its KW keys, masked ones too; alpha in each of its four lanes
             }
             barrier(led);  // every warp is done with tile j's stage
           }
@@ -242,6 +243,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
                   // lab:end
                 }
                 led.nonmatmul_ops += 16 * (2 * d + 6);
+                led.exps += 16 * 4 * 2;  // per row, in each of its four lanes: the two sides' exp2(m − m_new)
               }
           }
           // [final-divide] The split's O and L: the answer with one split, else its partial.
@@ -291,6 +293,9 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
       for (int64_t c = 0; c < d; ++c) Og.store(qr, c, float(merged[size_t(c)]));
       Lg.store(qr, 0, float(L));
       comb.nonmatmul_ops += splits * (d + 3) + 2;
+      bool seen = false;  // [merge]: a row whose splits all saw no key (every L_s = −inf) takes no exp
+      for (const auto& part : parts) seen = seen || part.lse != -kInf;
+      comb.exps += seen ? 2 * splits : 0;  // exp(L_s − m) for the sum, then exp(L_s − L) for the weights
     }
   }
   // (res.ledger["combine"] may have moved the split's ledger: find it again.)
@@ -333,10 +338,12 @@ LedgerSet closed_form(const Shape& s, const StepOptions& o) {
             led.tiles_masked += masked;
             led.nonmatmul_ops += kWarps * (16 * KW * (masked ? 6 : 5) + 3 * 16 + 16 * d);
           }
+          led.exps += T * kWarps * 16 * (KW + 4);
           if (SL > 1) {
             led.smem_write += (kWarps - RT) * 16 * (d + 2) * 4;
             led.smem_read += RT * (SL - 1) * 16 * (d + 2) * 4;
             led.nonmatmul_ops += RT * (SL - 1) * 16 * (2 * d + 6);
+            led.exps += RT * (SL - 1) * 16 * 8;
           }
           led.gmem_write += splits == 1 ? rows * (d * 2 + 4) : rows * (d * 4 + 4);
           led.nonmatmul_ops += rows * (d + 2);
@@ -353,6 +360,10 @@ LedgerSet closed_form(const Shape& s, const StepOptions& o) {
     comb.gmem_read += rows * splits * (d + 1) * 4;
     comb.gmem_write += rows * (d * 2 + 4);
     comb.nonmatmul_ops += rows * (splits * (d + 3) + 2);
+    int64_t seen = 0;  // query rows that see a key: the others' splits all have L_s = −inf
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < N; ++i) seen += s.last_visible_key(i, b) >= 0;
+    comb.exps += H * seen * 2 * splits;
   }
   return ls;
 }
