@@ -96,6 +96,12 @@ target_link_libraries(tour PRIVATE fa_registry)
 target_compile_options(tour PRIVATE ${FA_CXX_WARNINGS})
 set_target_properties(tour PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 
+# model: the per-resource model re-applied to measured rows, on any machine (docs/anatomy.md).
+add_executable(model ${PROJECT_SOURCE_DIR}/common/model_tool.cpp)
+target_link_libraries(model PRIVATE fa_registry)
+target_compile_options(model PRIVATE ${FA_CXX_WARNINGS})
+set_target_properties(model PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+
 # bench: chosen steps over a sweep of shapes, one CSV row per run, resumable (docs/profiling.md).
 add_executable(bench ${PROJECT_SOURCE_DIR}/common/bench.cpp)
 target_link_libraries(bench PRIVATE fa_registry)

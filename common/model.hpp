@@ -10,8 +10,9 @@
 //     the bytes its resident blocks have requested at once against bandwidth × latency (Little's
 //     law); for the pipes, the resident warps against the warps a scheduler needs to issue every
 //     cycle. Blocks per SM come from the launch's registers, shared memory and threads.
-// The kernel takes the time of its busiest resource, t = max_r work_r / (C_r · a · h_r), plus the
-// launch; the step the sum over its kernels. Every term is kept, so a report says what bounds a
+// The kernel takes the time of its busiest resource, t = max_r work_r / (C_r · a · h_r), or more
+// when too few warps overlap the pipes ([overlap]: t_max + (Σ t_pipe − t_max) / warps per
+// scheduler), plus the launch; the step the sum over its kernels. Every term is kept, so a report says what bounds a
 // kernel and by how much the next resource trails it.
 #pragma once
 #include <iosfwd>
@@ -81,6 +82,9 @@ struct KernelModel {
   double ms = 0;           // max of the terms + the launch
   std::string bound_by;
   double runner_up = 0;    // how far the next term trails: its ms / the bound's ms
+  // [overlap] the pipes' terms one after another, the warps per scheduler that overlap them, and
+  // what is left: max + (sum − max) / warps per scheduler
+  double serial_ms = 0, warps_per_scheduler = 1, overlap_ms = 0;
 };
 
 struct ModelPrediction {

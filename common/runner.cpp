@@ -81,17 +81,13 @@ LedgerSet all_kernels(const RunRecord& r) {
   return all;
 }
 
-namespace {
-
 // [model] The bytes of the problem's tensors, what HBM must deliver at least once: Q, K, V, O in
 // the storage type and L in fp32; for a backward also dO, dQ, dK, dV.
-double tensor_bytes(const Shape& s, bool backward) {
+double model_tensor_bytes(const Shape& s, bool backward) {
   const double q = double(s.B) * s.H * s.N * s.d, kv = double(s.B) * s.hkv() * s.Nk * s.d, l = double(s.B) * s.H * s.N;
   const double fwd = 2 * (2 * q + 2 * kv) + 4 * l;
   return backward ? fwd + 2 * (2 * q + 2 * kv) + 4 * l : fwd;
 }
-
-}  // namespace
 
 namespace {
 
@@ -147,7 +143,7 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
   if (r.has_saved) r.saved_predicted = predict(r.saved_ledger, dev);
   r.bwd_check = check_backward(s, in, dO, ref, grads);
   r.bwd_predicted = predict(r.bwd_ledger, dev);
-  r.bwd_model = model_predict(r.bwd_ledger, r.bwd_launches, step.unit(o.step), default_ceilings(dev), tensor_bytes(s, true));
+  r.bwd_model = model_predict(r.bwd_ledger, r.bwd_launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, true));
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/do.npy", s.dtype, dO);
     write_npy_storage(o.save_dir + "/dq.npy", s.dtype, grads.dq);
@@ -253,7 +249,7 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     r.predicted = predict(r.ledger, dev);
     r.launches = std::move(g.launches);
     r.launches_note = g.launches_note;
-    r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), tensor_bytes(s, false));
+    r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false));
     return r;
   }
   const Inputs in = make_inputs(s, InputSpec{o.seed});
@@ -300,7 +296,7 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   r.check = check_forward(s, in, ref, out);
   r.predicted = predict(r.ledger, dev);
   if (!on_gpu) r.launches_note = "a CPU run launches nothing";
-  r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), tensor_bytes(s, false));
+  r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false));
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/q.npy", s.dtype, in.q);
     write_npy_storage(o.save_dir + "/k.npy", s.dtype, in.k);

@@ -91,6 +91,10 @@ std::string csv_row(const RunRecord& r);
 // (what --ledger-csv writes).
 LedgerSet all_kernels(const RunRecord& r);
 
+// [model] The bytes of a problem's tensors (Q, K, V, O, L; the gradients too for a backward): the
+// least HBM must deliver, the model's cap on a kernel's reads from HBM.
+double model_tensor_bytes(const Shape& s, bool backward);
+
 // Runs one step on one shape on the chosen backend and checks it (used by the program and tests).
 RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu);
 

@@ -1,0 +1,215 @@
+// The per-resource model (common/model.hpp): occupancy, coverage, each term against its formula,
+// the overlap rule, the ceilings file and the recorded launches' round trip.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "launches.hpp"
+#include "model.hpp"
+#include "problem.hpp"
+#include "runner.hpp"
+
+using namespace fa;
+
+namespace {
+
+// An H200-like device with round numbers, so each term can be worked out by hand.
+Ceilings round_device() {
+  DeviceSpec d = h200_datasheet();
+  d.sm_clock_hz = 2e9;
+  Ceilings c = ceilings_for(d);
+  c.sms = 100;
+  c.smem_per_sm = 228 * 1024;
+  c.hbm_read = c.hbm_write = 4e12;
+  c.l2_read = 1e13;
+  c.smem_read = c.smem_write = c.ldmatrix = 3e13;
+  c.wmma = c.mma_sync = 6e14;
+  c.wgmma = 9e14;
+  c.fma = 5e13;
+  c.ex2 = 4e12;
+  c.issue = 8e11;
+  c.barrier = 3e10;
+  c.atomic = 1e12;
+  c.hbm_latency_ns = 350;
+  c.l2_latency_ns = 150;
+  c.barrier_latency_ns = 10;
+  c.launch_us = 0;  // no launch cost: the terms alone
+  return c;
+}
+
+KernelLaunch launch(const std::string& name, int64_t blocks, int threads, int regs, int64_t smem) {
+  KernelLaunch k;
+  k.name = name;
+  k.blocks = blocks;
+  k.threads = threads;
+  k.regs = regs;
+  k.smem = smem;
+  return k;
+}
+
+const Term* term(const KernelModel& k, const std::string& r) {
+  for (const Term& t : k.terms)
+    if (t.resource == r) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("model: blocks per SM come from the scarcest of threads, registers and shared memory") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["k"].matmul_flops = 1'000'000'000;
+  struct Case { KernelLaunch l; int want; const char* limit; };
+  const Case cases[] = {
+      {launch("k", 10000, 128, 255, 0), 2, "registers"},        // 256 regs/thread·128 = 32k: two fit in 64k
+      {launch("k", 10000, 128, 32, 100 * 1024), 2, "shared memory"},  // (100 KB + 1 KB) twice in 228 KB
+      {launch("k", 10000, 1024, 32, 0), 2, "threads"},          // 2048 threads per SM
+      {launch("k", 10000, 32, 16, 0), 32, "blocks"},            // at most 32 blocks
+  };
+  for (const Case& x : cases) {
+    const ModelPrediction m = model_predict(ls, {x.l}, MmaUnit::mma_sync, c);
+    REQUIRE(m.kernels.size() == 1);
+    CHECK(m.kernels[0].blocks_per_sm == x.want);
+    CHECK(m.kernels[0].occupancy_limit == x.limit);
+  }
+}
+
+TEST_CASE("model: a grid smaller than the GPU works at its coverage, a thin last wave likewise") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["k"].matmul_flops = 6'000'000'000'000;  // 10 ms at 6e14 FLOP/s on the whole GPU
+  const double full = 6e12 / c.mma_sync * 1e3;
+  const ModelPrediction half = model_predict(ls, {launch("k", 50, 512, 64, 0)}, MmaUnit::mma_sync, c);
+  CHECK(half.kernels[0].coverage == doctest::Approx(0.5));
+  CHECK(term(half.kernels[0], "tensor")->ms == doctest::Approx(2 * full));
+  // 150 blocks on 100 SMs: the busiest SM runs two, so the GPU works at 150 / 200 of its width.
+  const ModelPrediction tail = model_predict(ls, {launch("k", 150, 512, 64, 0)}, MmaUnit::mma_sync, c);
+  CHECK(tail.kernels[0].coverage == doctest::Approx(0.75));
+  CHECK(term(tail.kernels[0], "tensor")->ms == doctest::Approx(full / 0.75));
+}
+
+TEST_CASE("model: each term is its work over its ceiling, on its MMA path") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  Ledger& l = ls["k"];
+  l.gmem_read = 4'000'000'000;
+  l.gmem_write = 4'000'000'000;
+  l.smem_read = l.smem_write = 30'000'000'000;
+  l.matmul_flops = 900'000'000'000;
+  l.nonmatmul_ops = 6'000'000'000;
+  l.exps = 4'000'000'000;
+  const std::vector<KernelLaunch> full = {launch("k", 100 * 16, 256, 32, 0)};  // 16 waves of 8 blocks: coverage 1
+  const ModelPrediction m = model_predict(ls, full, MmaUnit::wgmma, c);
+  const KernelModel& k = m.kernels[0];
+  CHECK(k.coverage == doctest::Approx(1.0));
+  CHECK(term(k, "hbm")->ms == doctest::Approx(2.0).epsilon(1e-6));     // 4 GB / 4 TB/s read + the same written
+  CHECK(term(k, "l2")->ms == doctest::Approx(0.8).epsilon(1e-6));      // 8 GB / 10 TB/s
+  CHECK(term(k, "smem")->ms == doctest::Approx(2.0).epsilon(1e-6));    // 60 GB / 30 TB/s
+  CHECK(term(k, "tensor")->ms == doctest::Approx(1.0).epsilon(1e-6));  // wgmma's 9e14
+  CHECK(term(k, "ex2")->ms == doctest::Approx(1.0).epsilon(1e-6));     // 4e9 / 4e12
+  CHECK(term(k, "fma")->ms == doctest::Approx(0.08).epsilon(1e-6));    // the 2e9 other ops, 2 FLOPs each, at 5e13
+  // The same ledger on mma.sync: the tensor term at that path's ceiling.
+  const ModelPrediction ms = model_predict(ls, full, MmaUnit::mma_sync, c);
+  CHECK(term(ms.kernels[0], "tensor")->ms == doctest::Approx(1.5).epsilon(1e-6));
+  // HBM capped by the tensors: re-reads are L2's.
+  const ModelPrediction capped = model_predict(ls, full, MmaUnit::wgmma, c, 1e9);
+  CHECK(term(capped.kernels[0], "hbm")->ms == doctest::Approx(1.25).epsilon(1e-6));  // 1 GB read + 4 GB written
+}
+
+TEST_CASE("model: with few warps per scheduler the pipes overlap less, and the bound says so") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["k"].matmul_flops = 600'000'000'000;           // 1 ms of mma.sync
+  ls["k"].smem_read = 30'000'000'000;                // 1 ms of shared memory
+  // 16 warps per SM (4 per scheduler): 1 + 1/4 ms; 4 warps per SM (1 per scheduler): 2 ms.
+  const ModelPrediction many = model_predict(ls, {launch("k", 400, 128, 64, 0)}, MmaUnit::mma_sync, c);
+  CHECK(many.kernels[0].warps_per_scheduler == doctest::Approx(4.0));
+  CHECK(many.ms == doctest::Approx(1.25).epsilon(1e-3));
+  const ModelPrediction few = model_predict(ls, {launch("k", 100, 128, 64, 0)}, MmaUnit::mma_sync, c);
+  CHECK(few.kernels[0].warps_per_scheduler == doctest::Approx(1.0));
+  CHECK(few.ms >= 2.0 * 0.999);
+  CHECK(few.bound_by.find("+serial") != std::string::npos);
+  // One resource alone: nothing to overlap, the bound is that resource.
+  LedgerSet one;
+  one["k"].smem_read = 30'000'000'000;
+  const ModelPrediction m1 = model_predict(one, {launch("k", 400, 128, 64, 0)}, MmaUnit::mma_sync, c);
+  CHECK(m1.bound_by == "smem");
+  CHECK(m1.ms == doctest::Approx(1.0).epsilon(1e-3));  // 30 GB at 30 TB/s
+}
+
+TEST_CASE("model: a kernel without a recorded launch is modelled and says so; kernels add up") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["a"].gmem_write = 4'000'000'000;
+  ls["b"].gmem_write = 8'000'000'000;
+  const ModelPrediction m = model_predict(ls, {launch("a", 1600, 256, 32, 0)}, MmaUnit::none, c);
+  REQUIRE(m.kernels.size() == 2);
+  CHECK(m.kernels[0].launch_known);
+  CHECK_FALSE(m.kernels[1].launch_known);
+  CHECK(m.kernels[1].occupancy_limit == "launch not recorded");
+  CHECK(m.ms == doctest::Approx(m.kernels[0].ms + m.kernels[1].ms));
+  CHECK(m.bound_by == "hbm");
+  CHECK(m.kernels[1].ms > m.kernels[0].ms);
+}
+
+TEST_CASE("model: the ceilings file gives this device's measured rows, and refuses a broken one") {
+  const std::string path = "fa_model_test_peaks.csv";
+  {
+    std::ofstream f(path);
+    f << "date,commit,cuda,driver,device,peak,unit,value,amount,reps,ms\n"
+         "d,c,13.0,580,NVIDIA H200,hbm-read,bytes/s,4.4e12,1,10,1\n"
+         "d,c,13.0,580,Other GPU,hbm-read,bytes/s,1e12,1,10,1\n"
+         "d,c,13.0,580,NVIDIA H200,ex2,ops/s,3.6e12,1,10,1\n";
+  }
+  DeviceSpec d = h200_datasheet();  // "NVIDIA H200 (datasheet)": takes the H200's rows
+  Ceilings c = ceilings_for(d);
+  CHECK(apply_peaks_csv(c, path) == 2);
+  CHECK(c.hbm_read == doctest::Approx(4.4e12));
+  CHECK(c.ex2 == doctest::Approx(3.6e12));
+  CHECK(std::find(c.assumed.begin(), c.assumed.end(), "hbm-read") == c.assumed.end());
+  CHECK(std::find(c.assumed.begin(), c.assumed.end(), "l2-read") != c.assumed.end());
+  {
+    std::ofstream f(path);
+    f << "date,device,peak,value\nd,NVIDIA H200,ex2,fast\n";
+  }
+  Ceilings c2 = ceilings_for(d);
+  CHECK_THROWS_WITH_AS(apply_peaks_csv(c2, path), doctest::Contains("not a number"), std::runtime_error);
+  {
+    std::ofstream f(path);
+    f << "date,device,peak\n";
+  }
+  CHECK_THROWS_WITH_AS(apply_peaks_csv(c2, path), doctest::Contains("no column 'value'"), std::runtime_error);
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(apply_peaks_csv(c2, "no/such/file.csv"), std::runtime_error);
+}
+
+TEST_CASE("launches: the ledger's names from the GPU's, and the CSV field's round trip") {
+  CHECK(ledger_name_of("void fa::step01_scores<__half, 128>(fa::AttnParams, float*)") == "scores");
+  CHECK(ledger_name_of("fa::step12_warp_tiling(fa::AttnParams)") == "warp_tiling");
+  CHECK(ledger_name_of("void cutlass::Kernel<x>(y)") == "Kernel");
+  CHECK(ledger_name_of("nvjet_sm90_hss_256x128") == "nvjet_sm90_hss_256x128");
+  const std::vector<KernelLaunch> v = {launch("scores", 262144, 128, 80, 38912), launch("pv", 4096, 128, 96, 30720)};
+  const std::string f = format_launches(v);
+  CHECK(f == "scores:262144:128:80:38912;pv:4096:128:96:30720");
+  const std::vector<KernelLaunch> back = parse_launches(f);
+  REQUIRE(back.size() == 2);
+  CHECK(back[1].name == "pv");
+  CHECK(back[0].blocks == 262144);
+  CHECK(back[1].smem == 30720);
+  CHECK(parse_launches("").empty());
+  CHECK_THROWS_AS(parse_launches("scores:1:2"), std::invalid_argument);
+}
+
+TEST_CASE("model: the tensors' bytes, the floor of what HBM delivers") {
+  Shape s;
+  s.B = 2;
+  s.H = 4;
+  s.N = 8;
+  s.Nk = 16;
+  s.d = 32;
+  // Q and O 2·4·8·32 elements each, K and V 2·4·16·32, 2 bytes each; L 2·4·8 floats.
+  const double fwd = 2.0 * (2 * 2048 + 2 * 4096) + 4.0 * 64;
+  CHECK(model_tensor_bytes(s, false) == doctest::Approx(fwd));
+  CHECK(model_tensor_bytes(s, true) == doctest::Approx(2 * fwd));
+}
