@@ -819,6 +819,15 @@ def loop_and_grid():
          "04 ms, --grid qtile", "loop order: 03/04-bh", "grid: bh/qtile"], body)
 
 
+def spread(r, key="ms"):
+    """A measured time and, where the row has several timed runs ([noise]), their min–max."""
+    ms = float(r[key])
+    lo, hi = r.get(key + "_min") or r.get(key.replace("ms", "ms_min")), r.get(key + "_max") or r.get(key.replace("ms", "ms_max"))
+    if r.get("runs", "1") not in ("", "1") and lo and hi:
+        return f"{ms:.3g} ({float(lo):.3g}–{float(hi):.3g})"
+    return f"{ms:.3g}"
+
+
 def tour():
     rs = rows("tour_*.csv")
     docs = {os.path.basename(p)[:2]: os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "docs", "[0-9][0-9]_*.md"))}
@@ -829,9 +838,23 @@ def tour():
         led = int(r["gmem_read_bytes"]) + int(r["gmem_write_bytes"])
         bwd = f"{float(r['bwd_ms']):.2f}" if r.get("bwd_ms") else "–"
         ok = r["pass"] == "1" and r.get("bwd_pass", "1") in ("1", "")
-        body.append([step, r["variant"], "PASS" if ok else "FAIL", mb(led), f"{float(r['predicted_ms']):.2f}",
-                     f"{float(r['ms']):.2f}", f"{float(r['tflops']):.1f}", bwd])
+        if r.get("model_ms"):  # [model] the per-resource model's time and bound, and the runs' spread
+            bwd = spread(r, "bwd_ms") if r.get("bwd_ms") else "–"
+            bwd_model = f"{float(r['bwd_model_ms']):.3g}" if r.get("bwd_model_ms") else "–"
+            body.append([step, r["variant"], "PASS" if ok else "FAIL", mb(led), f"{float(r['predicted_ms']):.3g}",
+                         f"{float(r['model_ms']):.3g}", r["bound_by"], spread(r), f"{float(r['tflops']):.1f}", bwd, bwd_model])
+        else:
+            body.append([step, r["variant"], "PASS" if ok else "FAIL", mb(led), f"{float(r['predicted_ms']):.2f}",
+                         f"{float(r['ms']):.2f}", f"{float(r['tflops']):.1f}", bwd])
     shape = f"B={rs[0]['B']}, H={rs[0]['H']}, N={rs[0]['N']}, d={rs[0]['d']}, {rs[0]['dtype']}, no mask" if rs else ""
+    if rs and rs[0].get("model_ms"):
+        runs = rs[0].get("runs", "1")
+        return provenance(rs) + (f" _The tour's shape: {shape}. Measured: the median of {runs} timed runs, their min–max in "
+                                 f"brackets. Roofline: bytes and tensor FLOPs over the datasheet-style peaks; model: the "
+                                 f"per-resource model ([docs/model.md](docs/model.md)) over the ceilings measured in the same "
+                                 f"run, computed before the timing._\n\n") + table(
+            ["step", "variant", "check", "ledger MB", "roofline ms", "model ms", "bound by", "measured ms", "TFLOP/s",
+             "backward ms", "bwd model ms"], body)
     return provenance(rs) + f" _The tour's shape: {shape}._\n\n" + table(
         ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s", "backward ms"], body)
 
@@ -1052,6 +1075,97 @@ def paper_peaks_line():
             f"{parts[1]}, and step 16 {parts[2]}.")
 
 
+
+# ---- the per-resource model (docs/model.md) ---------------------------------------------------
+PEAK_WHAT = {
+    "hbm-read": "HBM, streaming read", "hbm-write": "HBM, streaming write", "l2-read": "L2, reads of a resident buffer",
+    "smem-read": "shared memory, 16-byte loads", "smem-write": "shared memory, 16-byte stores",
+    "ldmatrix": "ldmatrix.x4", "wmma-f16": "WMMA m16n16k16, fp16", "mma-sync-f16": "mma.sync m16n8k16, fp16",
+    "wgmma-f16": "wgmma m64n128k16, fp16", "fp32-fma": "fp32 FMA (2 FLOPs)", "ex2": "ex2.approx (special-function unit)",
+    "barrier": "__syncthreads, whole GPU", "barrier-latency": "__syncthreads, one block alone",
+    "atomic-f32": "fp32 atomicAdd (RED), in L2", "hbm-latency": "dependent load, HBM", "l2-latency": "dependent load, L2",
+    "launch": "empty kernel, back to back",
+}
+
+
+def fmt_value(v, unit):
+    v = float(v)
+    unit = {"bytes/s": "B/s", "flops/s": "FLOP/s"}.get(unit, unit)
+    if unit.endswith("/s"):
+        for scale, pre in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+            if v >= scale:
+                return f"{v / scale:.3g} {pre}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def ceilings():
+    rs = rows("peaks_*.csv")
+    if not rs:
+        return provenance([], "bench --peaks")
+    body = [[f"`{r['peak']}`", PEAK_WHAT.get(r["peak"], ""), fmt_value(r["value"], r["unit"])] for r in rs]
+    return provenance(rs, "bench --peaks") + " _One launch of each microbenchmark takes at least 1 ms; the median of 10._\n\n" + table(
+        ["ceiling", "what it measures", "measured"], body)
+
+
+def model_rows(name):
+    return [r for r in rows(name) if r["ratio"]]
+
+
+def model_tour():
+    rs = [r for r in model_rows("model_h200.csv") if r["file"].startswith("tour")]
+    src = rows("tour_*.csv")
+    if not rs:
+        return provenance([], "scripts/gpu_session.sh")
+    body = []
+    for r in rs:
+        ratio = float(r["ratio"])
+        ok = "yes" if 1 / 1.5 <= ratio <= 1.5 else "**no**"
+        meas = f"{float(r['measured_ms']):.3g} ({float(r['ms_min']):.3g}–{float(r['ms_max']):.3g})"
+        body.append([r["step"], r["variant"], r["pass_of"], meas, f"{float(r['model_ms']):.3g}", f"{ratio:.2f}", ok,
+                     r["bound_by"]])
+    return provenance(src) + (" _The tour's shape; measured: median of three timed runs (min–max); model: computed in the same "
+                              "run before the timing; ratio = measured / model; the goal: within 1.5× either side._\n\n") + table(
+        ["step", "variant", "pass", "measured ms", "model ms", "ratio", "within 1.5×", "bound by"], body)
+
+
+def model_summary(name="model_h200.csv", how="validation"):
+    rs = model_rows(name)
+    if not rs:
+        return "_no data_"
+    by = {}
+    for r in rs:
+        by.setdefault(r["step"], []).append(float(r["ratio"]))
+    body = []
+    for step in sorted(by):
+        xs = by[step]
+        inside = sum(1 / 1.5 <= x <= 1.5 for x in xs)
+        body.append([step, len(xs), inside, f"{100 * inside / len(xs):.0f} %", f"{min(xs):.2f}", f"{max(xs):.2f}"])
+    total = sum(len(v) for v in by.values())
+    inside = sum(1 / 1.5 <= x <= 1.5 for v in by.values() for x in v)
+    body.append(["all", total, inside, f"{100 * inside / total:.0f} %", f"{min(min(v) for v in by.values()):.2f}",
+                 f"{max(max(v) for v in by.values()):.2f}"])
+    files = sorted({r["file"] for r in rs})
+    src = [x for f in files for x in rows(f)]
+    return provenance(src) + (f" _The {how} run's passes (forward and backward; {', '.join('`' + f + '`' for f in files)}), "
+                              "re-modelled by `model` from the recorded launches and the same run's ceilings._\n\n") + table(
+        ["step", "passes", "within 1.5×", "share", "lowest ratio", "highest ratio"], body)
+
+
+def step08_stored():
+    rs = [r for r in rows("tour_*.csv") if r["step"] == "08" and r.get("model_ms")]
+    if not rs:
+        return provenance([], "the tour")
+    body = []
+    for r in rs:
+        save = f"{float(r['bwd_save_ms']):.3g}" if r.get("bwd_save_ms") else "–"
+        body.append([r["variant"].replace("bwd=", ""), spread(r, "bwd_ms"), save, f"{int(r['bwd_matmul_flops']) / 1e9:,.0f}",
+                     mb(int(r["bwd_gmem_read_bytes"])), mb(int(r["bwd_gmem_write_bytes"])), mb(int(r["bwd_workspace_bytes"])),
+                     f"{float(r['bwd_model_ms']):.3g}", r["bwd_bound_by"]])
+    return provenance(rs) + (" _The tour's shape; backward: median of three timed runs (min–max); writing P: the forward's "
+                             "extra kernel for `stored`, timed alone._\n\n") + table(
+        ["backward", "backward ms", "writing P ms", "tensor GFLOP", "read MB", "written MB", "workspace MB", "model ms",
+         "bound by"], body)
+
 TABLES = {
     "step01-sweep": lambda: step_sweep("01"),
     "step01-dtype": lambda: step_dtype("01"),
@@ -1118,6 +1232,12 @@ TABLES = {
     "io-complexity": io_complexity,
     "peak-fraction": paper_peaks,
     "peak-fraction-line": paper_peaks_line,
+    # The per-resource model (docs/model.md), and step 08's stored P (docs/08).
+    "ceilings": ceilings,
+    "model-tour": model_tour,
+    "model-summary": model_summary,
+    "model-dev-summary": lambda: model_summary("model_dev_h200.csv", "development"),
+    "step08-stored": step08_stored,
 }
 
 BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
