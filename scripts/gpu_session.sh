@@ -32,6 +32,7 @@
 #   FA_NCU_NS="4096" FA_NCU_CAUSAL="0"  the shapes Nsight profiles (default N = 1024 4096, both masks)
 #   FA_NCU_CHIP=gh100         the chip to list metrics for, should ncu --query-metrics on the device fail
 #   FA_BUDGET_S=200           bound on each bench call's wall time (bench resumes on a second call)
+#   FA_RUNS=3                 timed runs per row of the tour and the sweeps (their spread goes in the CSV)
 #   FA_ABLATIONS=1 FA_TARGET=1 FA_PEERS=1   the optional measurements of step 6
 #   FA_ABLATION_STEPS="12 13" whose ablations (bench --variants ablations) FA_ABLATIONS runs (default 12)
 #   FA_BWD_TARGET=1           scripts/bwd_target.sh: step 13's backward beside flash and cuDNN in one run
@@ -109,14 +110,18 @@ say "peaks"
 rm -f "$out/peaks_${slug}.csv"
 "$B/bench" --peaks --commit "$commit" --out "$out/peaks_${slug}.csv" 2>&1 | tee -a "$log" | grep -E '^bench: ' >&2 \
   || say "bench --peaks failed (see $log)"
+# [model] Every prediction below (the tour's, the sweep's) divides by these ceilings, from this run.
+[ -s "$out/peaks_${slug}.csv" ] && export FA_PEAKS="$out/peaks_${slug}.csv"
 if [ "${FA_TOUR:-1}" = 1 ]; then
   say "tour"
-  "$B/tour" --csv --reps 10 2>>"$log" | sed "1s/^/date,commit,cuda,driver,/; 2,\$s/^/$date_utc,$commit,$cuda,$driver,/" >"$out/tour_${slug}.csv"
+  # [noise] Three timed runs per step: the table shows their spread.
+  "$B/tour" --csv --runs 3 --reps 10 2>>"$log" | sed "1s/^/date,commit,cuda,driver,/; 2,\$s/^/$date_utc,$commit,$cuda,$driver,/" >"$out/tour_${slug}.csv"
   "$B/tour" --reps 10 2>/dev/null | tee -a "$log" >&2
 fi
 budget=${FA_BUDGET_S:-200}
 ns="${FA_NS:-512,1024,2048,4096,8192,16384}"
-bench() { "$B/bench" --budget-s "$budget" --commit "$commit" "$@" 2>&1 | tee -a "$log" | grep -E '^bench: ' >&2; }
+# [noise] FA_RUNS timed runs per row (default 3): the tables show their spread.
+bench() { "$B/bench" --budget-s "$budget" --runs "${FA_RUNS:-3}" --commit "$commit" "$@" 2>&1 | tee -a "$log" | grep -E '^bench: ' >&2; }
 if [ "${FA_SWEEP:-1}" = 1 ]; then
   for id in $measure; do
     csv="$out/session_${slug}_step${id}.csv"
