@@ -1166,6 +1166,23 @@ def step08_stored():
         ["backward", "backward ms", "writing P ms", "tensor GFLOP", "read MB", "written MB", "workspace MB", "model ms",
          "bound by"], body)
 
+
+def model_step(step):
+    """One step's passes of the model's validation run (docs/NN's "The per-resource model")."""
+    rs = [r for r in model_rows("model_h200.csv") if r["step"] == step]
+    if not rs:
+        return "_This step was not in the model's validation run (its sweep's budget ended before it)._"
+    src = [x for x in rows("tour_*.csv") + rows("model_sweep_*.csv") if x["step"] == step]
+    body = []
+    for r in rs:
+        ratio = float(r["ratio"])
+        where = "tour" if r["file"].startswith("tour") else "sweep"
+        body.append([where, r["variant"], r["pass_of"], r["N"], r["d"], "yes" if r["causal"] == "1" else "no",
+                     f"{float(r['measured_ms']):.3g} ({float(r['ms_min']):.3g}–{float(r['ms_max']):.3g})",
+                     f"{float(r['model_ms']):.3g}", f"{ratio:.2f}", r["bound_by"]])
+    return provenance(src) + " _Measured: median of three timed runs (min–max); ratio = measured / model ([model.md](model.md))._\n\n" + table(
+        ["run", "variant", "pass", "N", "d", "causal", "measured ms", "model ms", "ratio", "bound by"], body)
+
 TABLES = {
     "step01-sweep": lambda: step_sweep("01"),
     "step01-dtype": lambda: step_dtype("01"),
@@ -1238,6 +1255,7 @@ TABLES = {
     "model-summary": model_summary,
     "model-dev-summary": lambda: model_summary("model_dev_h200.csv", "development"),
     "step08-stored": step08_stored,
+    **{f"model-step{i:02d}": (lambda i=i: model_step(f"{i:02d}")) for i in range(1, 18)},
 }
 
 BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
