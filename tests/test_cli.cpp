@@ -64,6 +64,8 @@ TEST_CASE("bad values name their flag") {
   CHECK(error_of({"--backend", "tpu"}).find("--backend") != std::string::npos);
   CHECK(error_of({"--gemm", "magma"}).find("--gemm") != std::string::npos);
   CHECK(error_of({"--reps", "many"}).find("--reps") != std::string::npos);
+  CHECK(error_of({"--runs", "0"}).find("--runs") != std::string::npos);  // [noise] at least one timed run
+  CHECK(error_of({"--runs", "3"}).empty());
   CHECK(error_of({"--check-heads", "0"}).find("--check-heads") != std::string::npos);
   CHECK(error_of({"--unknown"}).find("unknown flag --unknown") != std::string::npos);
   CHECK(error_of({"stray"}).find("stray") != std::string::npos);
@@ -73,8 +75,8 @@ TEST_CASE("bad values name their flag") {
 
 TEST_CASE("usage lists every shared flag and the step's own") {
   const std::string u = usage(step01());
-  for (const char* f : {"--b", "--h", "--n", "--nk", "--d", "--causal", "--dtype", "--seed", "--reps", "--csv", "--save",
-                        "--help", "--gemm"})
+  for (const char* f : {"--b", "--h", "--n", "--nk", "--d", "--causal", "--dtype", "--seed", "--reps", "--runs", "--csv",
+                        "--save", "--help", "--gemm"})
     CHECK(u.find(f) != std::string::npos);
 }
 
