@@ -1,8 +1,9 @@
 # Copies of the committed plot data (SRC) with one thing missing each, for plot_measured's error
-# tests: OUT/no_peers lacks peers_*.csv, OUT/no_column has a session file without its tflops column.
+# tests: OUT/no_peers lacks peers_*.csv, OUT/no_column has a session file without its tflops column
+# (and, for plot_model, model_<gpu>.csv without its measured_ms column), OUT/no_model lacks model_<gpu>.csv.
 file(REMOVE_RECURSE ${OUT})
 file(GLOB csvs ${SRC}/*.csv)
-foreach(case no_peers no_column)
+foreach(case no_peers no_column no_model)
   file(MAKE_DIRECTORY ${OUT}/${case})
   file(COPY ${csvs} DESTINATION ${OUT}/${case})
 endforeach()
@@ -12,5 +13,15 @@ file(GLOB sessions ${OUT}/no_column/session_*_step03.csv)
 foreach(f ${sessions})
   file(READ ${f} text)
   string(REPLACE ",tflops," ",tflops_renamed," text "${text}")
+  file(WRITE ${f} "${text}")
+endforeach()
+file(GLOB models ${OUT}/no_model/model_*.csv)
+list(FILTER models INCLUDE REGEX "/model_[a-z0-9]+\\.csv$")
+file(REMOVE ${models})
+file(GLOB models ${OUT}/no_column/model_*.csv)
+list(FILTER models INCLUDE REGEX "/model_[a-z0-9]+\\.csv$")
+foreach(f ${models})
+  file(READ ${f} text)
+  string(REPLACE ",measured_ms," ",measured_ms_renamed," text "${text}")
   file(WRITE ${f} "${text}")
 endforeach()
