@@ -4,7 +4,7 @@
 // Reads, from DIR (default: the repository's plots/data), the committed CSVs of one GPU (TAG as in
 // model_TAG.csv; the only one there unless --gpu says which):
 //   model_TAG.csv        the `model` tool's rows (one per run and pass: measured_ms, model_ms)  -> the points
-//   model_tour_TAG.csv   the tour the model was applied to   -> the caption's device (and commit, where recorded)
+//   tour_TAG.csv         the tour the model was applied to   -> the caption's device (and commit, where recorded)
 //   model_sweep_TAG.csv  the sweep it was applied to         -> the caption's device, commits and dates
 // and writes DIR/model.png (default DIR: the repository's plots/). Log–log: x the model's time,
 // y the measured one, the line y = x and the goal band (measured within 1.5x of the model) drawn;
@@ -55,7 +55,7 @@ struct Group {
 };
 const std::vector<Group> kGroups = {
     {1, 2, "01–02 naive, online softmax", "#1f77b4"},
-    {3, 8, "03–08 tiled on CUDA cores (fa1 … backward)", "#ff7f0e"},
+    {3, 8, "03–08 WMMA tiles (fa1 … backward)", "#ff7f0e"},
     {9, 11, "09–11 mma.sync, ldmatrix, cp.async", "#2ca02c"},
     {12, 13, "12–13 warp tiling, mma backward", "#d62728"},
     {14, 16, "14–16 wgmma, TMA, ping-pong", "#9467bd"},
@@ -90,7 +90,7 @@ struct Data {
 Data load(const std::string& dir, std::string gpu_tag) {
   if (!fs::is_directory(dir)) throw Error(dir + ": no such directory (give the CSVs' folder with --data DIR)");
   if (gpu_tag.empty()) {
-    static const std::regex model_re(R"(model_([a-z0-9]+)\.csv)");  // not model_dev_TAG.csv, model_tour_TAG.csv
+    static const std::regex model_re(R"(model_([a-z0-9]+)\.csv)");  // not model_dev_TAG.csv, model_sweep_TAG.csv
     std::set<std::string> tags;
     for (const auto& e : fs::directory_iterator(dir)) {
       std::smatch m;
@@ -117,7 +117,7 @@ Data load(const std::string& dir, std::string gpu_tag) {
   }
   // Where the measured rows came from: the device, and the commit and date where the file has them.
   for (const std::string kind : {"tour", "sweep"}) {
-    const Table t = read_table(fs::path(dir) / ("model_" + kind + "_" + gpu_tag + ".csv"), {"device"});
+    const Table t = read_table(fs::path(dir) / ((kind == "tour" ? "tour_" : "model_sweep_") + gpu_tag + ".csv"), {"device"});
     const std::string name = fs::path(t.path()).filename().string();
     for (size_t r = 0; r < t.size(); ++r) {
       data.devices.insert(t.str(r, "device"));
@@ -279,7 +279,7 @@ void draw(const Data& data, const std::string& png) {
   if (!data.dates.empty())
     c += ", " + (data.dates.size() == 1 ? *data.dates.begin() : *data.dates.begin() + " to " + *data.dates.rbegin());
   c += "\\ncommit " + (data.commits.empty() ? std::string("not recorded") : join(data.commits)) +
-       (data.no_commit.empty() ? "" : " (" + join(data.no_commit) + " records none)") + "; files model_tour_" +
+       (data.no_commit.empty() ? "" : " (" + join(data.no_commit) + " records none)") + "; files tour_" +
        data.gpu_tag + ".csv, model_sweep_" + data.gpu_tag + ".csv";
   gp << "set label " << tag++ << " \"" << c << "\" at screen 0.01,0.035 left font ',9' noenhanced\n";
 

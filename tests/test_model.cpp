@@ -138,7 +138,7 @@ TEST_CASE("model: with few warps per scheduler the pipes overlap less, and the b
   CHECK(m1.ms == doctest::Approx(1.0).epsilon(1e-3));  // 30 GB at 30 TB/s
 }
 
-TEST_CASE("model: a kernel without a recorded launch is modelled and says so; kernels add up") {
+TEST_CASE("model: a kernel without a recorded launch is modelled and says so, and kernels add up") {
   const Ceilings c = round_device();
   LedgerSet ls;
   ls["a"].gmem_write = 4'000'000'000;
