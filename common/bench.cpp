@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "csv.hpp"
 #include "gpu.hpp"
 #include "registry.hpp"
 #include "runner.hpp"
@@ -148,18 +149,6 @@ std::string run_key(const std::string& step, const std::string& variant, const s
   return os.str();
 }
 
-std::vector<std::string> csv_fields(const std::string& line) {  // the device column is the only quoted one
-  std::vector<std::string> f;
-  std::string cur;
-  bool quoted = false;
-  for (char c : line) {
-    if (c == '"') quoted = !quoted;
-    else if (c == ',' && !quoted) { f.push_back(cur); cur.clear(); }
-    else cur += c;
-  }
-  f.push_back(cur);
-  return f;
-}
 
 const std::string kPrefix = "date,commit,cuda,driver,";
 

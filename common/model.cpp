@@ -1,5 +1,7 @@
 #include "model.hpp"
 
+#include "csv.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -66,29 +68,13 @@ Ceilings ceilings_for(const DeviceSpec& dev) {
   return c;
 }
 
-namespace {
-
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (char ch : line) {
-    if (ch == '"') quoted = !quoted;
-    else if (ch == ',' && !quoted) { out.push_back(cur); cur.clear(); }
-    else cur += ch;
-  }
-  out.push_back(cur);
-  return out;
-}
-
-}  // namespace
 
 int apply_peaks_csv(Ceilings& c, const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot read the peaks file " + path);
   std::string line;
   if (!std::getline(f, line)) throw std::runtime_error(path + ": empty");
-  const std::vector<std::string> head = split_csv_line(line);
+  const std::vector<std::string> head = csv_fields(line);
   auto col = [&](const char* name) {
     for (size_t i = 0; i < head.size(); ++i)
       if (head[i] == name) return int(i);
@@ -109,7 +95,7 @@ int apply_peaks_csv(Ceilings& c, const std::string& path) {
   std::string device;
   while (std::getline(f, line)) {
     if (line.empty()) continue;
-    const std::vector<std::string> v = split_csv_line(line);
+    const std::vector<std::string> v = csv_fields(line);
     if (int(v.size()) <= std::max({cdev, cpeak, cval})) throw std::runtime_error(path + ": short row: " + line);
     // The device's rows (a CPU run models the H200 of h200_datasheet(): "NVIDIA H200 (datasheet)").
     if (!c.device.empty() && v[cdev] != c.device && c.device.rfind(v[cdev] + " (", 0) != 0) continue;

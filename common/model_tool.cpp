@@ -14,25 +14,13 @@
 #include <map>
 #include <sstream>
 
+#include "csv.hpp"
 #include "registry.hpp"
 #include "runner.hpp"
 
 using namespace fa;
 
 namespace {
-
-std::vector<std::string> split_row(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool q = false;
-  for (char ch : line) {
-    if (ch == '"') q = !q;
-    else if (ch == ',' && !q) { out.push_back(cur); cur.clear(); }
-    else cur += ch;
-  }
-  out.push_back(cur);
-  return out;
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> v;
@@ -121,7 +109,7 @@ int main(int argc, char** argv) {
     if (!f) { std::cerr << "model: cannot read " << path << "\n"; return 2; }
     std::string line;
     std::getline(f, line);
-    const std::vector<std::string> head = split_row(line);
+    const std::vector<std::string> head = csv_fields(line);
     std::map<std::string, int> col;
     for (size_t i = 0; i < head.size(); ++i) col[head[i]] = int(i);
     for (const char* need : {"step", "variant", "device", "dtype", "B", "H", "N", "Nk", "d", "causal", "ms"})
@@ -130,10 +118,12 @@ int main(int argc, char** argv) {
     bool have_c = false;
     while (std::getline(f, line)) {
       if (line.empty()) continue;
-      const std::vector<std::string> v = split_row(line);
+      const std::vector<std::string> v = csv_fields(line);
       auto get = [&](const std::string& k) { return col.count(k) && col[k] < int(v.size()) ? v[col[k]] : std::string(); };
       if (get("launches").empty() && get("bwd_launches").empty()) { ++skipped; continue; }
-      const StepInfo* st = find_step(get("step").size() == 1 ? "0" + get("step") : get("step"));
+      std::string id = get("step");
+      if (id.size() == 1) id.insert(id.begin(), '0');  // "1" from a spreadsheet's round trip: step 01
+      const StepInfo* st = find_step(id);
       if (!st) { ++skipped; continue; }
       if (!have_c) {
         DeviceSpec dev = h200_datasheet();

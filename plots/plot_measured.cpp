@@ -117,12 +117,7 @@ const std::vector<std::string> kPeerCols = {"date", "commit", "gpu", "torch", "c
                                             "d", "N", "fwd_tflops", "bwd_tflops", "status"};
 const std::vector<std::string> kModelCols = {"step", "pass", "N", "d", "causal", "gmem_read_bytes", "gmem_write_bytes"};
 
-Table read_table(const fs::path& p, const std::vector<std::string>& cols) {
-  Table t = Table::read(p.string());
-  t.require(cols);
-  if (t.size() == 0) throw Error(p.string() + ": no rows");
-  return t;
-}
+Table read_table(const fs::path& p, const std::vector<std::string>& cols) { return fa::plot::read_table(p.string(), cols); }
 
 struct Data {
   std::string gpu_tag;

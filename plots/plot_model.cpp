@@ -40,12 +40,7 @@ std::string join(const std::set<std::string>& s, const std::string& sep = ", ") 
 
 const std::vector<std::string> kModelCols = {"file", "step", "variant", "pass_of", "measured_ms", "model_ms", "ratio"};
 
-Table read_table(const fs::path& p, const std::vector<std::string>& cols) {
-  Table t = Table::read(p.string());
-  t.require(cols);
-  if (t.size() == 0) throw Error(p.string() + ": no rows");
-  return t;
-}
+Table read_table(const fs::path& p, const std::vector<std::string>& cols) { return fa::plot::read_table(p.string(), cols); }
 
 // The step groups the points are coloured by (first and last step of each, a name from the steps).
 struct Group {

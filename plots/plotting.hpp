@@ -121,6 +121,15 @@ inline std::string label(std::string s) {
   return out;
 }
 
+// A data file that must exist, have these columns and at least one row; otherwise an Error that
+// names the file and what is missing.
+inline Table read_table(const std::string& path, const std::vector<std::string>& cols) {
+  Table t = Table::read(path);
+  t.require(cols);
+  if (t.size() == 0) throw Error(path + ": no rows");
+  return t;
+}
+
 // The PNG terminal every plot here uses; the pixel size is the caller's.
 inline void begin_png(Gnuplot& gp, const std::string& png, int width = 1000, int height = 640) {
   gp << "set encoding utf8\nset terminal pngcairo size " << width << "," << height << " font ',11'\n"
