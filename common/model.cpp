@@ -179,7 +179,7 @@ ModelPrediction model_predict(const LedgerSet& ls, const std::vector<KernelLaunc
       km.blocks_per_sm = blocks_per_sm(km.launch, c, km.occupancy_limit);
       warps = int(ceil_div(std::max(km.launch.threads, 1), 32));
     } else {
-      km.blocks_per_sm = 2;  // unknown: a grid that fills every SM twice over
+      km.blocks_per_sm = 2;  // unknown: eight blocks per SM, two resident at a time
       km.occupancy_limit = "launch not recorded";
       n = int64_t(S) * 8;
     }

@@ -84,7 +84,7 @@ LedgerSet all_kernels(const RunRecord& r) {
 // [model] The bytes of the problem's tensors, what HBM must deliver at least once: Q, K, V, O in
 // the storage type and L in fp32; for a backward also dO, dQ, dK, dV.
 double model_tensor_bytes(const Shape& s, bool backward) {
-  const double q = double(s.B) * s.H * s.N * s.d, kv = double(s.B) * s.hkv() * s.Nk * s.d, l = double(s.B) * s.H * s.N;
+  const double q = double(s.q_elems()), kv = double(s.kv_elems()), l = double(s.B) * s.H * s.N;
   const double fwd = 2 * (2 * q + 2 * kv) + 4 * l;
   return backward ? fwd + 2 * (2 * q + 2 * kv) + 4 * l : fwd;
 }
