@@ -280,6 +280,51 @@ TEST_CASE("backward kernels match the reference gradients in contiguous buffers"
   CHECK((ran > 0) == any_backward());
 }
 
+// [launches] The checked launch records what the GPU ran: every kernel the ledger names (forward and
+// backward), each with a grid, a block, registers and — where the kernel has any — shared memory, so
+// that the model knows every kernel's occupancy; and the timing runs' spread ([noise]) brackets the median.
+TEST_CASE("the checked launch records every kernel the ledger names, and the runs' spread brackets the median") {
+  test::Case c = test::make_case(1, 2, 256, 200, 64, true, DType::f16);  // fp16: every GPU runs it; 200 keys: ragged
+  const Inputs in = make_inputs(c.shape, c.inputs);
+  GpuConfig cfg;
+  cfg.warmup = 1;
+  cfg.reps = 3;
+  cfg.runs = 3;
+  int checked = 0;
+  for (const StepInfo* st : all_steps()) {
+    if (st->id != "01" && st->id != "08" && st->id != "12") continue;
+    if (!unsupported_reason(*st, c.shape, st->default_options(), gpu_caps(), st->has_backward()).empty()) continue;
+    CAPTURE(st->id);
+    const GpuResult f = run_on_gpu(*st, c.shape, in, st->default_options(), cfg);
+    INFO("launches not recorded: " << f.launches_note);
+    REQUIRE_FALSE(f.launches.empty());
+    CHECK(f.run_min <= f.ms_median);
+    CHECK(f.ms_median <= f.run_max);
+    CHECK(f.ms.size() == 9);  // three runs of three
+    std::vector<std::pair<const LedgerSet, std::vector<KernelLaunch>>> passes = {
+        {st->closed_form(c.shape, st->default_options()), f.launches}};
+    if (st->has_backward()) {
+      const GpuBackwardResult b =
+          run_backward_on_gpu(*st, c.shape, in, f.out, make_grad_output(c.shape, 3), st->default_options(), cfg);
+      passes.push_back({st->backward_closed_form(c.shape, st->default_options()), b.launches});
+    }
+    for (const auto& [ledger, launches] : passes)
+      for (const auto& [name, led] : ledger.kernels) {
+        CAPTURE(name);
+        const KernelLaunch* k = nullptr;
+        for (const KernelLaunch& l : launches)
+          if (l.name == name) k = &l;
+        REQUIRE(k != nullptr);
+        CHECK(k->blocks > 0);
+        CHECK(k->threads > 0);
+        CHECK(k->regs > 0);
+        if (led.smem_peak > 0) CHECK(k->smem > 0);
+        ++checked;
+      }
+  }
+  CHECK(checked > 0);
+}
+
 TEST_CASE("backward timing returns the requested number of positive samples") {
   for (const StepInfo* st : all_steps()) {
     if (!st->has_backward()) continue;
