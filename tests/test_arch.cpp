@@ -35,7 +35,9 @@ GpuCaps gpu(int cc) { return with_fake_cc(GpuCaps{}, cc); }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-bool uses_mma_sync(const StepInfo& st) { return (st.id >= "09" && st.id < "14") || st.id == "17"; }  // 17: decoding, on step 12's instructions
+bool uses_mma_sync(const StepInfo& st) {  // 17: decoding, on step 12's instructions; 18: step 12's kernel per shard
+  return (st.id >= "09" && st.id < "14") || st.id == "17" || st.id == "18";
+}
 bool uses_wgmma(const StepInfo& st) { return st.id >= "14" && st.id <= "16"; }  // the Hopper steps (sm_90a)
 
 }  // namespace

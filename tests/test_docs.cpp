@@ -74,6 +74,13 @@ TEST_CASE("every kernel a ledger names is a kernel of its step") {
     REQUIRE(!own_code.empty());
     for (const fa::StepOptions& opt : fa::test::all_options(*st)) {
       for (const auto& [name, ledger] : st->closed_form(s, opt).kernels) {
+        // Step 18 runs step 12's kernel on every shard, and its sends are copies (cudaMemcpyAsync, or
+        // NCCL over several GPUs), not kernels of its own.
+        if (st->id == "18" && name == "ring_send") continue;
+        if (st->id == "18" && name == "warp_tiling") {
+          CHECK(kernel_cu("12").find("step12_warp_tiling(") != std::string::npos);
+          continue;
+        }
         const std::string kernel = "step" + fwd_id + "_" + name + "(";
         CAPTURE(kernel);
         CHECK(fwd_code.find(kernel) != std::string::npos);
