@@ -36,14 +36,14 @@ for ((r = 0; r < P; r++)); do
   pids+=($!)
 done
 rc=0
+set +e
 for ((left = P; left > 0; left--)); do
-  if ! wait -n "${pids[@]}"; then
-    st=$?
-    if [ "$rc" -eq 0 ]; then
-      rc=$st
-      say "a rank exited with status $st: stopping the others (they would wait for it in NCCL)"
-      kill "${pids[@]}" 2>/dev/null || true
-    fi
+  wait -n
+  st=$?
+  if [ "$st" -ne 0 ] && [ "$rc" -eq 0 ]; then
+    rc=$st
+    say "a rank exited with status $st: stopping the others (they would wait for it in NCCL)"
+    kill "${pids[@]}" 2>/dev/null
   fi
 done
 exit "$rc"

@@ -13,7 +13,7 @@
 //                every transfer hidden; max_r Σ_t over mean_r Σ_t the ranks' imbalance;
 //   - xfer_ms:   one K/V buffer copied device to device here, and link_ms the same bytes over a link
 //                of --link-gbs GB/s each way (450: the H200's NVLink, 900 GB/s both ways, datasheet);
-//   - proj_ms = Σ_t max(max_r compute[r][t], link_ms) + the start and the finish: the ring's time on
+//   - proj_ms = Σ_t max(max_r compute[r][t], link_ms) + a rank's start and finish: the ring's time on
 //                P GPUs projected from those measurements, and proj_eff = t1 / (P · proj_ms). A
 //                projection, not a multi-GPU measurement: the CSV says so in every row.
 // Rows are written as they are measured (a long run keeps what it has); points past --budget-s are
@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
   int failed = 0;
   const StepInfo& per_shard = step12::info();
 
-  for (int64_t causal : o.causal)
-    for (int64_t N : o.ns) {
+  for (int64_t N : o.ns)  // both masks at each N before the next, longer N
+    for (int64_t causal : o.causal) {
       Shape s;
       s.B = o.B, s.H = o.H, s.Hkv = o.Hkv, s.N = s.Nk = N, s.d = o.d, s.causal = causal != 0;
       s.dtype = o.bf16 ? DType::bf16 : DType::f16;
@@ -286,7 +286,9 @@ int main(int argc, char** argv) {
         step18::Ring g;
         g.B = o.B, g.H = o.H, g.Hkv = o.Hkv, g.N = g.Nk = int(N), g.d = o.d, g.P = int(P), g.layout = l;
         const double link_ms = double(step18::kv_bytes(g)) / (o.link_gbs * 1e9) * 1e3;
-        double crit = 0, proj = rest, busiest = 0, mean = 0;
+        // What is left of the serial run is every rank's start and finish, one after another: on P
+        // GPUs each rank does its own, at the same time.
+        double crit = 0, proj = rest / double(P), busiest = 0, mean = 0;
         for (int64_t t = 0; t < P; ++t) {
           double mx = 0;
           for (int64_t r = 0; r < P; ++r) mx = std::max(mx, comp[size_t(r)][size_t(t)]);

@@ -233,6 +233,22 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     float med = times.empty() ? 0.0f : times[times.size() / 2];
 
+    // [transport] With one rank there is nothing to pass on: send the home K/V buffer to this rank
+    // itself through NCCL, into a ring buffer, and compare the bytes — the transport, checked on one GPU.
+    bool loop_ok = true;
+    if (P == 1) {
+      NCCL_CHECK(ncclGroupStart());
+      NCCL_CHECK(ncclSend(m.kv[0], step18::kv_bytes(g), ncclUint8, 0, comm, xfer));
+      NCCL_CHECK(ncclRecv(m.kv[1], step18::kv_bytes(g), ncclUint8, 0, comm, xfer));
+      NCCL_CHECK(ncclGroupEnd());
+      CUDA_CHECK(cudaStreamSynchronize(xfer));
+      std::vector<unsigned char> a(step18::kv_bytes(g)), b(step18::kv_bytes(g));
+      CUDA_CHECK(cudaMemcpy(a.data(), m.kv[0], a.size(), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(b.data(), m.kv[1], b.size(), cudaMemcpyDeviceToHost));
+      loop_ok = a == b;
+      std::cout << "ring_nccl: ncclSend/ncclRecv to itself, " << a.size() << " bytes: " << (loop_ok ? "identical" : "DIFFERENT") << "\n";
+    }
+
     // [check] Rows of head (0, 0) against a double-precision reference from the same hash.
     const DType dt = bf16 ? DType::bf16 : DType::f16;
     std::vector<uint16_t> orow(static_cast<size_t>(d));
@@ -274,7 +290,7 @@ int main(int argc, char** argv) {
     NCCL_CHECK(ncclAllReduce(dstats, dstats, 2, ncclFloat, ncclMax, comm, comp));  // the slowest rank, the worst row
     NCCL_CHECK(ncclAllReduce(dstats + 2, dstats + 2, 1, ncclFloat, ncclSum, comm, comp));
     CUDA_CHECK(cudaMemcpy(stats, dstats, sizeof stats, cudaMemcpyDeviceToHost));
-    const bool pass = std::isfinite(stats[1]) && stats[1] <= tol && stats[2] > 0;
+    const bool pass = std::isfinite(stats[1]) && stats[1] <= tol && stats[2] > 0 && loop_ok;
     if (rank == 0) {
       std::ostringstream row;
       row << utc_now() << "," << commit << ",\"" << gpu_device_spec().name << "\"," << N << "," << P << ","

@@ -108,13 +108,46 @@ FA_HD constexpr void pair_calls(Calls& out, Range qr, int64_t qoff, Range kr, in
     out.c[out.n++] = Call{qoff + m1 - qr.lo, qoff + qr.size(), koff, koff + kr.size(), false};
 }
 
+// [coalesce] Two unmasked calls whose rows (or keys) are adjacent in the rank's memory and whose keys
+// (or rows) are the same are one call: fewer, larger grids, one merge. And with N = Nk a rank's own
+// shard against itself is, in local order, exactly step 12's causal mask over the whole shard (its
+// late chunk sees all of its early one, its early chunk none of its late one): one call too.
+FA_HD constexpr bool coalesce_two(Call& a, const Call& b) {
+  if (a.causal || b.causal) return false;
+  if (a.k0 == b.k0 && a.k1 == b.k1 && (a.q1 == b.q0 || b.q1 == a.q0)) {
+    a.q0 = a.q0 < b.q0 ? a.q0 : b.q0, a.q1 = a.q1 > b.q1 ? a.q1 : b.q1;
+    return true;
+  }
+  if (a.q0 == b.q0 && a.q1 == b.q1 && (a.k1 == b.k0 || b.k1 == a.k0)) {
+    a.k0 = a.k0 < b.k0 ? a.k0 : b.k0, a.k1 = a.k1 > b.k1 ? a.k1 : b.k1;
+    return true;
+  }
+  return false;
+}
+FA_HD constexpr void coalesce(Calls& cs) {
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (int i = 0; i < cs.n && !merged; ++i)
+      for (int j = i + 1; j < cs.n && !merged; ++j)
+        if (coalesce_two(cs.c[i], cs.c[j])) {
+          cs.c[j] = cs.c[--cs.n];
+          merged = true;
+        }
+  }
+}
+
 // The calls rank r makes at ring step t: its query parts against the parts of the K/V shard it
 // holds then (rank source_of(r, t)), over N queries and Nk keys.
 FA_HD constexpr Calls step_calls(Layout l, int P, int r, int t, int64_t N, int64_t Nk, bool causal) {
   Calls cs;
   const Shard q = shard_of(l, P, r, N), k = shard_of(l, P, source_of(r, t, P), Nk);
+  if (causal && N == Nk && source_of(r, t, P) == r) {  // [coalesce] the shard against itself
+    if (q.size() > 0) cs.c[cs.n++] = Call{0, q.size(), 0, q.size(), true};
+    return cs;
+  }
   for (int a = 0; a < q.parts; ++a)
     for (int b = 0; b < k.parts; ++b) pair_calls(cs, q.part[a], q.offset(a), k.part[b], k.offset(b), causal, Nk - N);
+  coalesce(cs);
   return cs;
 }
 
