@@ -204,16 +204,23 @@ Ring ring_of(const Shape& s, const StepOptions& o) {
 // computes on comp[r] and receives on comm[r]; arrived[r][t]: rank r's buffer for step t is
 // filled; computed[r][t]: its compute of step t is done. The timeline's events are the only ones
 // that time.
+// [priority] The receive streams exist twice: at the device's highest stream priority and at the
+// default. A copy within one GPU, like NCCL's send and receive, may run as blocks on the SMs; with
+// every SM busy with the attention blocks of P ranks, a block of a default-priority stream waits
+// behind all the queued ones, a high-priority stream's goes first as soon as one retires.
 struct Pool {
-  cudaStream_t comp[kMaxRanks], comm[kMaxRanks];
+  cudaStream_t comp[kMaxRanks], comm[kMaxRanks], comm_low[kMaxRanks];
   cudaEvent_t fork, joined[kMaxRanks];
   cudaEvent_t arrived[kMaxRanks][kMaxRanks], computed[kMaxRanks][kMaxRanks];
   cudaEvent_t start, cb[kMaxRanks][kMaxRanks], ce[kMaxRanks][kMaxRanks], xb[kMaxRanks][kMaxRanks], xe[kMaxRanks][kMaxRanks];
   Pool() {
     const unsigned sync = cudaEventDisableTiming;
+    int least = 0, greatest = 0;  // numerically: greatest priority is the lowest number
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (int r = 0; r < kMaxRanks; ++r) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&comp[r], cudaStreamNonBlocking));
-      CUDA_CHECK(cudaStreamCreateWithFlags(&comm[r], cudaStreamNonBlocking));
+      CUDA_CHECK(cudaStreamCreateWithPriority(&comm[r], cudaStreamNonBlocking, greatest));
+      CUDA_CHECK(cudaStreamCreateWithFlags(&comm_low[r], cudaStreamNonBlocking));
       CUDA_CHECK(cudaEventCreateWithFlags(&joined[r], sync));
       for (int t = 0; t < kMaxRanks; ++t) {
         CUDA_CHECK(cudaEventCreateWithFlags(&arrived[r][t], sync));
@@ -231,12 +238,13 @@ Pool& pool() {
 }
 
 RingMode g_mode = RingMode::concurrent;
-bool g_timeline = false;
+bool g_timeline = false, g_comm_high = true;
 int g_last_P = 0;
 
 }  // namespace
 
 void set_ring_mode(RingMode m, bool timeline) { g_mode = m, g_timeline = timeline; }
+void set_comm_priority(bool high) { g_comm_high = high; }
 
 std::vector<RingSpan> last_timeline() {
   std::vector<RingSpan> out;
@@ -298,12 +306,12 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
   // Serial: every rank's work on the launch's stream, one after another (each rank's step then
   // takes what it would take on a GPU of its own). Concurrent: P ranks' streams, forked here.
   auto comp = [&](int r) { return serial ? main : k.comp[r]; };
-  auto comm = [&](int r) { return serial ? main : k.comm[r]; };
+  auto comm = [&](int r) { return serial ? main : g_comm_high ? k.comm[r] : k.comm_low[r]; };  // [priority]
   if (!serial) {
     CUDA_CHECK(cudaEventRecord(k.fork, main));
     for (int r = 0; r < P; ++r) {
       CUDA_CHECK(cudaStreamWaitEvent(k.comp[r], k.fork, 0));
-      CUDA_CHECK(cudaStreamWaitEvent(k.comm[r], k.fork, 0));
+      CUDA_CHECK(cudaStreamWaitEvent(comm(r), k.fork, 0));
     }
   }
   for (int r = 0; r < P; ++r) enqueue_init(g, m[size_t(r)], comp(r));

@@ -2,7 +2,7 @@
 //
 //   ring_bench [--n 32768,65536,...] [--ranks 2,4,8] [--b 1] [--h 8] [--hkv H] [--d 128] [--dtype bf16]
 //              [--causal 0,1] [--reps 3] [--link-gbs 450] [--budget-s 400] [--commit HASH]
-//              [--timeline-n N --timeline-p P --timeline FILE] --out FILE
+//              [--timeline-n N --timeline-p P --timeline FILE] [--comm-priority high|normal] --out FILE
 //
 // For every N and causal: step 12's forward over the whole sequence on this GPU (t1, the one-GPU
 // time), then for every P and layout (zig-zag; contiguous too when causal):
@@ -128,12 +128,14 @@ struct Opts {
   double link_gbs = 450.0, budget_s = 400.0;
   int64_t tl_n = 0, tl_p = 0;
   std::string out, timeline, commit;
+  bool comm_high = true;  // [priority] --comm-priority high|normal
 };
 
 int usage(const char* why) {
   std::cerr << "ring_bench: " << why << "\n"
             << "usage: ring_bench [--n LIST] [--ranks LIST] [--b B] [--h H] [--hkv HKV] [--d 64|128] [--dtype bf16|fp16]\n"
                "                  [--causal LIST of 0/1] [--reps R] [--link-gbs GBS] [--budget-s S] [--commit HASH]\n"
+               "                  [--comm-priority high|normal]\n"
                "                  [--timeline-n N --timeline-p P --timeline FILE] --out FILE\n";
   return 2;
 }
@@ -163,6 +165,10 @@ int main(int argc, char** argv) {
       else if (a == "--timeline-p") o.tl_p = std::stoll(v);
       else if (a == "--timeline") o.timeline = v;
       else if (a == "--commit") o.commit = v;
+      else if (a == "--comm-priority") {
+        if (v != "high" && v != "normal") return usage("--comm-priority must be high or normal");
+        o.comm_high = v == "high";
+      }
       else if (a == "--out") o.out = v;
       else return usage(("unknown flag " + a).c_str());
     }
@@ -183,13 +189,14 @@ int main(int argc, char** argv) {
     return 77;
   }
   const std::string device = gpu_device_spec().name;
+  step18::set_comm_priority(o.comm_high);
   std::ofstream out(o.out);
   out << "date,commit,device,N,P,layout,causal,B,H,Hkv,d,dtype,t1_ms,ring_ms,serial_ms,crit_ms,busiest_ms,mean_rank_ms,"
-         "imbalance,xfer_ms,link_ms,proj_ms,proj_eff,max_abs_diff,tol,check,status\n";
+         "imbalance,xfer_ms,link_ms,proj_ms,proj_eff,max_abs_diff,tol,check,status,comm_priority\n";
   std::ofstream tl;
   if (!o.timeline.empty()) {
     tl.open(o.timeline);
-    tl << "N,P,layout,causal,mode,rank,step,what,t0_ms,t1_ms\n";
+    tl << "N,P,layout,causal,mode,rank,step,what,t0_ms,t1_ms,comm_priority\n";
   }
   const auto t_start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
@@ -213,7 +220,7 @@ int main(int argc, char** argv) {
         if (causal) points.push_back({P, Layout::contiguous});
       }
       if (elapsed() > o.budget_s) {
-        for (auto [P, l] : points) out << row_prefix(P, l) << ",,,,,,,,,,,,,,,not run: budget\n" << std::flush;
+        for (auto [P, l] : points) out << row_prefix(P, l) << ",,,,,,,,,,,,,,,not run: budget," << (o.comm_high ? "high" : "normal") << "\n" << std::flush;
         std::cerr << "ring_bench: N=" << N << " causal=" << causal << ": not run (past --budget-s " << o.budget_s << ")\n";
         continue;
       }
@@ -303,7 +310,7 @@ int main(int argc, char** argv) {
         }
         out << row_prefix(P, l) << "," << t1 << "," << ring_ms << "," << serial_ms << "," << crit << "," << busiest << "," << mean << ","
             << (mean > 0 ? busiest / mean : 0.0) << "," << xfer << "," << link_ms << "," << proj << "," << t1 / (double(P) * proj) << ","
-            << maxdiff << "," << tol << "," << (ok ? "PASS" : "FAIL") << ",projected from one GPU\n"
+            << maxdiff << "," << tol << "," << (ok ? "PASS" : "FAIL") << ",projected from one GPU," << (o.comm_high ? "high" : "normal") << "\n"
             << std::flush;
         std::cerr << "  P=" << P << " " << (l == Layout::zigzag ? "zigzag" : "contiguous") << ": ring on one GPU " << ring_ms
                   << " ms, critical path " << crit << " ms, projected " << proj << " ms on " << P << " GPUs (eff "
@@ -313,7 +320,7 @@ int main(int argc, char** argv) {
             for (const step18::RingSpan& sp : *spans)
               tl << N << "," << P << "," << (l == Layout::zigzag ? "zigzag" : "contiguous") << "," << causal << ","
                  << (spans == &conc ? "concurrent" : "serial") << "," << sp.rank << "," << sp.step << "," << (sp.transfer ? "transfer" : "compute")
-                 << "," << sp.t0 << "," << sp.t1 << "\n";
+                 << "," << sp.t0 << "," << sp.t1 << "," << (o.comm_high ? "high" : "normal") << "\n";
       }
     }
   if (failed) std::cerr << "ring_bench: " << failed << " point(s) FAILED their check against step 12\n";

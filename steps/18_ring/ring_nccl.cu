@@ -183,7 +183,9 @@ int main(int argc, char** argv) {
     DeviceBuffer o(size_t(B) * H * N * d * 2), l(size_t(B) * H * N * 4);
     cudaStream_t comp, xfer;
     CUDA_CHECK(cudaStreamCreateWithFlags(&comp, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&xfer, cudaStreamNonBlocking));
+    int least = 0, greatest = 0;  // [priority] NCCL's kernels first onto SMs the attention frees
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&xfer, cudaStreamNonBlocking, greatest));
     std::vector<cudaEvent_t> arrived(static_cast<size_t>(P) + 1), computed(static_cast<size_t>(P));
     for (auto& e : arrived) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     for (auto& e : computed) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

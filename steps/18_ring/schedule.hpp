@@ -229,6 +229,8 @@ struct RingSpan {
   double t0 = 0.0, t1 = 0.0;
 };
 void set_ring_mode(RingMode m, bool timeline);
+// [priority] The receive streams at the device's highest priority (the default) or at the normal one.
+void set_comm_priority(bool high);
 std::vector<RingSpan> last_timeline();
 
 }  // namespace fa::step18
