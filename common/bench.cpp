@@ -134,13 +134,6 @@ BenchOptions parse(const std::vector<std::string>& args) {
   return o;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%MZ", std::gmtime(&t));
-  return buf;
-}
-
 // The columns that identify a run, as the CSV spells them.
 std::string run_key(const std::string& step, const std::string& variant, const std::string& dtype, int64_t d, int causal,
                     int64_t n) {
@@ -231,7 +224,7 @@ int main(int argc, char** argv) {
       std::cerr << "bench: error: --peaks: " << e.what() << "\n";
       return 1;
     }
-    const std::string date = utc_now(), device = gpu_device_spec().name;
+    const std::string date = csv_date(), device = gpu_device_spec().name;
     for (const PeakResult& p : rows)
       out << date << "," << o.commit << "," << cuda << "," << driver << ",\"" << device << "\"," << p.name << "," << p.unit
           << "," << std::setprecision(6) << p.value << "," << p.amount << "," << p.reps << "," << std::setprecision(6)
@@ -337,7 +330,7 @@ int main(int argc, char** argv) {
     line << std::fixed << std::setprecision(0) << "[bench " << i + 1 << "/" << plan.size() << ", " << elapsed() << " s] " << what.str() << ": ";
     try {
       const RunRecord r = run_once(*run.st, run.cli, on_gpu);
-      out << utc_now() << "," << o.commit << "," << cuda << "," << driver << "," << csv_row(r) << "\n" << std::flush;
+      out << csv_date() << "," << o.commit << "," << cuda << "," << driver << "," << csv_row(r) << "\n" << std::flush;
       ++measured;
       failed += r.ok() ? 0 : 1;
       line << std::setprecision(3) << r.ms << " ms";

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "csv.hpp"
 #include "cuda_check.cuh"
 #include "gpu.hpp"
 #include "schedule.hpp"
@@ -77,13 +78,6 @@ std::vector<int64_t> list_of(const std::string& s) {
   std::stringstream ss(s);
   for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoll(x));
   return v;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 double median_ms(const std::vector<float>& v) {
@@ -210,7 +204,7 @@ int main(int argc, char** argv) {
       s.dtype = o.bf16 ? DType::bf16 : DType::f16;
       auto row_prefix = [&](int64_t P, Layout l) {
         std::ostringstream r;
-        r << utc_now() << "," << o.commit << ",\"" << device << "\"," << N << "," << P << "," << (l == Layout::zigzag ? "zigzag" : "contiguous")
+        r << csv_date(true) << "," << o.commit << ",\"" << device << "\"," << N << "," << P << "," << (l == Layout::zigzag ? "zigzag" : "contiguous")
           << "," << causal << "," << o.B << "," << o.H << "," << o.Hkv << "," << o.d << "," << (o.bf16 ? "bf16" : "fp16");
         return r.str();
       };

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "csv.hpp"
 #include "cuda_check.cuh"
 #include "dtype.hpp"
 #include "gpu.hpp"
@@ -73,13 +74,6 @@ int env_int(std::initializer_list<const char*> names, int fallback) {
   for (const char* n : names)
     if (const char* v = std::getenv(n)) return std::atoi(v);
   return fallback;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 // Rank 0 makes the communicator's id and leaves it in FA_NCCL_ID (written, then renamed, so a reader
@@ -295,7 +289,7 @@ int main(int argc, char** argv) {
     const bool pass = std::isfinite(stats[1]) && stats[1] <= tol && stats[2] > 0 && loop_ok;
     if (rank == 0) {
       std::ostringstream row;
-      row << utc_now() << "," << commit << ",\"" << gpu_device_spec().name << "\"," << N << "," << P << ","
+      row << csv_date(true) << "," << commit << ",\"" << gpu_device_spec().name << "\"," << N << "," << P << ","
           << (layout == Layout::zigzag ? "zigzag" : "contiguous") << "," << int(causal) << "," << B << "," << H << "," << Hkv << "," << d
           << "," << (bf16 ? "bf16" : "fp16") << "," << stats[0] << "," << stats[1] << "," << tol << "," << int(stats[2]) << ","
           << (pass ? "PASS" : "FAIL") << "\n";
