@@ -186,3 +186,43 @@ TEST_CASE("step 18 refuses a sliding window, and an unknown --ranks or --shard")
   CHECK_THROWS_AS(step18::info().blueprint(c.shape, in, {{"ranks", "9"}}), std::invalid_argument);
   CHECK_THROWS_AS(step18::info().blueprint(c.shape, in, {{"shard", "striped"}}), std::invalid_argument);
 }
+
+namespace fa::step12 {
+const StepInfo& info();
+}
+
+TEST_CASE("docs/18: the worked example of the ring's ledger (N = Nk = 4096, d = 128, one head, causal, P = 4)") {
+  Shape s;
+  s.N = s.Nk = 4096;
+  s.d = 128;
+  s.causal = true;
+  const LedgerSet ring = step18::info().closed_form(s, opts(4, Layout::zigzag));
+  const Ledger one = step12::info().closed_form(s, {}).total();
+  auto row = [&](const std::string& k) {
+    for (const auto& [name, led] : ring.kernels)
+      if (name == k) return led;
+    FAIL("no ledger row " << k);
+    return Ledger{};
+  };
+  // Chunks of 512 are whole tiles of step 12's: the ring computes exactly its tiles and products.
+  CHECK(one.matmul_flops == 4429185024);
+  CHECK(one.tiles_computed == 1056);
+  CHECK(one.tiles_masked == 64);
+  CHECK(one.gmem_read == 35651584);
+  CHECK(one.gmem_write == 1064960);
+  const Ledger k = row("warp_tiling");
+  CHECK(k.matmul_flops == one.matmul_flops);
+  CHECK(k.tiles_computed == one.tiles_computed);
+  CHECK(k.tiles_masked == one.tiles_masked);
+  CHECK(k.gmem_read == 38010880);
+  CHECK(k.gmem_write == 3461120);
+  CHECK(row("ring_init").gmem_write == 2113536);       // 4 ranks · 1024 rows · (128 + 1) · 4 bytes
+  CHECK(row("ring_merge").gmem_read == 10330112);
+  CHECK(row("ring_merge").gmem_write == 6868992);      // 13 312 merged rows · 516 bytes
+  CHECK(row("ring_send").gmem_read == 6291456);        // 12 sends · 524 288 bytes
+  CHECK(row("ring_send").gmem_write == 6291456);
+  CHECK(row("ring_finish").gmem_read == 2113536);
+  CHECK(row("ring_finish").gmem_write == 1064960);
+  CHECK(ring.total().gmem_read == 56745984);
+  CHECK(ring.total().gmem_write == 19800064);
+}
