@@ -622,7 +622,7 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
-  try {
+  if (report_errors(kProgram, [&] {
     const Data data = load(data_dir, gpu);
     fs::create_directories(out);
     draw_traffic(data, d, out + "/measured_traffic.png");
@@ -631,13 +631,8 @@ int main(int argc, char** argv) {
     draw_tflops(data, d, 0, peer_list, slots, out + "/measured_tflops.png");
     draw_tflops(data, d, 1, peer_list, slots, out + "/measured_tflops_causal.png");
     draw_speedup(data, d, slots, out + "/measured_speedup.png");
-  } catch (const Error& e) {
-    std::cerr << kProgram << ": error: " << e.what() << "\n";
+  }))
     return 1;
-  } catch (const std::exception& e) {  // filesystem, allocation: still a message, not an abort
-    std::cerr << kProgram << ": error: " << e.what() << "\n";
-    return 1;
-  }
   std::cout << "wrote " << out
             << "/measured_traffic.png, measured_tflops.png, measured_tflops_causal.png, measured_speedup.png\n";
   return 0;

@@ -308,17 +308,12 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
-  try {
+  if (report_errors(kProgram, [&] {
     const Data data = load(data_dir, gpu);
     fs::create_directories(out);
     draw(data, out + "/model.png");
-  } catch (const Error& e) {
-    std::cerr << kProgram << ": error: " << e.what() << "\n";
+  }))
     return 1;
-  } catch (const std::exception& e) {  // filesystem, allocation: still a message, not an abort
-    std::cerr << kProgram << ": error: " << e.what() << "\n";
-    return 1;
-  }
   std::cout << "wrote " << out << "/model.png\n";
   return 0;
 }

@@ -513,11 +513,15 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
+  if (priority != "high" && priority != "normal") {
+    std::cerr << kProgram << ": error: --priority must be high or normal\n";
+    return 2;
+  }
   if (!data.empty() && !gpu.empty()) {
     std::cerr << kProgram << ": error: --gpu picks plots/data/ring_<gpu>.csv; it does not go with --data FILE\n";
     return 2;
   }
-  try {
+  if (report_errors(kProgram, [&] {
     if (data.empty()) data = default_ring(std::string(FA_PLOTS_DIR) + "/data", gpu);
     if (timeline.empty()) timeline = timeline_beside(data);
     const Ring ring = load_ring(data);
@@ -527,13 +531,8 @@ int main(int argc, char** argv) {
     fs::create_directories(out);
     draw_timeline(tl, ring, out + "/ring_timeline.png");
     draw_scaling(ring, out + "/ring_scaling.png");
-  } catch (const Error& e) {
-    std::cerr << kProgram << ": error: " << e.what() << "\n";
+  }))
     return 1;
-  } catch (const std::exception& e) {  // filesystem, allocation: still a message, not an abort
-    std::cerr << kProgram << ": error: " << e.what() << "\n";
-    return 1;
-  }
   std::cout << "wrote " << out << "/ring_timeline.png, ring_scaling.png\n";
   return 0;
 }

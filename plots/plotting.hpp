@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -25,6 +26,19 @@ using Series = std::vector<std::pair<double, double>>;
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// A plot program's work, run so that any failure — an Error of the data, or the filesystem's or an
+// allocation's — ends as one line "PROGRAM: error: ..." and exit status 1, never an abort.
+template <class Work>
+int report_errors(const char* program, Work&& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    std::cerr << program << ": error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
 
 // One CSV file: a header line, then rows. Fields may be double-quoted ("NVIDIA H200"); a quote
 // inside a quoted field is doubled. Every accessor that fails says which file, line and column.
