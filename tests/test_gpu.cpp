@@ -412,11 +412,9 @@ TEST_CASE("ablated kernels match the reference where compiled, and refuse elsewh
           CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, vars[vi], cfg), Unsupported);
           continue;
         }
-        // A decoding step's experiments (step 17's --splits, --combine) are schedule choices compiled for
-        // every storage type and head dimension: they run everywhere. So does step 18's --ranks (the
-        // ring's size).
-        const bool everywhere = st->supports_decode || st->id == "18";
-        if (!everywhere && (c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128))) {
+        // Some steps' experiments are schedule choices compiled for every storage type and head
+        // dimension (StepInfo::experiments_everywhere): they run everywhere.
+        if (!st->experiments_everywhere && (c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128))) {
           CHECK_THROWS_AS(run_on_gpu(*st, c.shape, in, vars[vi], cfg), Unsupported);
           ++refused;
           continue;

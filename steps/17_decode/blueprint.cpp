@@ -409,6 +409,7 @@ const StepInfo& info() {
     i.supports_gqa = true;
     i.supports_window = true;
     i.supports_decode = true;
+    i.experiments_everywhere = true;  // --splits, --combine: compiled for every dtype and d
     i.max_n = kMaxQlen;
     i.min_cc = 80;
     i.needs = "mma.sync.m16n8k16 and cp.async";
