@@ -63,6 +63,14 @@ void gather(const Tensor4& x, const Shard& sh, Tensor4& y) {
 
 }  // namespace
 
+Ring ring_of(const Shape& s, const StepOptions& o) {
+  Ring g;
+  g.B = int(s.B), g.H = int(s.H), g.Hkv = int(s.hkv()), g.N = int(s.N), g.Nk = int(s.Nk), g.d = int(s.d);
+  g.causal = s.causal, g.bf16 = s.dtype == DType::bf16, g.scale = float(s.softmax_scale());
+  g.P = ranks_of(o), g.layout = layout_of(o);
+  return g;
+}
+
 int ranks_of(const StepOptions& o) { return std::stoi(kRanks[choice_index(o, "ranks", kRanks, 8, "step18")]); }
 Layout layout_of(const StepOptions& o) { return Layout(choice_index(o, "shard", kLayouts, 2, "step18")); }
 
@@ -160,8 +168,8 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
 
   // The finish: each rank's running O, rounded to the storage type, and L into the rows of the
   // whole sequence it holds. A row that saw no key: O = 0, L = +inf.
-  res.out.o = Tensor4(B, H, s.N, d);
-  res.out.lse = Tensor4(B, H, s.N, 1);
+  res.out.o = Tensor4(B, H, s.N, d, kNaN);  // NaN until written: a row no rank finishes fails the check
+  res.out.lse = Tensor4(B, H, s.N, 1, kNaN);
   for (int r = 0; r < P; ++r) {
     Rank& k = ranks[size_t(r)];
     const Shard sh = shard_of(lay, P, r, s.N);
@@ -245,6 +253,7 @@ const StepInfo& info() {
     i.closed_form = closed_form;
     i.smem_bytes = run_smem_bytes;
     i.supports_gqa = true;  // [gqa] step 12's kernel takes it; the ring passes Hkv heads
+    i.experiments_everywhere = true;  // --ranks: compiled for every dtype and d
     i.min_cc = 80;
     i.needs = "mma.sync.m16n8k16 and cp.async (step 12's kernel)";
 #ifdef FA_HAVE_CUDA

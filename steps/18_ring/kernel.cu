@@ -192,13 +192,6 @@ Ring ring_of(const AttnParams& p, const StepOptions& o) {
   g.P = ranks_of(o), g.layout = layout_of(o);
   return g;
 }
-Ring ring_of(const Shape& s, const StepOptions& o) {
-  Ring g;
-  g.B = int(s.B), g.H = int(s.H), g.Hkv = int(s.hkv()), g.N = int(s.N), g.Nk = int(s.Nk), g.d = int(s.d);
-  g.causal = s.causal, g.bf16 = s.dtype == DType::bf16, g.scale = float(s.softmax_scale());
-  g.P = ranks_of(o), g.layout = layout_of(o);
-  return g;
-}
 
 // The streams and events of the ring, made once per process for up to kMaxRanks ranks. Each rank
 // computes on comp[r] and receives on comm[r]; arrived[r][t]: rank r's buffer for step t is

@@ -240,6 +240,9 @@ int main(int argc, char** argv) {
         AttnParams pr = p;
         pr.o = oring.get(), pr.lse = lring.as<float>(), pr.workspace = ws.get();
         step18::prepare(s, pr, so, nullptr);
+        // NaN until the ring writes it: a row no launch writes fails the check below.
+        CUDA_CHECK(cudaMemset(oring.get(), 0xFF, size_t(qe) * 2));
+        CUDA_CHECK(cudaMemset(lring.get(), 0xFF, size_t(s.rows()) * 4));
         // The ring as P streams, with the timeline of its first (warm-up) run kept for the plot.
         step18::set_ring_mode(step18::RingMode::concurrent, true);
         step18::launch(pr, so, nullptr);
@@ -284,9 +287,7 @@ int main(int argc, char** argv) {
         }
         xfer = nx ? xfer / nx : 0.0;
         const double rest = serial_ms - (spans_end - first_begin) > 0 ? serial_ms - (spans_end - first_begin) : 0.0;
-        step18::Ring g;
-        g.B = o.B, g.H = o.H, g.Hkv = o.Hkv, g.N = g.Nk = int(N), g.d = o.d, g.P = int(P), g.layout = l;
-        const double link_ms = double(step18::kv_bytes(g)) / (o.link_gbs * 1e9) * 1e3;
+        const double link_ms = double(step18::kv_bytes(step18::ring_of(s, so))) / (o.link_gbs * 1e9) * 1e3;
         // What is left of the serial run is every rank's start and finish, one after another: on P
         // GPUs each rank does its own, at the same time.
         double crit = 0, proj = rest / double(P), busiest = 0, mean = 0;

@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
       CUDA_CHECK_LAUNCH("rn_fill_shard");
     }
     DeviceBuffer o(size_t(B) * H * N * d * 2), l(size_t(B) * H * N * 4);
+    CUDA_CHECK(cudaMemset(o.get(), 0xFF, size_t(B) * H * N * d * 2));  // NaN until the ring writes it: the check reads it
+    CUDA_CHECK(cudaMemset(l.get(), 0xFF, size_t(B) * H * N * 4));
     cudaStream_t comp, xfer;
     CUDA_CHECK(cudaStreamCreateWithFlags(&comp, cudaStreamNonBlocking));
     int least = 0, greatest = 0;  // [priority] NCCL's kernels first onto SMs the attention frees

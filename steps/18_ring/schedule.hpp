@@ -185,6 +185,9 @@ struct Ring {
   int64_t nk() const { return max_shard(layout, P, Nk); }  // key rows a K/V buffer holds
 };
 
+// The ring of a problem and the step's flags (--ranks, --shard).
+Ring ring_of(const Shape& s, const StepOptions& o);
+
 // [rank-memory] One rank's buffers, in one allocation of rank_bytes(): its queries Q [B, H, nq, d];
 // three K/V buffers, each K [B, Hkv, nk, d] then V — its home shard (kv[0]) and the two the ring
 // fills in turn; a call's O_c [B, H, nq, d] (storage type) and L_c [B, H, nq]; the running O
