@@ -40,6 +40,7 @@ struct BenchOptions {
   int64_t tokens = 16384, width = 2048;
   int reps = 10, warmup = 3;
   int runs = 1;  // --runs K: each row's time the median of K timed runs, with their spread ([noise])
+  int graph = kGraphCalls;  // --graph K: calls per CUDA graph ([graph-time])
   bool peaks = false;  // --peaks: the GPU's measured ceilings instead of steps
   int64_t check_heads = 0;  // --check-heads K, passed to every run (0: the runner's rule)
   double budget_s = 0;  // 0: no bound
@@ -70,9 +71,12 @@ int64_t to_int(const std::string& flag, const std::string& v) {
 const char* kUsage =
     "usage: bench --out FILE [--steps 07,08] [--ns 512,...,16384] [--ds 64,128] [--causal 0,1]\n"
     "             [--dtypes fp16,bf16] [--variants all|default|ablations] [--tokens 16384] [--width 2048]\n"
-    "             [--reps 10] [--warmup 3] [--runs 1] [--check-heads K] [--budget-s S] [--backend auto|gpu|cpu] [--commit HASH]\n"
+    "             [--reps 10] [--warmup 3] [--runs 1] [--graph 10] [--check-heads K] [--budget-s S]\n"
+    "             [--backend auto|gpu|cpu] [--commit HASH]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
-    "run to FILE and skips runs FILE already has (resume after an interrupt).\n"
+    "run to FILE and skips runs FILE already has (resume after an interrupt). On a GPU each row has the\n"
+    "kernel time (cold L2, every kernel summed), the CUDA-event time and the time per call in a CUDA graph\n"
+    "of --graph calls (docs/profiling.md, 'One clock').\n"
     "bench --peaks --out FILE [--reps R] [--commit HASH] measures the GPU's ceilings instead (HBM, L2, shared\n"
     "memory, tensor cores, FMA, ex2, barriers, atomics, latencies, launch: docs/profiling.md), one CSV row each.\n"
     "bench --list [--steps ...] [--variants ...] prints each chosen step's program and flags, one variant\n"
@@ -114,6 +118,7 @@ BenchOptions parse(const std::vector<std::string>& args) {
     else if (a == "--reps") o.reps = int(to_int(a, v));
     else if (a == "--warmup") o.warmup = v == "0" ? 0 : int(to_int(a, v));
     else if (a == "--runs") o.runs = int(to_int(a, v));
+    else if (a == "--graph") o.graph = int(to_int(a, v));
     else if (a == "--check-heads") o.check_heads = to_int(a, v);
     else if (a == "--budget-s") o.budget_s = double(to_int(a, v));
     else if (a == "--backend") {
@@ -296,6 +301,7 @@ int main(int argc, char** argv) {
               cli.reps = on_gpu ? o.reps : 1;
               cli.warmup = on_gpu ? o.warmup : 0;
               cli.runs = on_gpu ? o.runs : 1;
+              cli.graph_calls = o.graph;
               cli.check_heads = o.check_heads;
               cli.step = v;
               const std::string k = run_key(st->id, variant_name(v), dtype_name(t), d, c, n);
@@ -333,9 +339,14 @@ int main(int argc, char** argv) {
       out << csv_date() << "," << o.commit << "," << cuda << "," << driver << "," << csv_row(r) << "\n" << std::flush;
       ++measured;
       failed += r.ok() ? 0 : 1;
-      line << std::setprecision(3) << r.ms << " ms";
-      if (on_gpu) line << std::setprecision(1) << " (" << r.tflops() << " TFLOP/s)";
-      if (r.has_backward) line << std::setprecision(3) << ", backward " << r.bwd_ms << " ms";
+      if (on_gpu && r.kernel.ms_median > 0)
+        line << std::setprecision(3) << r.kernel.ms_median << " ms kernel (" << std::setprecision(1) << r.kernel_tflops()
+             << " TFLOP/s), " << std::setprecision(3) << r.ms << " ms events";
+      else
+        line << std::setprecision(3) << r.ms << " ms" << (on_gpu ? " events (no kernel time: " + r.kernel.note + ")" : "");
+      if (r.has_backward)
+        line << std::setprecision(3) << ", backward " << (r.bwd_kernel.ms_median > 0 ? r.bwd_kernel.ms_median : r.bwd_ms)
+             << (r.bwd_kernel.ms_median > 0 ? " ms kernel" : " ms");
       line << (r.ok() ? ", PASS" : ", FAIL");
     } catch (const Unsupported& e) {  // a variant this step does not build for the shape (or this GPU): said, not run
       ++refused;

@@ -84,6 +84,8 @@ std::string usage(const StepInfo& step) {
      << "  --warmup W       untimed launches before timing (default 3)\n"
      << "  --runs K         K timed runs (warm-up and R launches each): the median of their medians is\n"
      << "                   reported, with their min and max (default 1)\n"
+     << "  --graph K        also time K calls captured back to back in one CUDA graph, per call (GPU only;\n"
+     << "                   default " << kGraphCalls << "): the launch's host cost gone (docs/profiling.md, 'One clock')\n"
      << "  --check-heads K  check the backward on K heads, the first and the last ones (default: every head\n"
      << "                   of a small problem, else the first and the last); 1 halves a long run's CPU time\n"
      << "output:\n"
@@ -187,6 +189,10 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, next(), 0, 100000));
     else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(a, next(), 0, 1000));
     else if (a == "--runs") o.runs = static_cast<int>(parse_int(a, next(), 1, 100));
+    else if (a == "--graph") {
+      o.graph_calls = static_cast<int>(parse_int(a, next(), 1, 10000));
+      o.graph_given = true;
+    }
     else if (a == "--check-heads") o.check_heads = parse_int(a, next(), 1, int64_t(1) << 30);
     else if (a == "--csv") o.csv = true;
     else if (a == "--save") { o.save_dir = next(); if (o.save_dir.empty()) throw CliError("--save needs a directory"); }

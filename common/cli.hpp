@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu.hpp"
 #include "problem.hpp"
 #include "step.hpp"
 
@@ -31,6 +32,9 @@ struct CliOptions {
   bool dropout_given = false, dropout_seed_given = false;
   int reps = 20, warmup = 3;
   int runs = 1;  // --runs K: K timed runs of --reps launches, their medians' spread reported ([noise])
+  // [graph-time] --graph K: K calls captured in one CUDA graph, timed per call (GPU only; K >= 1).
+  int graph_calls = kGraphCalls;
+  bool graph_given = false;
   int64_t check_heads = 0;  // --check-heads K: the backward's reference on K heads (0: pick_heads' rule)
   bool csv = false, help = false;
   std::string save_dir;

@@ -2,6 +2,7 @@
 // Implemented in gpu_harness.cu when CUDA is on, and in gpu_stub.cpp otherwise.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arch.hpp"
@@ -19,20 +20,47 @@ struct Padding {
   int64_t row = 0, head = 0, batch = 0;
 };
 
+// [graph-time] The calls a CUDA graph holds by default (--graph K changes it).
+inline constexpr int kGraphCalls = 10;
+
 struct GpuConfig {
   int warmup = 3;
   int reps = 20;  // 0: one checked launch, no timing
   // [noise] Timed runs: each is `warmup` launches then `reps` timed ones, its median one sample;
   // ms_median is the median of the runs' medians, and their min and max are the spread.
   int runs = 1;
+  // [graph-time] After the timed runs: `graph_calls` launches captured back to back in one CUDA graph,
+  // the graph replayed `graph_replays` times; graph_ms is the median replay over graph_calls.
+  // 0: no graph.
+  int graph_calls = kGraphCalls;
+  int graph_replays = 3;
   Padding pad;
+};
+
+// [kernel-clock] The clock every speed comparison of the course uses, on both sides (docs/profiling.md,
+// "One clock"): a call's kernel time is the GPU time of every kernel, memset and memcpy it launches,
+// summed (CUPTI's activity records), each rep after the L2 was flushed by reading kL2FlushBytes of a
+// buffer of its own; the median over the reps. scripts/clock.py does the same for PyTorch.
+inline constexpr long long kL2FlushBytes = 256ll << 20;
+inline constexpr const char* kClockMethod = "kernel: CUPTI, every kernel summed; L2 flushed (256 MiB read) before each rep";
+
+// What one timed launch did on the GPU, summed, and each kernel's share (memsets and memcpys too).
+struct KernelTime {
+  std::vector<double> ms;                                // every timed rep, in order
+  double ms_median = 0;
+  std::vector<std::pair<std::string, double>> parts;     // per kernel (launch order): its median over the reps
+  std::string note;                                      // why there is none (no CUPTI, a profiler holds it)
+  int activities = 0;                                    // records per rep (kernels + memsets + memcpys)
 };
 
 struct GpuResult {
   Forward out;               // O and L copied back from the checked launch
-  std::vector<double> ms;    // each timed launch, in order
+  std::vector<double> ms;    // each timed launch (CUDA events around it, cold L2), in order
   double ms_median = 0;
   double run_min = 0, run_max = 0;  // the spread of the runs' medians ([noise])
+  KernelTime kernel;         // [kernel-clock] the same launches by the GPU's own records
+  double graph_ms = 0;       // [graph-time] per call, 0 where not measured (graph_note says why)
+  std::string graph_note;
   int64_t stray_writes = 0;  // padding elements of O or L that are no longer NaN after the launch
   // [launches] What the checked launch ran, kernel by kernel (empty when not recorded: why).
   std::vector<KernelLaunch> launches;
@@ -54,8 +82,9 @@ std::string cuda_version_string();   // "runtime 13.0, driver 13.0"
 // The launchers' AttnParams carry the whole Shape, dropout's P, seed and offset included.
 //
 // Upload the inputs (inside NaN-padded buffers when cfg.pad is set), poison O and L with NaN, launch
-// the step once and read back; then, if cfg.reps > 0, warm up and time cfg.reps launches with CUDA
-// events (O and L poisoned again before each) and report the median. Throws on any CUDA error.
+// the step once and read back; then, if cfg.reps > 0, warm up and time cfg.reps launches (O and L
+// poisoned again and the L2 flushed before each) with CUDA events and by the kernel clock, and report
+// the medians; then the graph time. Throws on any CUDA error.
 GpuResult run_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const StepOptions& opts,
                      const GpuConfig& cfg);
 
@@ -99,6 +128,9 @@ struct GpuBackwardResult {
   std::vector<double> ms;    // each timed launch of the whole backward (all its kernels)
   double ms_median = 0;
   double run_min = 0, run_max = 0;
+  KernelTime kernel;         // [kernel-clock]
+  double graph_ms = 0;       // [graph-time]
+  std::string graph_note;
   int64_t stray_writes = 0;  // padding elements of dQ, dK or dV that are no longer NaN
   std::vector<KernelLaunch> launches;
   std::string launches_note;

@@ -219,29 +219,31 @@ struct Stream {
   Stream& operator=(const Stream&) = delete;
 };
 
-// cfg.warmup launches, then cfg.reps timed with CUDA events; `reset` (the outputs poisoned again)
-// runs before each, outside the timed interval. Returns each rep's milliseconds.
-template <class Reset, class Launch>
-std::vector<double> time_launches(const GpuConfig& cfg, cudaStream_t st, Reset reset, Launch launch) {
-  std::vector<double> ms;
-  if (cfg.reps <= 0) return ms;
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  struct Events { cudaEvent_t a, b; ~Events() { cudaEventDestroy(a); cudaEventDestroy(b); } } guard{e0, e1};
-  for (int w = 0; w < cfg.warmup; ++w) launch();
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  for (int rep = 0; rep < cfg.reps; ++rep) {
-    reset();
-    CUDA_CHECK(cudaEventRecord(e0, st));
-    launch();
-    CUDA_CHECK(cudaEventRecord(e1, st));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
+// [kernel-clock] The L2 flush before every timed rep: a read of kL2FlushBytes (more than four times
+// the H200's 60 MB of L2) from a buffer of its own, which leaves the L2 holding clean lines of that
+// buffer and none of the step's tensors — so every rep starts from HBM, as a call in a model does
+// after other layers ran. (A write would leave dirty lines, whose write-back the next kernel would pay.)
+__global__ void fa_l2_flush(const uint4* buf, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcg(buf + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
-  return ms;
+  if (acc == 0x9e3779b9u) *sink = acc;  // a use the compiler cannot drop; practically never taken
+}
+
+struct L2Flush {
+  DeviceBuffer buf{size_t(kL2FlushBytes) + 64};
+  L2Flush() { CUDA_CHECK(cudaMemset(buf.get(), 0x5a, buf.bytes())); }
+  void operator()(cudaStream_t st) const {
+    fa_l2_flush<<<1024, 512, 0, st>>>(buf.as<const uint4>(), size_t(kL2FlushBytes) / 16,
+                                       reinterpret_cast<unsigned*>(buf.as<unsigned char>() + kL2FlushBytes));
+    CUDA_CHECK(cudaGetLastError());
+  }
+};
+const L2Flush& l2_flush() {
+  static const L2Flush f;
+  return f;
 }
 
 double median(std::vector<double> v) {
@@ -251,13 +253,82 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// One timed run: cfg.warmup launches, then cfg.reps timed ones. Before each, `reset` (the outputs
+// poisoned again) and the L2 flush, then a synchronize: each rep is one call alone on a cold L2.
+// Each is timed twice at once: by CUDA events around it (`ms`) and by the GPU's own records of every
+// kernel it ran ([kernel-clock]: `kt`, summed per rep).
+template <class Reset, class Launch>
+std::vector<double> time_launches(const GpuConfig& cfg, cudaStream_t st, Reset reset, Launch launch, KernelTime& kt,
+                                  std::vector<std::vector<DeviceActivity>>& per_rep) {
+  std::vector<double> ms;
+  if (cfg.reps <= 0) return ms;
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  struct Events { cudaEvent_t a, b; ~Events() { cudaEventDestroy(a); cudaEventDestroy(b); } } guard{e0, e1};
+  const L2Flush& flush = l2_flush();
+  for (int w = 0; w < cfg.warmup; ++w) launch();
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  std::vector<DeviceActivity> all;
+  {
+    ActivityTrace trace;
+    for (int rep = 0; rep < cfg.reps; ++rep) {
+      reset();
+      flush(st);
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      const uint64_t t0 = trace.now();
+      CUDA_CHECK(cudaEventRecord(e0, st));
+      launch();
+      CUDA_CHECK(cudaEventRecord(e1, st));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      windows.emplace_back(t0, trace.now());
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    all = trace.stop();
+    if (!trace.on() || all.empty()) kt.note = trace.why();
+  }
+  if (kt.note.empty())
+    for (const auto& [t0, t1] : windows) {
+      per_rep.push_back(in_window(all, t0, t1));
+      double sum = 0;
+      for (const DeviceActivity& a : per_rep.back()) sum += a.ms();
+      kt.ms.push_back(sum);
+    }
+  return ms;
+}
+
+// The kernel clock's summary over every rep of every run: the median sum, and each kernel's median
+// (kernels named alike within a call, e.g. a step's two memsets, are summed per rep first).
+void summarize(KernelTime& kt, const std::vector<std::vector<DeviceActivity>>& per_rep) {
+  if (kt.ms.empty()) return;
+  kt.ms_median = median(kt.ms);
+  kt.activities = int(per_rep.front().size());
+  std::vector<std::string> names;
+  for (const DeviceActivity& a : per_rep.front())
+    if (std::find(names.begin(), names.end(), a.name) == names.end()) names.push_back(a.name);
+  for (const std::string& n : names) {
+    std::vector<double> v;
+    for (const auto& rep : per_rep) {
+      double sum = 0;
+      for (const DeviceActivity& a : rep) sum += a.name == n ? a.ms() : 0.0;
+      v.push_back(sum);
+    }
+    kt.parts.emplace_back(n, median(v));
+  }
+}
+
 // [noise] cfg.runs timed runs; each run's median is one sample. Fills ms (every launch of every
-// run), the median of the samples and their spread.
+// run), the median of the samples and their spread, and the kernel clock over every rep.
 template <class R, class Reset, class Launch>
 void time_runs(const GpuConfig& cfg, cudaStream_t st, Reset reset, Launch launch, R& r) {
   std::vector<double> medians;
+  std::vector<std::vector<DeviceActivity>> per_rep;
   for (int run = 0; run < std::max(cfg.runs, 1); ++run) {
-    const std::vector<double> ms = time_launches(cfg, st, reset, launch);
+    const std::vector<double> ms = time_launches(cfg, st, reset, launch, r.kernel, per_rep);
     if (ms.empty()) break;
     r.ms.insert(r.ms.end(), ms.begin(), ms.end());
     medians.push_back(median(ms));
@@ -266,6 +337,56 @@ void time_runs(const GpuConfig& cfg, cudaStream_t st, Reset reset, Launch launch
   r.ms_median = median(medians);
   r.run_min = *std::min_element(medians.begin(), medians.end());
   r.run_max = *std::max_element(medians.begin(), medians.end());
+  summarize(r.kernel, per_rep);
+}
+
+// [graph-time] cfg.graph_calls launches captured back to back in one CUDA graph (no reset, no flush
+// between them: what a model's step replays), replayed once to warm up, then cfg.graph_replays times
+// timed with events; the median replay over the calls. A launcher that cannot be captured (one that
+// synchronizes or allocates) gets no graph time and a note saying why, and the stream is left usable.
+template <class R, class Launch>
+void time_graph(const GpuConfig& cfg, cudaStream_t st, Launch launch, R& r) {
+  if (cfg.reps <= 0 || cfg.graph_calls <= 0) return;
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaGraph_t graph = nullptr;
+  std::string why;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+  try {
+    for (int k = 0; k < cfg.graph_calls; ++k) launch();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  const cudaError_t end = cudaStreamEndCapture(st, &graph);
+  if (why.empty() && end != cudaSuccess) why = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+  cudaGraphExec_t exec = nullptr;
+  if (why.empty()) {
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) why = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!why.empty()) {
+    cudaGetLastError();  // a failed capture's error is not sticky; clear it
+    r.graph_note = "not captured in a CUDA graph: " + why;
+    return;
+  }
+  struct Exec { cudaGraphExec_t x; ~Exec() { cudaGraphExecDestroy(x); } } guard{exec};
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  struct Events { cudaEvent_t a, b; ~Events() { cudaEventDestroy(a); cudaEventDestroy(b); } } events{e0, e1};
+  CUDA_CHECK(cudaGraphLaunch(exec, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  std::vector<double> ms;
+  for (int rep = 0; rep < std::max(cfg.graph_replays, 1); ++rep) {
+    CUDA_CHECK(cudaEventRecord(e0, st));
+    CUDA_CHECK(cudaGraphLaunch(exec, st));
+    CUDA_CHECK(cudaEventRecord(e1, st));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t / cfg.graph_calls);
+  }
+  r.graph_ms = median(ms);
 }
 
 }  // namespace
@@ -337,6 +458,7 @@ GpuResult launch_and_time(const StepInfo& step, const Shape& s, const StepOption
   r.out.lse = download(f.lse, s.dtype, r.stray_writes);
 
   time_runs(cfg, st.s, reset, launch, r);
+  time_graph(cfg, st.s, launch, r);
   return r;
 }
 
@@ -435,7 +557,9 @@ GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, cons
     auto save = [&] { step.launch_save(p, opts, st.s); };
     save();
     CUDA_CHECK(cudaStreamSynchronize(st.s));
-    r.save_ms = time_launches(cfg, st.s, [] {}, save);
+    KernelTime unused;
+    std::vector<std::vector<DeviceActivity>> unused_reps;
+    r.save_ms = time_launches(cfg, st.s, [] {}, save, unused, unused_reps);
     r.save_ms_median = median(r.save_ms);
   }
   // The scratch is poisoned too: a launcher must initialize whatever it accumulates into.
@@ -450,6 +574,7 @@ GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, cons
   r.grads.dv = download(dv, s.dtype, r.stray_writes);
 
   time_runs(cfg, st.s, reset, launch, r);
+  time_graph(cfg, st.s, launch, r);
   return r;
 }
 

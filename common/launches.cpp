@@ -1,5 +1,6 @@
 #include "launches.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
 #include <sstream>
@@ -59,12 +60,24 @@ std::vector<KernelLaunch> parse_launches(const std::string& field) {
   return out;
 }
 
+std::vector<DeviceActivity> in_window(const std::vector<DeviceActivity>& all, uint64_t t0, uint64_t t1) {
+  std::vector<DeviceActivity> out;
+  for (const DeviceActivity& a : all)
+    if (a.start >= t0 && a.start <= t1) out.push_back(a);
+  return out;
+}
+
 #ifdef FA_HAVE_CUPTI
 namespace {
 
-// CUPTI hands records over in buffers it asks us for; the records are copied out as they arrive.
+// CUPTI hands records over in buffers it asks us for; the records are copied out as they arrive,
+// into the one sink that is open (a record_launches call or an ActivityTrace).
+struct Raw {
+  DeviceActivity a;
+  KernelLaunch k;
+};
 std::mutex g_mu;
-std::vector<KernelLaunch>* g_sink = nullptr;
+std::vector<Raw>* g_sink = nullptr;
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   constexpr size_t kBytes = 1 << 20;
@@ -77,19 +90,29 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* rec = nullptr;
   std::lock_guard<std::mutex> lock(g_mu);
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
-    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
     if (!g_sink) continue;
-    int status = 0;
-    std::unique_ptr<char, void (*)(void*)> dem(abi::__cxa_demangle(k->name, nullptr, nullptr, &status), std::free);
-    KernelLaunch l;
-    l.name = ledger_name_of(status == 0 && dem ? dem.get() : k->name);
-    l.blocks = int64_t(k->gridX) * k->gridY * k->gridZ;
-    l.threads = k->blockX * k->blockY * k->blockZ;
-    l.regs = k->registersPerThread;
-    l.smem = int64_t(k->staticSharedMemory) + k->dynamicSharedMemory;
-    l.ms = double(k->end - k->start) * 1e-6;
-    g_sink->push_back(l);
+    Raw r;
+    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      int status = 0;
+      std::unique_ptr<char, void (*)(void*)> dem(abi::__cxa_demangle(k->name, nullptr, nullptr, &status), std::free);
+      r.k.name = ledger_name_of(status == 0 && dem ? dem.get() : k->name);
+      r.k.blocks = int64_t(k->gridX) * k->gridY * k->gridZ;
+      r.k.threads = k->blockX * k->blockY * k->blockZ;
+      r.k.regs = k->registersPerThread;
+      r.k.smem = int64_t(k->staticSharedMemory) + k->dynamicSharedMemory;
+      r.k.ms = double(k->end - k->start) * 1e-6;
+      r.a = {r.k.name, true, k->start, k->end};
+    } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+      r.a = {"memset", false, m->start, m->end};
+    } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+      r.a = {"memcpy", false, m->start, m->end};
+    } else {
+      continue;
+    }
+    g_sink->push_back(r);
   }
   std::free(buffer);
 }
@@ -102,42 +125,94 @@ bool ok(CUptiResult r, const char* what, std::string& why) {
   return false;
 }
 
-}  // namespace
-
-std::vector<KernelLaunch> record_launches(const std::function<void()>& work, std::string& why) {
-  std::vector<KernelLaunch> got;
+// Registers the buffer callbacks once; false (and why) where CUPTI is unavailable or switched off.
+bool cupti_ready(std::string& why) {
   const char* env = std::getenv("FA_RECORD_LAUNCHES");
   if (env && std::string(env) == "0") {
     why = "FA_RECORD_LAUNCHES=0";
-    work();
-    return got;
+    return false;
   }
   static bool registered = false;
   static std::string register_why;
   if (!registered && register_why.empty()) {
     if (ok(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "register", register_why)) registered = true;
   }
-  if (!registered) {
-    why = register_why;
+  if (!registered) why = register_why;
+  return registered;
+}
+
+constexpr CUpti_ActivityKind kTraced[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET,
+                                          CUPTI_ACTIVITY_KIND_MEMCPY};
+
+// Opens the sink and enables the kinds (kernels alone, or kernels, memsets and memcpys).
+bool open_sink(std::vector<Raw>* sink, bool copies, std::string& why) {
+  if (!cupti_ready(why)) return false;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_sink = sink;
+  }
+  for (CUpti_ActivityKind k : kTraced) {
+    if (!copies && k != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+    if (!ok(cuptiActivityEnable(k), "enable", why)) {
+      for (CUpti_ActivityKind d : kTraced) cuptiActivityDisable(d);
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_sink = nullptr;
+      return false;
+    }
+  }
+  return true;
+}
+
+void close_sink() {
+  cuptiActivityFlushAll(1);
+  for (CUpti_ActivityKind k : kTraced) cuptiActivityDisable(k);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_sink = nullptr;
+}
+
+std::vector<Raw> g_trace;  // the open ActivityTrace's records
+
+}  // namespace
+
+std::vector<KernelLaunch> record_launches(const std::function<void()>& work, std::string& why) {
+  std::vector<Raw> raw;
+  if (!open_sink(&raw, false, why)) {
     work();
-    return got;
+    return {};
   }
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_sink = &got;
-  }
-  const bool on = ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable", why);
   work();
-  if (on) {
-    cuptiActivityFlushAll(1);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-  }
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_sink = nullptr;
-  }
-  if (on && got.empty()) why = "CUPTI recorded no kernel (a profiler or sanitizer may hold it)";
+  close_sink();
+  std::vector<KernelLaunch> got;
+  for (const Raw& r : raw)
+    if (r.a.kernel) got.push_back(r.k);
+  if (got.empty()) why = "CUPTI recorded no kernel (a profiler or sanitizer may hold it)";
   return got;
+}
+
+ActivityTrace::ActivityTrace() {
+  g_trace.clear();
+  on_ = open_sink(&g_trace, true, why_);
+}
+
+ActivityTrace::~ActivityTrace() {
+  if (on_ && !stopped_) stop();
+}
+
+uint64_t ActivityTrace::now() const {
+  uint64_t t = 0;
+  if (on_) cuptiGetTimestamp(&t);
+  return t;
+}
+
+std::vector<DeviceActivity> ActivityTrace::stop() {
+  if (!on_ || stopped_) return got_;
+  stopped_ = true;
+  close_sink();
+  for (const Raw& r : g_trace) got_.push_back(r.a);
+  g_trace.clear();
+  std::sort(got_.begin(), got_.end(), [](const DeviceActivity& a, const DeviceActivity& b) { return a.start < b.start; });
+  if (got_.empty()) why_ = "CUPTI recorded nothing (a profiler or sanitizer may hold it)";
+  return got_;
 }
 #else
 std::vector<KernelLaunch> record_launches(const std::function<void()>& work, std::string& why) {
@@ -145,6 +220,11 @@ std::vector<KernelLaunch> record_launches(const std::function<void()>& work, std
   work();
   return {};
 }
+
+ActivityTrace::ActivityTrace() : why_("this build has no CUPTI (kernel time not recorded)") {}
+ActivityTrace::~ActivityTrace() = default;
+uint64_t ActivityTrace::now() const { return 0; }
+std::vector<DeviceActivity> ActivityTrace::stop() { return {}; }
 #endif
 
 }  // namespace fa

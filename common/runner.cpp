@@ -31,7 +31,16 @@ std::string csv_header() {
          "bwd_max_ratio,bwd_pass,bwd_ms,bwd_tflops,bwd_gmem_read_bytes,bwd_gmem_write_bytes,bwd_matmul_flops,"
          "bwd_workspace_bytes,bwd_predicted_ms,bwd_gmem_atomic_bytes,bwd_save_ms,bwd_save_predicted_ms,"
          "bwd_save_gmem_write_bytes,"
-         "model_ms,bound_by,ms_min,ms_max,runs,launches,bwd_model_ms,bwd_bound_by,bwd_ms_min,bwd_ms_max,bwd_launches";
+         "model_ms,bound_by,ms_min,ms_max,runs,launches,bwd_model_ms,bwd_bound_by,bwd_ms_min,bwd_ms_max,bwd_launches,"
+         "kernel_ms,graph_ms,graph_calls,kernel_tflops,bwd_kernel_ms,bwd_graph_ms,bwd_kernel_tflops,kernels_ms,"
+         "bwd_kernels_ms,clock";
+}
+
+std::string format_parts(const std::vector<std::pair<std::string, double>>& parts) {
+  std::ostringstream os;
+  os << std::setprecision(6);
+  for (size_t i = 0; i < parts.size(); ++i) os << (i ? ";" : "") << parts[i].first << ":" << parts[i].second;
+  return os.str();
 }
 
 std::string csv_row(const RunRecord& r) {
@@ -67,6 +76,24 @@ std::string csv_row(const RunRecord& r) {
        << format_launches(r.bwd_launches);
   else
     os << ",,,,,";
+  // [kernel-clock] [graph-time] Empty where not measured (a CPU run, no CUPTI, a launcher no graph holds).
+  auto num = [&](double x) {
+    if (x > 0) os << std::setprecision(6) << x;
+  };
+  os << ",";
+  num(r.kernel.ms_median);
+  os << ",";
+  num(r.graph_ms);
+  os << "," << (r.graph_ms > 0 ? r.graph_calls : 0) << ",";
+  num(r.kernel_tflops());
+  os << ",";
+  if (r.has_backward) num(r.bwd_kernel.ms_median);
+  os << ",";
+  if (r.has_backward) num(r.bwd_graph_ms);
+  os << ",";
+  if (r.has_backward) num(r.bwd_kernel_tflops());
+  os << "," << format_parts(r.kernel.parts) << "," << format_parts(r.bwd_kernel.parts) << ","
+     << (r.kernel.ms_median > 0 ? kKernelClock : "");
   return os.str();
 }
 
@@ -121,6 +148,9 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
     r.bwd_ms_min = g.run_min;
     r.bwd_ms_max = g.run_max;
     r.bwd_reps = static_cast<int>(g.ms.size());
+    r.bwd_kernel = std::move(g.kernel);
+    r.bwd_graph_ms = g.graph_ms;
+    r.bwd_graph_note = g.graph_note;
     r.bwd_ledger = closed;
     r.saved_ledger = saved_closed;
     r.save_ms = g.save_ms_median;
@@ -234,6 +264,7 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     cfg.warmup = o.warmup;
     cfg.reps = o.reps;
     cfg.runs = o.runs;
+    cfg.graph_calls = o.graph_calls;
     std::vector<DeviceSample> samples;
     GpuResult g = run_on_gpu_drawn(step, s, o.seed, o.step, cfg, samples);
     r.check = check_samples(s, samples, g.out);
@@ -244,6 +275,10 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     r.ms_max = g.run_max;
     r.runs = o.runs;
     r.reps = static_cast<int>(g.ms.size());
+    r.kernel = std::move(g.kernel);
+    r.graph_ms = g.graph_ms;
+    r.graph_note = g.graph_note;
+    r.graph_calls = cfg.graph_calls;
     r.ledger = step.closed_form(s, o.step);
     r.predicted_for = dev.name + " (" + dev.source + ")";
     r.predicted = predict(r.ledger, dev);
@@ -261,6 +296,7 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   cfg.warmup = o.warmup;
   cfg.reps = o.reps;
   cfg.runs = o.runs;
+  cfg.graph_calls = o.graph_calls;
   r.runs = on_gpu ? o.runs : 1;
   DeviceSpec dev;  // what the roofline is predicted for
   Forward out;
@@ -275,6 +311,10 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     r.ms_min = g.run_min;
     r.ms_max = g.run_max;
     r.reps = static_cast<int>(g.ms.size());
+    r.kernel = std::move(g.kernel);
+    r.graph_ms = g.graph_ms;
+    r.graph_note = g.graph_note;
+    r.graph_calls = cfg.graph_calls;
     r.ledger = closed;
     r.predicted_for = dev.name + " (" + dev.source + ")";
     r.launches = std::move(g.launches);
@@ -328,14 +368,36 @@ void print_cost(std::ostream& os, const RunRecord& r, const LedgerSet& ledger, b
 }
 
 // "measured ..." on a GPU, "cpu time ..." for a blueprint. `flops_note` says how the FLOPs are counted.
-void print_time(std::ostream& os, const RunRecord& r, double ms, int reps, double tflops, const CliOptions& o,
-                const std::string& flops_note) {
+// [kernel-clock] [graph-time] On a GPU three clocks: the kernel time (the one comparisons use), the
+// CUDA events around each launch, and the time per call in a CUDA graph.
+void print_time(std::ostream& os, const RunRecord& r, double ms, int reps, double flops, const KernelTime& kt,
+                double graph_ms, const std::string& graph_note, const CliOptions& o, const std::string& flops_note) {
   if (r.backend == "gpu") {
-    if (reps > 0)
-      os << "measured  " << std::setprecision(3) << ms << " ms median of " << reps << " (after " << o.warmup
-         << " warm-up), " << std::setprecision(1) << tflops << " TFLOP/s (FlashAttention's convention: " << flops_note
-         << (r.shape.causal ? ", halved for causal" : "") << ")\n";
-    else os << "measured  --reps 0: checked only, not timed\n";
+    if (reps > 0) {
+      auto tf = [&](double t) { return t > 0 ? flops / (t * 1e-3) / 1e12 : 0.0; };
+      if (kt.ms_median > 0) {
+        os << "measured  " << std::setprecision(4) << kt.ms_median << " ms kernel time: median of " << kt.ms.size()
+           << " calls, each on a cold L2, every kernel it ran summed (" << kt.activities << " on the GPU";
+        if (kt.parts.size() > 1) {
+          os << ":";
+          for (const auto& [name, t] : kt.parts) os << " " << name << " " << std::setprecision(4) << t;
+        }
+        os << "), " << std::setprecision(1) << tf(kt.ms_median) << " TFLOP/s\n          (FlashAttention's convention: "
+           << flops_note << (r.shape.causal ? ", halved for causal" : "") << ")\n";
+      } else {
+        os << "measured  no kernel time: " << kt.note << "\n";
+      }
+      os << "          " << std::setprecision(4) << ms << " ms between CUDA events around one launch (median of " << reps
+         << ", after " << o.warmup << " warm-up; the launch's host cost included), " << std::setprecision(1) << tf(ms)
+         << " TFLOP/s\n";
+      if (graph_ms > 0)
+        os << "          " << std::setprecision(4) << graph_ms << " ms per call in a CUDA graph of " << r.graph_calls
+           << " calls back to back (median of the replays), " << std::setprecision(1) << tf(graph_ms) << " TFLOP/s\n";
+      else if (!graph_note.empty())
+        os << "          no graph time: " << graph_note << "\n";
+    } else {
+      os << "measured  --reps 0: checked only, not timed\n";
+    }
   } else {
     os << "cpu time  " << std::setprecision(1) << ms << " ms for the blueprint (CPU loops with counting; not a GPU figure)\n";
   }
@@ -371,7 +433,7 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   if (r.stray_writes) os << "          FAIL: " << r.stray_writes << " elements of the NaN padding around O or L were overwritten\n";
   print_cost(os, r, r.ledger, r.ledger_matches_closed_form, r.ledger_diff, r.predicted, r.model,
              r.launches.empty() ? r.launches_note : "");
-  print_time(os, r, r.ms, r.reps, r.tflops(), o, "4·B·H·N·Nk·d");
+  print_time(os, r, r.ms, r.reps, r.shape.flops_fa_convention(), r.kernel, r.graph_ms, r.graph_note, o, "4·B·H·N·Nk·d");
   print_against_model(os, r, r.ms, r.ms_min, r.ms_max, r.model);
   if (r.has_backward) {
     os << "\nbackward  dO = randn in " << dtype_name(r.shape.dtype) << " (seed " << r.seed
@@ -382,7 +444,8 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
       os << "          FAIL: " << r.bwd_stray_writes << " elements of the NaN padding around dQ, dK or dV were overwritten\n";
     print_cost(os, r, r.bwd_ledger, r.bwd_ledger_matches_closed_form, r.bwd_ledger_diff, r.bwd_predicted, r.bwd_model,
                r.bwd_launches.empty() ? r.launches_note : "");
-    print_time(os, r, r.bwd_ms, r.bwd_reps, r.bwd_tflops(), o, "2.5 × the forward's 4·B·H·N·Nk·d");
+    print_time(os, r, r.bwd_ms, r.bwd_reps, RunRecord::kBackwardFlopFactor * r.shape.flops_fa_convention(), r.bwd_kernel,
+               r.bwd_graph_ms, r.bwd_graph_note, o, "2.5 × the forward's 4·B·H·N·Nk·d");
     if (r.has_saved) {
       // [saved-for-backward] Charged to neither pass above: what the forward wrote for this backward.
       os << "saved     what the forward writes for this backward beyond O and L, charged apart from both\n";
@@ -452,6 +515,11 @@ int run_step_main(const StepInfo& step, int argc, char** argv, const StepInfo* p
     return 2;
   }
   on_gpu = have_gpu && o.backend != Backend::Cpu;
+  if (o.graph_given && !on_gpu) {
+    std::cerr << step.program() << ": error: --graph times calls captured in a CUDA graph, on the GPU; this run is the CPU blueprint ("
+              << (o.backend == Backend::Cpu ? "--backend cpu" : why) << ")\n";
+    return 2;
+  }
   try {
     apply_default_shape(o, on_gpu);
   } catch (const CliError& e) {

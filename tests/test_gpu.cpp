@@ -270,6 +270,49 @@ TEST_CASE("timing returns the requested number of positive samples and their med
   CHECK(g.ms_median > 0.0);
 }
 
+// [kernel-clock] [graph-time] The clock comparisons use: every timed rep has a kernel time, the sum of
+// its kernels' own times; each kernel the checked launch ran has a share of it; and the graph of
+// graph_calls calls gives a time per call. Where CUPTI is held (a profiler, a sanitizer) the kernel
+// time is absent with a note, never zero passed off as a measurement.
+TEST_CASE("kernel time sums every kernel of a call; graph time is per call") {
+  test::Case c = test::make_case(1, 2, 256, 200, 64, true, DType::f16);
+  const Inputs in = make_inputs(c.shape, c.inputs);
+  GpuConfig cfg;
+  cfg.warmup = 1;
+  cfg.reps = 4;
+  cfg.graph_calls = 3;
+  int checked = 0;
+  for (const StepInfo* st : all_steps()) {
+    if (st->id != "01" && st->id != "12") continue;  // three kernels (step 01), one kernel (step 12)
+    if (!unsupported_reason(*st, c.shape, st->default_options(), gpu_caps(), false).empty()) continue;
+    CAPTURE(st->id);
+    const GpuResult g = run_on_gpu(*st, c.shape, in, st->default_options(), cfg);
+    if (!g.kernel.note.empty()) {
+      MESSAGE("no kernel time here: " << g.kernel.note);
+      CHECK(g.kernel.ms.empty());
+      continue;
+    }
+    REQUIRE(g.kernel.ms.size() == size_t(cfg.reps));
+    for (double ms : g.kernel.ms) CHECK(ms > 0.0);
+    CHECK(g.kernel.ms_median > 0.0);
+    // Every kernel of the checked launch has its share, and the shares add up to the median call.
+    double parts = 0;
+    for (const KernelLaunch& l : g.launches) {
+      CAPTURE(l.name);
+      bool found = false;
+      for (const auto& [name, ms] : g.kernel.parts) found |= name == l.name;
+      CHECK(found);
+    }
+    for (const auto& [name, ms] : g.kernel.parts) parts += ms;
+    CHECK(parts == doctest::Approx(g.kernel.ms_median).epsilon(0.25));
+    CHECK(g.kernel.activities >= int(g.launches.size()));
+    INFO("graph: " << g.graph_note);
+    CHECK(g.graph_ms > 0.0);
+    ++checked;
+  }
+  CHECK(checked > 0);
+}
+
 TEST_CASE("backward kernels match the reference gradients inside NaN-padded buffers") {
   const int ran = run_backward_matrix(Padding{8, 24, 40});
   CHECK((ran > 0) == any_backward());
