@@ -2,7 +2,7 @@
 """Step 17's target run (docs/17_decode.md): decoding on one GPU, every peer in the same run.
 
   scripts/decode_target.py BUILD_DIR OUT.csv [--quick] [--bs 1,4,16,64] [--caches 4096,...]
-                           [--pages 16,64,256] [--reps 20] [--commit HASH] [--deadline EPOCH_S]
+                           [--pages 16,64,256] [--reps 20] [--graph 10] [--commit HASH] [--deadline EPOCH_S]
 
 On one GPU, in this order, one CSV row each:
   - the HBM read bandwidth, measured by `bench --peaks` (a streaming read of 4 GiB);
@@ -14,22 +14,26 @@ On one GPU, in this order, one CSV row each:
   - PyTorch's scaled_dot_product_attention, every backend alone, with enable_gqa=True on the same
     contiguous shapes (q [B, 32, 1, 128], k and v [B, 8, L, 128]); one that refuses gets a row with
     its reason and no time.
-Each row: kind, B, L, page size, microseconds, the cache's bytes (K and V of every visible token),
-bytes/s and its share of the measured bandwidth, pass. Points whose cache would not fit the GPU are
-left out and named. Without a GPU it says why and exits 0.
+Each row: kind, B, L, page size, the cache's bytes (K and V of every visible token), pass, and the
+call's time by the course's one clock (scripts/clock.py; docs/profiling.md, "One clock") on both
+sides: kernel_us (every kernel of one call summed, cold L2) with its bytes/s share of the measured
+bandwidth (kernel_pct_of_measured_bw), graph_us (--graph calls in one CUDA graph, per call), and as a
+third column `us`, CUDA events around one call (a C++ launch for the steps, a Python call for
+PyTorch) with its share (pct_of_measured_bw). Points whose cache would not fit the GPU are left out
+and named. Without a GPU it says why and exits 0.
 """
 import argparse
 import csv
 import datetime
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 H, HKV, D = 32, 8, 128
 FIELDS = ["date", "commit", "device", "kind", "backend", "B", "cache_len", "page_size", "us", "cache_bytes",
-          "bytes_per_s", "pct_of_measured_bw", "pass", "note"]
+          "bytes_per_s", "pct_of_measured_bw", "pass", "note", "kernel_us", "kernel_pct_of_measured_bw", "graph_us",
+          "kernels", "kernels_us", "clock"]
 
 
 def run(cmd):
@@ -38,15 +42,19 @@ def run(cmd):
 
 
 def step_row(build, step, args):
-    """One step program run with --csv: (ms, pass, note)."""
+    """One step program run with --csv: a dict of its timing columns (ms, kernel_ms, graph_ms, kernels_ms,
+    clock), pass and note; ms None when it did not run."""
     rc, out, err = run([os.path.join(build, step)] + args + ["--csv"])
     if rc == 2:
-        return None, 0, "refused: " + (err.strip().splitlines() or ["?"])[-1]
+        return {"ms": None}, 0, "refused: " + (err.strip().splitlines() or ["?"])[-1]
     lines = [l for l in out.splitlines() if l.strip()]
     if len(lines) < 2:
-        return None, 0, "no output (exit %d): %s" % (rc, err.strip()[-200:])
+        return {"ms": None}, 0, "no output (exit %d): %s" % (rc, err.strip()[-200:])
     row = dict(zip(next(csv.reader([lines[0]])), next(csv.reader([lines[1]]))))
-    return float(row["ms"]), int(row["pass"]), "" if rc == 0 else "exit %d" % rc
+    num = lambda k: float(row[k]) if row.get(k) not in ("", None) else None
+    t = {"ms": num("ms"), "kernel_ms": num("kernel_ms"), "graph_ms": num("graph_ms"), "clock": row.get("clock", ""),
+         "kernels_ms": row.get("kernels_ms", "")}
+    return t, int(row["pass"]), "" if rc == 0 else "exit %d" % rc
 
 
 def main():
@@ -58,6 +66,7 @@ def main():
     ap.add_argument("--caches", default="4096,8192,16384,32768,65536,131072")
     ap.add_argument("--pages", default="16,64,256")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--graph", type=int, default=10, help="calls per CUDA graph (default 10)")
     ap.add_argument("--commit", default=os.environ.get("FA_COMMIT", "unknown"))
     ap.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no new point starts")
     args = ap.parse_args()
@@ -71,6 +80,12 @@ def main():
     if not torch.cuda.is_available():
         print("decode_target.py: skipped: PyTorch sees no CUDA device", file=sys.stderr)
         return 0
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from clock import KERNEL_CLOCK, Clock
+    if args.graph < 1 or args.reps < 1:
+        print("decode_target.py: --graph and --reps must be at least 1", file=sys.stderr)
+        return 2
+    clock = Clock(torch, reps=args.reps, graph_calls=args.graph)
     bs = [int(x) for x in args.bs.split(",")]
     caches = [int(x) for x in args.caches.split(",")]
     pages = [int(x) for x in args.pages.split(",")] if args.pages else []
@@ -118,23 +133,39 @@ def main():
             continue
         t0 = time.time()
 
-        def emit(kind, backend, page, ms, ok, note=""):
+        def emit(kind, backend, page, t, ok, note=""):
             row = {**point, "kind": kind, "backend": backend, "page_size": page, "pass": ok, "note": note}
+            ms, kern, graph = t.get("ms"), t.get("kernel_ms"), t.get("graph_ms")
             if ms is not None:
                 row.update(us=ms * 1e3, bytes_per_s=cache_bytes / (ms * 1e-3), pct_of_measured_bw=100.0 * cache_bytes / (ms * 1e-3) / bw)
+            if kern is not None:
+                row.update(kernel_us=kern * 1e3, kernel_pct_of_measured_bw=100.0 * cache_bytes / (kern * 1e-3) / bw,
+                           clock=t.get("clock", ""))
+            if graph is not None:
+                row.update(graph_us=graph * 1e3)
+            for key in ("kernels", "kernels_us"):
+                if t.get(key) not in (None, ""):
+                    row[key] = t[key]
             w.writerow(row)
             f.flush()
 
+        def us_parts(field):  # "name:ms;name:ms" -> "name:us;..." and the count
+            parts = [p.rsplit(":", 1) for p in field.split(";") if p]
+            return ";".join(f"{n}:{float(x) * 1e3:.2f}" for n, x in parts), len(parts)
+
         shape = ["--b", str(b), "--h", str(H), "--hkv", str(HKV), "--qlen", "1", "--nk", str(L), "--cache-lens", str(L - 1),
-                 "--d", str(D), "--dtype", "bf16", "--reps", str(args.reps)]
+                 "--d", str(D), "--dtype", "bf16", "--reps", str(args.reps), "--graph", str(args.graph)]
         for page in [0] + pages:
-            ms, ok, note = step_row(args.build, "step17", shape + ["--page-size", str(page) if page else "none"])
-            emit("step17", "paged" if page else "contiguous", page or "", ms, ok, note)
+            t, ok, note = step_row(args.build, "step17", shape + ["--page-size", str(page) if page else "none"])
+            if t.get("kernels_ms"):
+                t["kernels_us"], t["kernels"] = us_parts(t["kernels_ms"])
+            emit("step17", "paged" if page else "contiguous", page or "", t, ok, note)
             failed += 0 if ok else 1
         if b == 1:
-            ms, ok, note = step_row(args.build, "step12", ["--b", "1", "--h", str(H), "--hkv", str(HKV), "--n", "1", "--nk", str(L),
-                                                           "--d", str(D), "--dtype", "bf16", "--reps", str(args.reps)])
-            emit("step12", "prefill", "", ms, ok, note)
+            t, ok, note = step_row(args.build, "step12", ["--b", "1", "--h", str(H), "--hkv", str(HKV), "--n", "1", "--nk", str(L),
+                                                          "--d", str(D), "--dtype", "bf16", "--reps", str(args.reps),
+                                                          "--graph", str(args.graph)])
+            emit("step12", "prefill", "", t, ok, note)
         q = torch.randn(b, H, 1, D, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, HKV, L, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(b, HKV, L, D, device="cuda", dtype=torch.bfloat16)
@@ -142,20 +173,18 @@ def main():
             try:
                 with sdpa_kernel(be):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                    for _ in range(5):
-                        fn()
-                    torch.cuda.synchronize()
-                    times = []
-                    for _ in range(args.reps):
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        fn()
-                        e1.record()
-                        e1.synchronize()
-                        times.append(e0.elapsed_time(e1))
-                emit("sdpa", name, "", statistics.median(times), "", "enable_gqa=True")
+                    fn()
+                    t = {"ms": clock.event_ms(fn)}
+                    t["kernel_ms"], t["kernels"], fb = clock.kernel_ms(fn)
+                    t["clock"] = KERNEL_CLOCK
+                    note = "enable_gqa=True" + (f"; {fb} GPU records placed by their start" if fb else "")
+                    try:
+                        t["graph_ms"] = clock.graph_ms(fn)
+                    except Exception as e:  # noqa: BLE001 — reported, not fatal
+                        note += "; not captured in a CUDA graph: " + (str(e).splitlines() or ["?"])[0][:100]
+                emit("sdpa", name, "", t, "", note)
             except Exception as e:  # a backend that refuses the shape, or runs out of memory
-                emit("sdpa", name, "", None, "", "refused: " + str(e).splitlines()[0][:160])
+                emit("sdpa", name, "", {}, "", "refused: " + str(e).splitlines()[0][:160])
                 torch.cuda.empty_cache()
         del q, k, v
         torch.cuda.empty_cache()

@@ -2,12 +2,17 @@
 """PyTorch's scaled_dot_product_attention, each backend alone, on the course's benchmark shapes.
 
   scripts/peers.py OUT.csv [--quick] [--commit HASH] [--backends LIST] [--ns LIST] [--ds LIST] [--fwd-only]
+                   [--reps 10] [--graph 10] [--dtypes fp16,bf16] [--deadline EPOCH_S]
 
 The peers our steps are measured against, in the same session and on the same GPU: flash
 (FlashAttention-2), cudnn, efficient (memory-efficient) and math, forward and backward, over
 N = 512 ... 16k, d = 64 and 128, causal and not, fp16 and bf16, with B·N = 16k tokens and
-H·d = 2048 (FlashAttention's benchmark shapes). Times are CUDA-event medians after warm-up;
-TFLOP/s use FlashAttention's convention (forward 4·B·H·N²·d, halved when causal; backward 2.5×).
+H·d = 2048 (FlashAttention's benchmark shapes). Each call is timed by the course's one clock
+(scripts/clock.py, docs/profiling.md "One clock"): kernel time (every kernel the call launches,
+summed, from the profiler's CUPTI records; cold L2), graph time (--graph calls in one CUDA graph) and,
+as a third column, CUDA events around the Python call. The backward alone: its kernels (the forward
+it needs runs untimed before it) and, in a graph, forward + backward less the forward. TFLOP/s use
+FlashAttention's convention (forward 4·B·H·N²·d, halved when causal; backward 2.5×) over kernel time.
 A backend that refuses a shape, or runs out of memory, gets a row with its reason and no numbers.
 With N = Nk, PyTorch's is_causal (top-left) equals our bottom-right mask.
 
@@ -17,9 +22,19 @@ import argparse
 import csv
 import datetime
 import os
-import statistics
 import subprocess
 import sys
+import time
+
+
+def graph_or_none(clock, fn, notes, what):
+    """The graph time of fn, or None with a note where the backend cannot be captured."""
+    try:
+        return clock.graph_ms(fn)
+    except Exception as e:  # noqa: BLE001 — a capture a backend refuses is reported, not fatal
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        notes.append(f"{what} not captured in a CUDA graph: {first}")
+        return None
 
 
 def main():
@@ -32,7 +47,14 @@ def main():
     ap.add_argument("--backends", default="", help="comma-separated subset of flash,cudnn,efficient,math (default all)")
     ap.add_argument("--ds", default="64,128", help="comma-separated head dimensions (default 64,128)")
     ap.add_argument("--fwd-only", action="store_true", help="time the forward alone (the bwd columns stay empty)")
+    ap.add_argument("--graph", type=int, default=10, help="calls per CUDA graph (default 10)")
+    ap.add_argument("--dtypes", default="fp16,bf16", help="comma-separated subset of fp16,bf16 (default both)")
+    ap.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no new point starts "
+                    "(its rows say so)")
     args = ap.parse_args()
+    if args.graph < 1 or args.reps < 1:
+        print("peers.py: --graph and --reps must be at least 1", file=sys.stderr)
+        return 2
     try:
         import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -64,29 +86,26 @@ def main():
         backends = [(n, be) for n, be in backends if n in want]
     ns = [int(x) for x in args.ns.split(",")] if args.ns else [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
 
-    def timed(fn, reps):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b))
-        return statistics.median(ts)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from clock import KERNEL_CLOCK, Clock
+    clock = Clock(torch, reps=args.reps, graph_calls=args.graph)
 
     cols = ["date", "commit", "gpu", "torch", "cuda", "backend", "dtype", "causal", "d", "N", "B", "H",
-            "fwd_ms", "fwd_tflops", "bwd_ms", "bwd_tflops", "status"]
+            "fwd_ms", "fwd_tflops", "bwd_ms", "bwd_tflops", "status",
+            "kernel_ms", "kernel_tflops", "kernels", "graph_ms", "bwd_kernel_ms", "bwd_kernel_tflops", "bwd_kernels",
+            "bwd_graph_ms", "graph_calls", "clock", "note"]
+    fmt = lambda x, p=4: "" if x is None else f"{x:.{p}f}"
     with open(args.out, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
         ds = [int(x) for x in args.ds.split(",")]
-        total = len(ns) * 2 * len(ds) * 2 * len(backends)
         k = 0
-        for dtype_name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        dtypes = [(n, t) for n, t in (("fp16", torch.float16), ("bf16", torch.bfloat16)) if n in args.dtypes.split(",")]
+        if not dtypes:
+            print("peers.py: --dtypes: fp16 and/or bf16", file=sys.stderr)
+            return 2
+        total = len(ns) * len(dtypes) * len(ds) * 2 * len(backends)
+        for dtype_name, dtype in dtypes:
             for d in ds:
                 for causal in (0, 1):
                     for n in ns:
@@ -99,30 +118,41 @@ def main():
                         for name, be in backends:
                             k += 1
                             row = [date, commit, gpu, torch.__version__, torch.version.cuda, name, dtype_name, causal, d, n, B, H]
-                            if name == "math" and n > 4096:
-                                w.writerow(row + ["", "", "", "", "skipped: the math backend materializes S (N > 4096)"])
+                            empty = [""] * (len(cols) - len(row) - 1)
+                            if args.deadline and time.time() > args.deadline:
+                                w.writerow(row + ["", "", "", "", "skipped: past the run's deadline"] + empty[4:])
                                 continue
+                            if name == "math" and n > 4096:
+                                w.writerow(row + ["", "", "", "", "skipped: the math backend materializes S (N > 4096)"] + empty[4:])
+                                continue
+                            fwd_fn = lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal))
+                            both_fn = lambda: torch.autograd.grad(fwd_fn(), (q, kk, v), do)
+                            notes = []
                             try:
                                 with sdpa_kernel(be):
-                                    out = F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal))
-                                    fwd = timed(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal)),
-                                                args.reps)
+                                    fwd_fn()
+                                    fwd = clock.event_ms(fwd_fn)
+                                    kern, nk, fb = clock.kernel_ms(fwd_fn)
+                                    gms = graph_or_none(clock, fwd_fn, notes, "forward")
+                                    bwd = bkern = nbk = bgms = None
                                     if not args.fwd_only:
-                                        bwd_total = timed(lambda: torch.autograd.grad(
-                                            F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal)), (q, kk, v), do),
-                                            args.reps)
-                                del out
-                                if args.fwd_only:
-                                    w.writerow(row + [f"{fwd:.4f}", f"{flops / fwd / 1e9:.1f}", "", "", "ok"])
-                                    msg = f"{fwd:.3f} ms fwd"
-                                else:
-                                    bwd = max(bwd_total - fwd, 1e-6)  # backward alone: forward + backward minus forward
-                                    w.writerow(row + [f"{fwd:.4f}", f"{flops / fwd / 1e9:.1f}", f"{bwd:.4f}",
-                                                      f"{2.5 * flops / bwd / 1e9:.1f}", "ok"])
-                                    msg = f"{fwd:.3f} ms fwd, {bwd:.3f} ms bwd"
+                                        bwd = max(clock.event_ms(both_fn) - fwd, 1e-6)  # events: fwd + bwd less fwd
+                                        bkern, nbk, bfb = clock.kernel_ms(lambda out: torch.autograd.grad(out, (q, kk, v), do),
+                                                                          before=fwd_fn)
+                                        fb += bfb
+                                        both_g = graph_or_none(clock, both_fn, notes, "forward + backward")
+                                        bgms = both_g - gms if both_g is not None and gms is not None else None
+                                if fb:
+                                    notes.append(f"{fb} GPU records placed by their start (launch not in the trace)")
+                                tf = lambda fl, t: fmt(fl / t / 1e9 if t else None, 1)
+                                w.writerow(row + [fmt(fwd), tf(flops, fwd), fmt(bwd), tf(2.5 * flops, bwd), "ok",
+                                                  fmt(kern), tf(flops, kern), nk, fmt(gms), fmt(bkern), tf(2.5 * flops, bkern),
+                                                  "" if nbk is None else nbk, fmt(bgms), args.graph, KERNEL_CLOCK,
+                                                  "; ".join(notes).replace(",", ";")])
+                                msg = f"{kern:.3f} ms fwd kernel" + (f", {bkern:.3f} ms bwd kernel" if bkern else "")
                             except Exception as e:  # a backend that does not support the shape, or OOM
                                 reason = str(e).strip().splitlines()[0][:160].replace(",", ";") if str(e).strip() else type(e).__name__
-                                w.writerow(row + ["", "", "", "", f"failed: {reason}"])
+                                w.writerow(row + ["", "", "", "", f"failed: {reason}"] + empty[4:])
                                 msg = f"failed: {reason[:80]}"
                                 torch.cuda.empty_cache()
                             f.flush()
