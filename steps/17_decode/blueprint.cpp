@@ -37,9 +37,12 @@ int page_size_of(const StepOptions& o) {
   const int k = choice_index(o, "page-size", kPageSizes, 6, "step17");
   return k == 0 ? 0 : std::stoi(kPageSizes[k]);
 }
-bool combine_fused(const StepOptions& o) {
+Combine combine_of(const StepOptions& o) {
   const auto it = o.find("combine");
-  return it == o.end() || it->second == "fused";
+  if (it == o.end() || it->second == "fused") return Combine::fused;
+  if (it->second == "kernel") return Combine::kernel;
+  if (it->second == "pdl") return Combine::pdl;
+  throw std::invalid_argument("step17: unknown --combine " + it->second);
 }
 int64_t splits_of(const StepOptions& o) {
   const auto it = o.find("splits");
@@ -271,7 +274,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
   // own, or ([fused-combine]) by the last block of each group, which a counter in global memory finds:
   // an atomic add per block, and the last one's reset of the counter.
   if (splits > 1) {
-    const bool fused = combine_fused(o);
+    const bool fused = combine_of(o) == Combine::fused;
     if (fused) {
       led.gmem_atomic += B * Hkv * chunks * splits * 4;
       led.gmem_write += B * Hkv * chunks * 4;
@@ -295,7 +298,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
       comb.nonmatmul_ops += splits * (d + 3) + 2;
       bool seen = false;  // [merge]: a row whose splits all saw no key (every L_s = −inf) takes no exp
       for (const auto& part : parts) seen = seen || part.lse != -kInf;
-      comb.exps += seen ? 2 * splits : 0;  // exp(L_s − m) for the sum, then exp(L_s − L) for the weights
+      comb.exps += seen ? splits + merge_batches(splits) : 0;  // exp(L_s − m) per split, one rescale per batch
     }
   }
   // (res.ledger["combine"] may have moved the split's ledger: find it again.)
@@ -353,7 +356,7 @@ LedgerSet closed_form(const Shape& s, const StepOptions& o) {
   led.smem_peak = smem_bytes(int(d));
   led.workspace = int64_t(workspace_of(B, H, Hkv, N, s.Nk, d, s.decode(), page, splits).total);
   if (splits > 1) {
-    const bool fused = combine_fused(o);
+    const bool fused = combine_of(o) == Combine::fused;
     if (fused) led.gmem_atomic += B * Hkv * chunks * splits * 4, led.gmem_write += B * Hkv * chunks * 4;  // [fused-combine]
     Ledger& comb = ls[fused ? "split" : "combine"];
     const int64_t rows = B * H * N;
@@ -363,7 +366,7 @@ LedgerSet closed_form(const Shape& s, const StepOptions& o) {
     int64_t seen = 0;  // query rows that see a key: the others' splits all have L_s = −inf
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < N; ++i) seen += s.last_visible_key(i, b) >= 0;
-    comb.exps += H * seen * 2 * splits;
+    comb.exps += H * seen * (splits + merge_batches(splits));
   }
   return ls;
 }
@@ -398,8 +401,9 @@ const StepInfo& info() {
     StepFlag sp{"splits", {"auto", "1", "2", "3", "4", "8", "16", "32", "64", "128"},
                 "how many blocks share a sequence's keys: auto (the heuristic, docs/17_decode.md) or a count"};
     sp.sweep = false;  // an experiment: the shape-matrix tests run the heuristic's choice
-    StepFlag comb{"combine", {"fused", "kernel"},
-                  "who merges the splits: the last block of each group (fused) or a kernel of its own after them"};
+    StepFlag comb{"combine", {"fused", "kernel", "pdl"},
+                  "who merges the splits: the last block of each group (fused), a kernel of its own after them,\n"
+                  "                   or that kernel as a programmatic dependent launch overlapping them (pdl, sm_90)"};
     comb.sweep = false;
     i.flags = {page, sp, comb};
     i.blueprint = blueprint;

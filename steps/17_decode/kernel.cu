@@ -44,7 +44,7 @@ struct DecodeArgs {
   float* part_l = nullptr;              // [B·H·N][splits]
   int* counters = nullptr;              // [B·HKV·chunks]: blocks done per group ([fused-combine])
   int splits = 1, chunks = 1;
-  bool fused = true;                    // --combine fused (the last block merges) or kernel
+  Combine combine = Combine::fused;     // --combine: who merges the splits
 };
 
 template <class T> __device__ inline uint32_t pack2(float lo, float hi);
@@ -199,6 +199,9 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   const uint32_t q_at = k_at(kStages - 1);  // [q-alias]
   auto v_at = [&](int st) { return k_at(st) + kTile; };
   const AttnParams& p = a.p;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (a.combine == Combine::pdl) asm volatile("griddepcontrol.launch_dependents;\n");  // [pdl] the combine may start
+#endif
   const int split = blockIdx.x, kv = blockIdx.y / a.chunks, chunk = blockIdx.y % a.chunks, b = blockIdx.z;
   const int G = p.H / p.Hkv, M = G * p.N, r0 = chunk * kRowsPerBlock, rows = min(kRowsPerBlock, M - r0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rt = warp % RT, ks = warp / RT;
@@ -406,73 +409,107 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
     }
   }
   // [fused-combine] The last block of a group to finish merges the group's rows (the classic
-  // "threadfence reduction": every thread fences its partials, one thread counts the block in; the
-  // block that counts splits − 1 sees every other block's partials) — no second launch, no gap.
-  if (whole || !a.fused) return;
+  // "threadfence reduction"): once the block's partials are written (the barrier), one thread fences
+  // them — a release at GPU scope, which covers what the barrier ordered before it, as a grid-wide
+  // barrier does — and counts the block in; the block that counts splits − 1 fences again (acquire)
+  // and sees every other block's partials. No second launch, no gap.
+  if (whole || a.combine != Combine::fused) return;
   __shared__ int last;
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence();
     int* counter = a.counters + (int64_t(b) * p.Hkv + kv) * a.chunks + chunk;
     last = atomicAdd(counter, 1) == a.splits - 1;
-    if (last) *counter = 0;  // every block has counted: ready for the next call
+    if (last) {
+      *counter = 0;  // every block has counted: ready for the next call
+      __threadfence();
+    }
   }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   for (int row = warp; row < rows; row += kWarps)
     merge_row<T, D>(a, (int64_t(b) * p.H + kv * G + (r0 + row) / p.N) * p.N + (r0 + row) % p.N, lane);
 }
 
-// [merge] One warp per query row: the splits' L_s give L = m + log Σ exp(L_s − m); O = Σ exp(L_s − L)·O_s.
-// A split that saw no key (L_s = −inf) weighs 0; a row whose splits all saw none: O = 0, L = +inf.
-// The partials were written by other blocks: read past L1 (ld.global.cg).
+// [merge] One warp per query row, each lane its own kPer columns of O: the splits' (L_s, O_s) are read
+// kMergeBatch at a time, every load of a batch issued before any is used (one round trip to L2 per
+// batch, not one per split), and merged online, as the softmax merges tiles: the running m, the
+// sum l = Σ exp(L_s − m) and acc = Σ exp(L_s − m)·O_s, rescaled once per batch when m grows. Then
+// L = m + log l and O = acc / l. A split that saw no key (L_s = −inf) weighs 0; a row whose splits all
+// saw none: O = 0, L = +inf. The partials were written by other blocks: read past L1 (ld.global.cg).
+template <int kPer>
+__device__ inline void load_cols(float (&v)[kPer], const float* at) {
+  if constexpr (kPer == 4) {
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(at));
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+  } else if constexpr (kPer == 2) {
+    const float2 x = __ldcg(reinterpret_cast<const float2*>(at));
+    v[0] = x.x, v[1] = x.y;
+  } else {
+    v[0] = __ldcg(at);
+  }
+}
+
 template <class T, int D>
 __device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane) {
   const AttnParams& p = a.p;
   const int S = a.splits;
+  constexpr int kPer = D >= 128 ? 4 : D >= 64 ? 2 : 1;  // lane's columns: kPer·lane .. + kPer − 1
+  const bool mine = kPer * lane < D;                      // (d = 16: lanes 16.. hold no column)
   const float* Ls = a.part_l + q_row * S;
-  constexpr int kPer = (D + 31) / 32;
-  float L = 0.0f, acc[kPer] = {};  // the row's L and this lane's elements of O (lane + 32e)
-  // lab:begin combine: [merge]: the row's L = m + log Σ_s exp(L_s − m) over its S splits (lanes take splits, shuffles reduce), then O = Σ_s exp(L_s − L)·O_s (docs/17_decode.md, 'The split and the merge')
-  float mx = -INFINITY;
-  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, __ldcg(Ls + s));
+  const float* Os = a.part_o + q_row * S * D + kPer * lane;
+  float L = 0.0f, acc[kPer] = {};  // the row's L and this lane's columns of O
+  // lab:begin combine: [merge]: the splits kMergeBatch at a time, loads first, merged online into m, l and acc; then L and O (docs/17_decode.md)
+  float m = -INFINITY, l = 0.0f;
+  for (int s0 = 0; s0 < S; s0 += kMergeBatch) {
+    float Lb[kMergeBatch], Ob[kMergeBatch][kPer];
 #pragma unroll
-  for (int x = 16; x > 0; x /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
-  float sum = 0.0f;
-  if (mx != -INFINITY)
-    for (int s = lane; s < S; s += 32) sum += expf(__ldcg(Ls + s) - mx);
+    for (int x = 0; x < kMergeBatch; ++x) {  // the whole batch's loads first
+      const bool in = s0 + x < S;
+      Lb[x] = in ? __ldcg(Ls + s0 + x) : -INFINITY;
 #pragma unroll
-  for (int x = 16; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-  L = mx == -INFINITY ? INFINITY : mx + logf(sum);
-  // Lane x holds the weight of split s0 + x; the warp then walks the splits with their O_s loads
-  // independent of each other (unrolled: many in flight — one after another, 32 splits would be 32
-  // round trips to L2 at the end of the kernel).
-  if (mx != -INFINITY)
-    for (int s0 = 0; s0 < S; s0 += 32) {
-      const float w_lane = s0 + lane < S ? expf(__ldcg(Ls + s0 + lane) - L) : 0.0f;  // 0 for a split that saw none
-      const int n = min(32, S - s0);
-#pragma unroll 4
-      for (int x = 0; x < n; ++x) {
-        const float w = __shfl_sync(0xffffffffu, w_lane, x);
-        const float* Os = a.part_o + (q_row * S + s0 + x) * D;
-#pragma unroll
-        for (int e = 0; e < kPer; ++e)
-          if (lane + 32 * e < D) acc[e] += w * __ldcg(Os + lane + 32 * e);
-      }
+      for (int e = 0; e < kPer; ++e) Ob[x][e] = 0.0f;
+      if (in && mine) load_cols<kPer>(Ob[x], Os + int64_t(s0 + x) * D);
     }
+    float mb = m;
+#pragma unroll
+    for (int x = 0; x < kMergeBatch; ++x) mb = fmaxf(mb, Lb[x]);
+    if (mb == -INFINITY) continue;  // no split so far saw a key
+    const float scale = expf(m - mb);  // 0 while m = −inf
+    l *= scale;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc[e] *= scale;
+#pragma unroll
+    for (int x = 0; x < kMergeBatch; ++x) {
+      const float w = expf(Lb[x] - mb);  // 0 for a split that saw none, or past S
+      l += w;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[e] += w * Ob[x][e];
+    }
+    m = mb;
+  }
+  L = m == -INFINITY ? INFINITY : m + logf(l);
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) acc[e] *= inv;
   // lab:end
   const int64_t b = q_row / (int64_t(p.H) * p.N), h = (q_row / p.N) % p.H, i = q_row % p.N;
   T* O = static_cast<T*>(p.o) + b * p.o_sb + h * p.o_sh + i * p.o_sn;
+  if (mine)
 #pragma unroll
-  for (int e = 0; e < kPer; ++e)
-    if (lane + 32 * e < D) O[lane + 32 * e] = from_float<T>(acc[e]);
+    for (int e = 0; e < kPer; ++e) O[kPer * lane + e] = from_float<T>(acc[e]);
   if (lane == 0) p.lse[b * p.lse_sb + h * p.lse_sh + i] = L;
 }
 
 // --combine kernel: the merge as a kernel of its own, one warp per query row, after the splits.
+// [pdl] --combine pdl: the same kernel launched as a programmatic dependent of the split kernel,
+// which lets it start at once (its blocks take SM room the splits leave free); griddepcontrol.wait
+// then holds each block until the split kernel has finished and its writes are visible.
 template <class T, int D>
 __global__ void __launch_bounds__(128) step17_combine(DecodeArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (a.combine == Combine::pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int64_t q_row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
   if (q_row >= int64_t(a.p.B) * a.p.H * a.p.N) return;
   merge_row<T, D>(a, q_row, threadIdx.x % 32);
@@ -490,18 +527,32 @@ void configure(size_t smem) {
   done = true;
 }
 
-int64_t device_sms() {
-  int dev = 0, sms = 0;
+// [plan] What the launcher needs of the device, asked once per device and kept: a decode step is
+// many short calls, and each attribute query is host time on every one of them.
+struct DeviceFacts {
+  int sms = 0, smem_per_sm = 0, cc = 0;
+};
+const DeviceFacts& device_facts() {
+  constexpr int kMaxDevices = 64;
+  static DeviceFacts facts[kMaxDevices];
+  int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  if (dev < 0 || dev >= kMaxDevices) throw std::runtime_error("step17: device index out of range");
+  DeviceFacts& f = facts[dev];
+  if (f.sms == 0) {
+    int major = 0, minor = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    f.cc = 10 * major + minor;
+    CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev));  // last: sms != 0 marks it filled
+  }
+  return f;
 }
+int64_t device_sms() { return device_facts().sms; }
 // Blocks of the split kernel resident per SM, by its shared memory (registers allow two).
 int64_t device_blocks_per_sm(int64_t d) {
-  int dev = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  return std::max<int64_t>(1, std::min<int64_t>(2, per_sm / (smem_bytes(int(d)) + 1024)));
+  return std::max<int64_t>(1, std::min<int64_t>(2, device_facts().smem_per_sm / (smem_bytes(int(d)) + 1024)));
 }
 int64_t splits_for(const AttnParams& p, const StepOptions& o) {
   return choose_splits(p.B, p.H, p.Hkv, p.N, p.Nk, p.window, o, device_sms(), device_blocks_per_sm(p.d));
@@ -517,11 +568,18 @@ void launch_typed(const DecodeArgs& a, cudaStream_t st) {
     case 2: configure<T, D, 2>(smem); step17_split<T, D, 2><<<grid, kThreads, smem, st>>>(a); break;
     default: configure<T, D, 1>(smem); step17_split<T, D, 1><<<grid, kThreads, smem, st>>>(a); break;
   }
-  CUDA_CHECK(cudaGetLastError());
-  if (a.splits > 1 && !a.fused) {
+  CUDA_CHECK_LAUNCH("step17_split");
+  if (a.splits > 1 && a.combine != Combine::fused) {
     const int64_t qrows = int64_t(a.p.B) * a.p.H * a.p.N;
-    step17_combine<T, D><<<unsigned((qrows + 3) / 4), 128, 0, st>>>(a);
-    CUDA_CHECK(cudaGetLastError());
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned((qrows + 3) / 4));
+    cfg.blockDim = dim3(128);
+    cfg.stream = st;
+    cudaLaunchAttribute pdl[1];
+    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // [pdl]
+    pdl[0].val.programmaticStreamSerializationAllowed = 1;
+    if (a.combine == Combine::pdl) cfg.attrs = pdl, cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, step17_combine<T, D>, a));
   }
 }
 
@@ -579,7 +637,7 @@ DecodeArgs make_args(const AttnParams& p, const StepOptions& opts) {
     a.part_l = reinterpret_cast<float*>(ws + w.part_l);
     a.counters = reinterpret_cast<int*>(ws + w.counters);
   }
-  a.fused = combine_fused(opts);
+  a.combine = combine_of(opts);
   return a;
 }
 
@@ -668,6 +726,10 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (p.Hkv < 1 || p.H % p.Hkv != 0) throw std::invalid_argument("step17: HKV must divide H");
   const DecodeArgs a = make_args(p, opts);
+  // [pdl] Programmatic dependent launch is Hopper's (sm_90): refused elsewhere, before any launch.
+  if (a.combine == Combine::pdl && device_facts().cc < 90)
+    throw Unsupported("step17: --combine pdl needs programmatic dependent launch (compute capability 9.0 or later); this GPU is " +
+                      std::to_string(device_facts().cc / 10) + "." + std::to_string(device_facts().cc % 10));
   if (p.bf16) dispatch_d<__nv_bfloat16>(a, st);
   else dispatch_d<__half>(a, st);
 }

@@ -111,9 +111,15 @@ inline uint64_t layout_seed(const Shape& s) { return 17 + uint64_t(s.B * 131 + s
 // [page-size] --page-size's choices: "none" (the contiguous cache) or a power of two 16 .. 256.
 inline constexpr const char* kPageSizes[] = {"none", "16", "32", "64", "128", "256"};
 int page_size_of(const StepOptions& o);         // 0 for none
-// [fused-combine] --combine fused (default: the last block of a group merges its splits) or kernel
-// (a kernel of its own after the splits: one more launch).
-bool combine_fused(const StepOptions& o);
+// [fused-combine] --combine fused (default: the last block of a group merges its splits), kernel
+// (a kernel of its own after the splits: one more launch) or pdl ([pdl]: that kernel launched as a
+// programmatic dependent of the splits, so that its launch overlaps them; sm_90).
+enum class Combine { fused, kernel, pdl };
+Combine combine_of(const StepOptions& o);
+// [merge] The merge reads the splits' partials this many at a time, every load of a batch in flight
+// together, and rescales its running sums once per batch.
+inline constexpr int kMergeBatch = 16;
+FA_HD constexpr int64_t merge_batches(int64_t splits) { return (splits + kMergeBatch - 1) / kMergeBatch; }
 int64_t splits_of(const StepOptions& o);        // 0 for auto
 
 // [splits] The number of splits for a shape on a GPU of `sms` SMs running `blocks_per_sm` blocks
