@@ -274,7 +274,7 @@ TEST_CASE("timing returns the requested number of positive samples and their med
 // its kernels' own times; each kernel the checked launch ran has a share of it; and the graph of
 // graph_calls calls gives a time per call. Where CUPTI is held (a profiler, a sanitizer) the kernel
 // time is absent with a note, never zero passed off as a measurement.
-TEST_CASE("kernel time sums every kernel of a call; graph time is per call") {
+TEST_CASE("kernel time sums every kernel of a call, and graph time is per call") {
   test::Case c = test::make_case(1, 2, 256, 200, 64, true, DType::f16);
   const Inputs in = make_inputs(c.shape, c.inputs);
   GpuConfig cfg;

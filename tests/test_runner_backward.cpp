@@ -172,7 +172,8 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   for (const char* c : {"bwd_max_ratio", "bwd_pass", "bwd_ms", "bwd_tflops", "bwd_gmem_read_bytes", "bwd_gmem_write_bytes",
                                "bwd_matmul_flops", "bwd_workspace_bytes", "bwd_predicted_ms", "bwd_gmem_atomic_bytes",
                                "bwd_save_ms", "bwd_save_predicted_ms", "bwd_save_gmem_write_bytes",
-                               "bwd_model_ms", "bwd_bound_by", "bwd_ms_min", "bwd_ms_max", "bwd_launches"})
+                               "bwd_model_ms", "bwd_bound_by", "bwd_ms_min", "bwd_ms_max", "bwd_launches",
+                               "bwd_kernel_ms", "bwd_graph_ms", "bwd_kernel_tflops", "bwd_kernels_ms"})
     CHECK(column(r, c).empty());
   // [model] The forward's model is there on the CPU too (no launches recorded).
   CHECK(std::stod(column(r, "model_ms")) > 0);
@@ -187,7 +188,13 @@ TEST_CASE("runner backward: a step without a backward leaves the bwd_* columns e
   CHECK(h[34] == "bwd_save_ms");
   // [model] [noise] [launches] appended after them.
   CHECK(h[37] == "model_ms");
-  CHECK(h.size() == 48);
+  // [kernel-clock] [graph-time] appended after those: every column before them keeps its place.
+  const auto at = [&](const char* name) { return std::find(h.begin(), h.end(), name) - h.begin(); };
+  CHECK(at("kernel_ms") == at("bwd_launches") + 1);
+  CHECK(h.back() == "clock");
+  // On the CPU no clock ran: its columns are empty (graph_calls 0), never a zero passed off as a time.
+  for (const char* c : {"kernel_ms", "graph_ms", "kernel_tflops", "kernels_ms", "clock"}) CHECK(column(r, c).empty());
+  CHECK(column(r, "graph_calls") == "0");
 }
 
 TEST_CASE("runner backward: the program's exit status, report, --ledger-csv and --save") {

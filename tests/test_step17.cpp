@@ -178,9 +178,9 @@ TEST_CASE("step 17 refuses bad decoding input with a message naming the flag") {
   CHECK(decode::validate(pl, 64).find("outside the pool") != std::string::npos);
 }
 
-TEST_CASE("step 17: exps — every key a row sees at least once in the split kernel, and the combine's two per split and row") {
-  // The combine takes exp(L_s − m) for the sum and exp(L_s − L) for the weights, for each of a
-  // row's splits; every decoding row sees at least its own token. Fused or a kernel: the same exps.
+TEST_CASE("step 17: exps — every key a row sees at least once in the split kernel, and the combine's one per split and batch") {
+  // The combine merges online: exp(L_s − m) for each of a row's splits, and one rescale per batch of
+  // kMergeBatch splits; every decoding row sees at least its own token. Fused or a kernel: the same exps.
   for (const test::Case& c : test::decode_matrix()) {
     const Shape& s = c.shape;
     CAPTURE(c.name());
@@ -194,7 +194,7 @@ TEST_CASE("step 17: exps — every key a row sees at least once in the split ker
     const LedgerSet fused = step17::blueprint(s, in, {{"page-size", "none"}, {"splits", "3"}, {"combine", "fused"}}).ledger;
     REQUIRE(kernel.kernels.size() == 2);
     CHECK(kernel.kernels[1].first == "combine");
-    CHECK(kernel.kernels[1].second.exps == 2 * 3 * s.B * s.H * s.N);
+    CHECK(kernel.kernels[1].second.exps == (3 + step17::merge_batches(3)) * s.B * s.H * s.N);
     CHECK(kernel.kernels[0].second.exps >= vis);
     CHECK(fused.total().exps == kernel.total().exps);
     for (const auto& [name, led] : kernel.kernels) CHECK(led.exps <= led.nonmatmul_ops);
