@@ -4,7 +4,8 @@
 // unless --gpu says which):
 //   session_TAG_stepNN.csv  the sweeps (one row per run)       -> measured_tflops*.png, measured_speedup.png
 //   ncu_TAG_stepNN.csv      Nsight Compute's bytes per kernel   -> measured_traffic.png
-//   peers_TAG.csv           PyTorch SDPA's backends             -> the dashed lines of measured_tflops*.png
+//   peers_TAG_clock_early.csv  PyTorch SDPA's backends (fp16, N = 512 ... 16k, by kernel time: docs/profiling.md,
+//                           "One clock")                        -> the dashed lines of measured_tflops*.png
 //   traffic_model.csv       the closed-form ledgers (./plot_traffic) -> the ledger lines of measured_traffic.png
 // and writes DIR/measured_traffic.png, measured_tflops.png, measured_tflops_causal.png and
 // measured_speedup.png (default DIR: the repository's plots/). Every plotted number is a CSV value
@@ -114,7 +115,7 @@ const std::vector<std::string> kNcuCols = {"date", "commit", "gpu", "step", "var
                                            "kernel", "ledger_read", "ledger_write", "req_read", "req_write",
                                            "l2_read", "l2_write", "dram_read", "dram_write"};
 const std::vector<std::string> kPeerCols = {"date", "commit", "gpu", "torch", "cuda", "backend", "dtype", "causal",
-                                            "d", "N", "fwd_tflops", "bwd_tflops", "status"};
+                                            "d", "N", "kernel_tflops", "bwd_kernel_tflops", "status"};
 const std::vector<std::string> kModelCols = {"step", "pass", "N", "d", "causal", "gmem_read_bytes", "gmem_write_bytes"};
 
 Table read_table(const fs::path& p, const std::vector<std::string>& cols) { return fa::plot::read_table(p.string(), cols); }
@@ -145,7 +146,7 @@ Data load(const std::string& dir, std::string gpu_tag) {
   }
   if (!sessions.count(gpu_tag)) throw Error(dir + ": no session_" + gpu_tag + "_stepNN.csv files");
   Data data{gpu_tag, {},
-            read_table(fs::path(dir) / ("peers_" + gpu_tag + ".csv"), kPeerCols),
+            read_table(fs::path(dir) / ("peers_" + gpu_tag + "_clock_early.csv"), kPeerCols),
             read_table(fs::path(dir) / "traffic_model.csv", kModelCols)};
   for (const auto& [id, path] : sessions[gpu_tag]) {
     Step s{id, read_table(path, kSessionCols), std::nullopt, ""};
@@ -438,8 +439,8 @@ void draw_tflops(const Data& data, int d, int causal, const std::vector<std::str
     for (size_t r = 0; r < p.size(); ++r)
       if (p.str(r, "backend") == peer && p.str(r, "dtype") == kDtype && as_int(p.num(r, "d")) == d &&
           as_int(p.num(r, "causal")) == causal && p.str(r, "status") == "ok") {
-        fwd.emplace_back(p.num(r, "N"), p.num(r, "fwd_tflops"));
-        bwd.emplace_back(p.num(r, "N"), p.num(r, "bwd_tflops"));
+        fwd.emplace_back(p.num(r, "N"), p.num(r, "kernel_tflops"));
+        bwd.emplace_back(p.num(r, "N"), p.num(r, "bwd_kernel_tflops"));
         span(p.num(r, "N"));
         prov.add(p, r, "gpu");
       }
@@ -463,7 +464,7 @@ void draw_tflops(const Data& data, int d, int causal, const std::vector<std::str
   begin_png(gp, png, width, height);
   gp << "set title '"
      << label("TFLOP/s against N on " + prov.gpu() + " (" + kDtype + ", d = " + std::to_string(d) +
-              (causal ? ", causal" : ", no mask") + "; each step's default variant; lines without points: PyTorch SDPA)")
+              (causal ? ", causal" : ", no mask") + "; each step's default variant; lines without points: PyTorch SDPA, by kernel time; the steps by CUDA events)")
      << "'\nset logscale y 10\nset mytics 10\nset grid xtics ytics mytics\n"
      << "set ylabel \"TFLOP/s (FlashAttention's convention: 4·N·Nk·d per head" << (causal ? ", halved" : "")
      << "; backward 2.5×)\"\n";

@@ -70,6 +70,9 @@ def main():
     ap.add_argument("--commit", default=os.environ.get("FA_COMMIT", "unknown"))
     ap.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no new point starts")
     args = ap.parse_args()
+    if args.graph < 1 or args.reps < 1:
+        print("decode_target.py: --graph and --reps must be at least 1", file=sys.stderr)
+        return 2
     try:
         import torch
         import torch.nn.functional as F
@@ -82,9 +85,6 @@ def main():
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from clock import KERNEL_CLOCK, Clock
-    if args.graph < 1 or args.reps < 1:
-        print("decode_target.py: --graph and --reps must be at least 1", file=sys.stderr)
-        return 2
     clock = Clock(torch, reps=args.reps, graph_calls=args.graph)
     bs = [int(x) for x in args.bs.split(",")]
     caches = [int(x) for x in args.caches.split(",")]

@@ -41,8 +41,12 @@ def provenance(rs, how="scripts/gpu_session.sh"):
     r = rs[0]
     gpu = r.get("device") or r.get("gpu")
     cuda = f", CUDA {r['cuda']}" if "cuda" in r else ""
-    runs = sorted({(x["commit"], x["date"]) for x in rs}, key=lambda cd: cd[1])
-    when = "; ".join(f"commit `{c}`, {d}" for c, d in runs)
+    spans = {}
+    for x in rs:  # a run writes a date per row: each commit's first and last
+        lo, hi = spans.get(x["commit"], (x["date"], x["date"]))
+        spans[x["commit"]] = (min(lo, x["date"]), max(hi, x["date"]))
+    when = "; ".join(f"commit `{c}`, {lo}" + (f" – {hi}" if hi != lo else "")
+                     for c, (lo, hi) in sorted(spans.items(), key=lambda kv: kv[1]))
     return (f"_Measured on an {gpu}{cuda}, {when}: the programs' own `--csv` rows "
             f"(how each file was made: `plots/data/README.md`)._")
 
@@ -55,6 +59,57 @@ def table(header, body):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# One clock (docs/profiling.md): every table that sets a step beside PyTorch's backends takes both sides'
+# times from the kernel clock — the GPU time of every kernel a call launches, summed, each rep on a cold
+# L2 — and says so in its caption. clock_caption() refuses rows without that clock, or two sides whose
+# L2 flush differs: a table that would mix methods is not written.
+
+class ClockError(ValueError):
+    pass
+
+
+def kernel_clock(rs, what):
+    """The L2 method every row of rs names in its `clock` column ("cupti;l2-read-256MiB" ->
+    "l2-read-256MiB"); ClockError when a row has none or the rows name two."""
+    if not rs:
+        raise ClockError(f"{what}: no rows")
+    methods = {r.get("clock") or "" for r in rs}
+    if "" in methods:
+        raise ClockError(f"{what}: {sum(1 for r in rs if not r.get('clock'))} row(s) without a kernel clock "
+                         "(event-timed rows cannot stand beside kernel times)")
+    l2 = {m.split(";", 1)[1] if ";" in m else "" for m in methods}
+    if len(l2) != 1 or "" in l2:
+        raise ClockError(f"{what}: the rows mix clocks {sorted(methods)}")
+    return l2.pop()
+
+
+CLOCK_CAPTION = ("_Timing (both sides): kernel time — every kernel a call launches, summed, from CUPTI's "
+                 "activity records (ours: the step's runner; PyTorch's: `torch.profiler`), the median over "
+                 "repeated calls, each after a 256 MiB read flushed the L2 (docs/profiling.md, \"One clock\"). "
+                 "A ratio is the peer's kernel time over ours (above 1: ours is faster)._")
+
+
+def clock_caption(ours, peers):
+    """The caption every peer table carries, after checking that both sides were timed alike."""
+    a, b = kernel_clock(ours, "our rows"), kernel_clock(peers, "the peers' rows")
+    if a != b:
+        raise ClockError(f"our rows flushed the L2 by {a}, the peers' by {b}: the table would mix methods")
+    return CLOCK_CAPTION
+
+
+def kms(r, pass_="fwd"):
+    """Our kernel time (ms) of a pass, None where the row has none."""
+    x = r.get("kernel_ms" if pass_ == "fwd" else "bwd_kernel_ms")
+    return float(x) if x not in ("", None) else None
+
+
+def ktf(r, pass_="fwd"):
+    """TFLOP/s by kernel time, FlashAttention's convention (our rows and the peers' name it alike)."""
+    x = r.get("kernel_tflops" if pass_ == "fwd" else "bwd_kernel_tflops")
+    return float(x) if x not in ("", None) else None
 
 
 def step_sweep(step):
@@ -143,48 +198,45 @@ def step_backward(step):
 
 
 def versus_peers():
-    """Our fastest forward (step 07) and backward (step 08, fused) against PyTorch's SDPA backends
-    measured on the same GPU and shapes (scripts/peers.py), fp16: time and the ratio to flash (FA2)."""
+    """Our fastest WMMA forward (step 07) and backward (step 08, fused) against PyTorch's SDPA backends
+    (scripts/peer_tables.sh early), fp16, by kernel time on both sides: times and the ratio to flash (FA2)."""
     ours = {}
-    for r in rows("session_*.csv"):
-        if r["dtype"] != "fp16":
-            continue
+    early = [r for r in rows("clock_*_early.csv") if r["dtype"] == "fp16" and r.get("kernel_ms")]
+    for r in early:
         if r["step"] == "07":
             ours[("fwd", int(r["d"]), int(r["causal"]), int(r["N"]))] = r
         if r["step"] == "08" and r["variant"] == "bwd=fused":
             ours[("bwd", int(r["d"]), int(r["causal"]), int(r["N"]))] = r
-    ok = [r for r in rows("peers_*.csv") if r["dtype"] == "fp16" and r["status"] == "ok"]
-    # One peer run for the whole table (the one with the most points; the latest of those), so that no
-    # table mixes two runs' peers unannounced.
-    count = {}
-    for r in ok:
-        count[r["commit"]] = count.get(r["commit"], 0) + 1
-    best = max(count, key=lambda c: (count[c], max(r["date"] for r in ok if r["commit"] == c))) if count else None
-    peers = {(r["backend"], int(r["d"]), int(r["causal"]), int(r["N"])): r for r in ok if r["commit"] == best}
-    keys = sorted({k[1:] for k in ours if k[0] == "fwd"} | {k[1:] for k in ours if k[0] == "bwd"}, key=lambda k: (-k[0], k[1], k[2]))
-    body = []
+    peers = {k[:1] + k[2:]: r for k, r in peer_rows("early").items() if k[1] == "fp16"}
+    keys = sorted({k[1:] for k in ours}, key=lambda k: (-k[0], k[1], k[2]))
+    body, used, used_peers, fwd_x, bwd_x = [], [], [], [], []
+    ms = lambda x: f"{x:.2f}" if x else "–"
     for d, c, n in keys:
         f, b = ours.get(("fwd", d, c, n)), ours.get(("bwd", d, c, n))
         fl, cu = peers.get(("flash", d, c, n)), peers.get(("cudnn", d, c, n))
-        if not (fl and (f or b)):
+        if not fl:
             continue
-        row = [d, "yes" if c else "no", n]
-        row += [f"{float(f['ms']):.2f}" if f else "–", f"{float(fl['fwd_ms']):.2f}", f"{float(cu['fwd_ms']):.2f}" if cu else "–",
-                f"{float(fl['fwd_ms']) / float(f['ms']):.3f}" if f else "–"]
-        row += [f"{float(b['bwd_ms']):.2f}" if b else "–", f"{float(fl['bwd_ms']):.2f}", f"{float(cu['bwd_ms']):.2f}" if cu else "–",
-                f"{float(fl['bwd_ms']) / float(b['bwd_ms']):.3f}" if b else "–"]
+        used += [x for x in (f, b) if x]
+        used_peers += [x for x in (fl, cu) if x]
+        pk = lambda p, key: float(p[key]) if p and p.get(key) else None
+        row = [d, "yes" if c else "no", n, ms(kms(f) if f else None), ms(pk(fl, "kernel_ms")), ms(pk(cu, "kernel_ms"))]
+        if f:
+            fwd_x.append(pk(fl, "kernel_ms") / kms(f))
+        row.append(f"{fwd_x[-1]:.3f}" if f else "–")
+        row += [ms(kms(b, "bwd") if b else None), ms(pk(fl, "bwd_kernel_ms")), ms(pk(cu, "bwd_kernel_ms"))]
+        if b:
+            bwd_x.append(pk(fl, "bwd_kernel_ms") / kms(b, "bwd"))
+        row.append(f"{bwd_x[-1]:.3f}" if b else "not run (the run's budget)")
         body.append(row)
-    used = [r for r in ours.values()] + [r for r in peers.values()]
     if not body:
-        return provenance([])
-    torch = next(iter(peers.values()))
-    same = torch["commit"] in {r["commit"] for r in ours.values()}
-    return provenance([r for r in ours.values()]) + f" _Peers: PyTorch {torch['torch']} SDPA on the same kind of GPU " \
-        f"(`scripts/peers.py`, commit `{torch['commit']}`, {torch['date']})" + \
-        ("; the same run as ours._" if same else " — another run than ours: the ratios are across two runs, "
-         "so they say where the steps stand, not a measured target._") + "\n\n" + table(
+        return provenance([], "scripts/peer_tables.sh OUTDIR early")
+    lines = [f"flash / step 07 (forward): geometric mean {geomean(fwd_x):.3f}, range {min(fwd_x):.3f}–{max(fwd_x):.3f}" if fwd_x else "",
+             f"flash / step 08 (backward): geometric mean {geomean(bwd_x):.3f}, range {min(bwd_x):.3f}–{max(bwd_x):.3f} "
+             f"over the {len(bwd_x)} points the run reached" if bwd_x else ""]
+    return provenance(used, "scripts/peer_tables.sh OUTDIR early") + peers_note(used_peers, used) + "\n\n" + table(
         ["d", "causal", "N", "step 07 fwd ms", "flash fwd ms", "cuDNN fwd ms", "flash/ours fwd",
-         "step 08 bwd ms", "flash bwd ms", "cuDNN bwd ms", "flash/ours bwd"], body)
+         "step 08 bwd ms", "flash bwd ms", "cuDNN bwd ms", "flash/ours bwd"], body) + "\n\n" + \
+        "; ".join(x for x in lines if x) + "."
 
 
 def ncu_extra(step):
@@ -267,42 +319,37 @@ def ncu_on_chip(steps, ns=("1024", "4096")):
 
 
 def target(step):
-    """The FlashAttention-2 target matrix: the step's bench rows (every dtype, d, mask, N) against PyTorch's flash
-    backend (FlashAttention-2) from peers_*.csv at the same point; TFLOP/s on FlashAttention's
-    convention on both sides (forward 4·B·H·N²·d, halved when causal), so their ratio is the ratio of
-    times. Closing line: the geometric mean of ours/flash, the minimum and its point, and how many
-    points fall below 0.85 and 1.0 (the target: geometric mean >= 1.0, no point below 0.85)."""
-    ours = [r for r in rows(f"bench_*_step{step}.csv") if r["step"] == step]
-    commits = {r["commit"] for r in ours}
-    peers = peer_rows(next(iter(commits)) if len(commits) == 1 else None)  # a peer run of the same commit wins
+    """The FlashAttention-2 target matrix: the step's rows of the forward phase (every dtype, d, mask, N)
+    against PyTorch's flash backend (FlashAttention-2) at the same point, by kernel time on both sides;
+    TFLOP/s on FlashAttention's convention (forward 4·B·H·N²·d, halved when causal). Closing line: the
+    geometric mean of ours/flash, the minimum and its point, and how many points fall below 0.85 and 1.0
+    (the target: geometric mean >= 1.0, no point below 0.85)."""
+    ours, _, peers = fwd_rows()
+    ours = [r for r in ours if r["step"] == step and r["d"] != "256"]
     dtypes = {"fp16": 0, "bf16": 1}
     ours.sort(key=lambda r: (dtypes.get(r["dtype"], 2), r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"])))
-    body, ratios, used = [], [], []
+    body, ratios, used, used_peers = [], [], [], []
     for r in ours:
         key = point(r)
         fl, cu = peers.get(("flash",) + key), peers.get(("cudnn",) + key)
         if not fl:
             continue
         used.append(r)
-        ratio = float(r["tflops"]) / float(fl["fwd_tflops"])
-        ratios.append((ratio, key))
         ok = "" if r["pass"] == "1" else " (FAIL)"
-        body.append([r["dtype"], key[1], "yes" if key[2] else "no", key[3], f"{r['B']}×{r['H']}",
-                     f"{float(r['tflops']):.1f}{ok}", f"{float(fl['fwd_tflops']):.1f}",
-                     f"{float(cu['fwd_tflops']):.1f}" if cu else "–", f"{ratio:.3f}"])
-    if not body:
-        return provenance([])
-    torch = next(p for p in peers.values() if p["backend"] == "flash")
-    geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+        cells = peer_cells(fl, r, ratios, key, used_peers, "fwd")
+        body.append([r["dtype"], key[1], "yes" if key[2] else "no", key[3], f"{r['B']}×{r['H']}", f"{ktf(r):.1f}{ok}",
+                     cells[0], f"{ktf(cu):.1f}" if cu else "–", cells[1]])
+    if not body or not ratios:
+        return provenance([], "scripts/peer_tables.sh OUTDIR fwd")
+    geo = geomean([x for x, _ in ratios])
     low, (dt, d, c, n) = min(ratios)
     below85 = sum(x < 0.85 for x, _ in ratios)
     below1 = sum(x < 1.0 for x, _ in ratios)
     summary = (f"Over the {len(ratios)} points: geometric mean of step {step} / flash **{geo:.3f}** (target ≥ 1.0); "
                f"minimum **{low:.3f}** ({dt}, d = {d}, {'causal' if c else 'no mask'}, N = {n}; target: none below 0.85); "
                f"{below85} point{'s' if below85 != 1 else ''} below 0.85, {below1} below 1.0.")
-    return provenance(used) + f" _Peers: PyTorch {torch['torch']} SDPA on the same GPU (`scripts/peers.py`, " \
-        f"commit `{torch['commit']}`, {torch['date']}); TFLOP/s on FlashAttention's convention (4·B·H·N²·d, " \
-        f"halved with the mask) on both sides._\n\n" + table(
+    return provenance(used, "scripts/peer_tables.sh OUTDIR fwd") + peers_note(used_peers, used) + \
+        " _TFLOP/s on FlashAttention's convention (4·B·H·N²·d, halved with the mask) on both sides._\n\n" + table(
         ["dtype", "d", "causal", "N", "B×H", f"step {step} TFLOP/s", "flash (FA2) TFLOP/s", "cuDNN TFLOP/s",
          f"step {step} / flash"], body) + "\n\n" + summary
 
@@ -382,61 +429,56 @@ BWD_TARGET_POINTS = [(dt, d, c, n) for dt in ("fp16", "bf16") for d in (128, 64)
                      for n in (1024, 4096, 16384)]
 
 
-def step13_rows(variant="deterministic=off"):
-    """Step 13's rows of target_*_step13.csv with the given variant (the default: racing dQ, no dropout)."""
-    return [r for r in rows("target_*_step13.csv") if r["step"] == "13" and r["variant"] == variant and r.get("bwd_ms")]
+def step13_rows(variant="deterministic=off", pattern="target_*_step13.csv"):
+    """Step 13's rows of a file with the given variant (the default: racing dQ, no dropout)."""
+    return [r for r in rows(pattern) if r["step"] == "13" and r["variant"] == variant and r.get("bwd_ms")]
 
 
-def peer_rows(commit=None):
-    """peers_*.csv rows with status ok, by (backend, dtype, d, causal, N); where one point was timed
-    by several runs, the run of `commit` (the same run as ours) wins, else the latest."""
+def peer_rows(kind):
+    """The peers' rows of one phase of scripts/peer_tables.sh (peers_*_clock_KIND.csv), status ok, by
+    (backend, dtype, d, causal, N)."""
     out = {}
-    for r in rows("peers_*.csv"):
-        if r["status"] != "ok":
-            continue
-        key = (r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
-        old = out.get(key)
-        rank = lambda x: (x["commit"] == commit, x["date"])
-        if old is None or rank(r) > rank(old):
-            out[key] = r
+    for r in rows(f"peers_*_clock_{kind}.csv"):
+        if r["status"] == "ok":
+            out[(r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
     return out
 
 
-def peer_cells(peer, r, acc, key, used, pass_, ms):
-    """The two cells of one peer beside our row r (its TFLOP/s and its time over ours), where the peer
-    timed the same B and H; the ratio goes to acc with the point's key, the peer row to used. pass_:
-    "fwd" or "bwd" (the peer's columns); ms: our time column."""
-    if peer and (peer["B"], peer["H"]) == (r["B"], r["H"]):
+def peer_cells(peer, r, acc, key, used, pass_):
+    """The two cells of one peer beside our row r (its TFLOP/s and its kernel time over ours, both by
+    kernel time), where the peer timed the same B and H; the ratio goes to acc with the point's key, the
+    peer row to used. pass_: "fwd" or "bwd"."""
+    pk = peer and (peer.get("kernel_ms") if pass_ == "fwd" else peer.get("bwd_kernel_ms"))
+    if peer and pk and (peer["B"], peer["H"]) == (r["B"], r["H"]) and kms(r, pass_):
         used.append(peer)
-        x = float(peer[f"{pass_}_ms"]) / float(r[ms])
+        x = float(pk) / kms(r, pass_)
         acc.append((x, key))
-        return [f"{float(peer[f'{pass_}_tflops']):.1f}", f"{x:.3f}"]
+        return [f"{ktf(peer, pass_):.1f}", f"{x:.3f}"]
     return ["–", "–"]
 
 
-def peers_note(used, commits, ours_name, other_run):
-    """The peers' provenance: PyTorch's version, the runs that timed them, and whether that is the run of
-    ours (commits); other_run is what to say when it is not."""
+def peers_note(used, ours, how="scripts/peers.py"):
+    """The peers' provenance, with the clock both sides were timed by (clock_caption checks it)."""
     p = used[0]
-    runs = sorted({(x["commit"], x["date"]) for x in used}, key=lambda cd: cd[1])
-    when = "; ".join(f"commit `{cm}`, {dd}" for cm, dd in runs)
-    same = {cm for cm, _ in runs} <= commits
-    return (f" _Peers: PyTorch {p['torch']} SDPA on the same kind of GPU (`scripts/peers.py`, {when})"
-            + (f"; the same run as {ours_name}._" if same else f" — **another run than {ours_name}**: {other_run}_"))
+    torch = f"PyTorch {p['torch']}" if p.get("torch") else "PyTorch"
+    dates = sorted(x["date"] for x in used)
+    commits = sorted({x["commit"] for x in used})
+    when = ", ".join(f"commit `{c}`" for c in commits) + f", {dates[0]}" + (f" – {dates[-1]}" if dates[-1] != dates[0] else "")
+    same = set(commits) <= {r["commit"] for r in ours}
+    return (f" _Peers: {torch} SDPA, `{how}` on the same GPU in the same session ({when})"
+            + ("; the same commit as ours._" if same else " — **another commit than ours**._") + " " + clock_caption(ours, used))
 
 
 def bwd_target():
     """Step 13's backward against PyTorch's flash (FlashAttention-2) and cuDNN backends, per point of
-    the target matrix: TFLOP/s on FlashAttention's convention (2.5 × the forward's 4·B·H·N²·d, halved
-    with the mask) on both sides, and the ratios (of times: the same shape and convention on both sides).
-    The provenance names both runs and says when they are not one run (the target asks for one). The
-    closing lines: geometric mean and minimum of step 13 / flash, the range of step 13 / cuDNN, and the
-    points of the matrix that have no step-13 row."""
-    ours = step13_rows()
+    the target matrix, by kernel time on both sides (scripts/peer_tables.sh bwd): TFLOP/s on
+    FlashAttention's convention (2.5 × the forward's 4·B·H·N²·d, halved with the mask) and the ratios.
+    The closing lines: geometric mean and minimum of step 13 / flash, the range of step 13 / cuDNN, and
+    the points of the matrix that have no step-13 row."""
+    ours = step13_rows(pattern="clock_*_bwd.csv")
     if not ours:
-        return provenance([], "scripts/bwd_target.sh")
-    commits = {r["commit"] for r in ours}
-    peers = peer_rows(next(iter(commits)) if len(commits) == 1 else None)
+        return provenance([], "scripts/peer_tables.sh OUTDIR bwd")
+    peers = peer_rows("bwd")
     by = {point(r): r for r in ours}
     body, vs_flash, vs_cudnn, missing, used_peers = [], [], [], [], []
     for key in BWD_TARGET_POINTS:
@@ -444,37 +486,27 @@ def bwd_target():
         r, fl, cu = by.get(key), peers.get(("flash",) + key), peers.get(("cudnn",) + key)
         if not r:
             missing.append(key)
-            body.append([dt, d, "yes" if c else "no", n, "not measured", "–",
-                         f"{float(fl['bwd_tflops']):.1f}" if fl else "–", "–",
-                         f"{float(cu['bwd_tflops']):.1f}" if cu else "–", "–"])
+            body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 5)
             continue
         ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
-        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{float(r['bwd_tflops']):.1f}{ok}"]
+        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{ktf(r, 'bwd'):.1f}{ok}"]
         for peer, acc in ((fl, vs_flash), (cu, vs_cudnn)):
-            row += peer_cells(peer, r, acc, key, used_peers, "bwd", "bwd_ms")
+            row += peer_cells(peer, r, acc, key, used_peers, "bwd")
         body.append(row)
-    head = provenance(ours)
-    if used_peers:
-        head += peers_note(used_peers, commits, "step 13's", "the ratios below are across two runs, which the "
-                           "target does not allow, so they do not establish it.")
-    else:
-        head += " _No peer run covers these points: no ratios._"
-    head += (" _TFLOP/s on FlashAttention's convention (2.5 × 4·B·H·N²·d, halved with the mask) on both "
-             "sides; a ratio is the peer's time over step 13's (above 1: step 13 is faster)._")
+    head = provenance(ours, "scripts/peer_tables.sh OUTDIR bwd")
+    head += peers_note(used_peers, ours) if used_peers else " _No peer run covers these points: no ratios._"
     table_ = table(["dtype", "d", "causal", "N", "B×H", "step 13 bwd TFLOP/s", "flash (FA2) bwd TFLOP/s",
                     "step 13 / flash", "cuDNN bwd TFLOP/s", "step 13 / cuDNN"], body)
     lines = []
     if vs_flash:
-        geo = math.exp(sum(math.log(x) for x, _ in vs_flash) / len(vs_flash))
         low, (dt, d, c, n) = min(vs_flash)
-        lines.append(f"Over the {len(vs_flash)} points with both: geometric mean of step 13 / flash **{geo:.3f}** "
-                     f"(target ≥ 1.0); minimum **{low:.3f}** ({dt}, d = {d}, {'causal' if c else 'no mask'}, "
-                     f"N = {n}; target: none below 0.85); {sum(x < 0.85 for x, _ in vs_flash)} below 0.85, "
-                     f"{sum(x < 1.0 for x, _ in vs_flash)} below 1.0.")
+        lines.append(f"Over the {len(vs_flash)} points with both: geometric mean of step 13 / flash "
+                     f"**{geomean([x for x, _ in vs_flash]):.3f}** (target ≥ 1.0); minimum **{low:.3f}** ({dt}, d = {d}, "
+                     f"{'causal' if c else 'no mask'}, N = {n}; target: none below 0.85); {sum(x < 0.85 for x, _ in vs_flash)} "
+                     f"below 0.85, {sum(x < 1.0 for x, _ in vs_flash)} below 1.0.")
     if vs_cudnn:
         xs = [x for x, _ in vs_cudnn]
-        lines.append(f"Step 13 / cuDNN: geometric mean {geomean(xs):.3f}, "
-                     f"range {min(xs):.3f}–{max(xs):.3f}.")
+        lines.append(f"Step 13 / cuDNN: geometric mean {geomean(xs):.3f}, range {min(xs):.3f}–{max(xs):.3f}.")
     if missing:
         names = "; ".join(f"{dt} d = {d} {'causal' if c else 'no mask'} N = {n}" for dt, d, c, n in missing)
         lines.append(f"**Not measured: {len(missing)} of the {len(BWD_TARGET_POINTS)} points** ({names}).")
@@ -490,18 +522,23 @@ FWD_TARGET_POINTS = [(dt, d, c, n) for dt in ("fp16", "bf16") for d in (128, 64)
                      for n in (1024, 2048, 4096, 8192, 16384)]
 
 
+def fwd_rows():
+    """The forward phase of scripts/peer_tables.sh (clock_*_fwd.csv: steps 12, 14, 15, 16 at d = 64, 128;
+    14-16 at 256) and its peers (peers_*_clock_fwd.csv), by (step,) + point and (backend,) + point."""
+    ours = [r for r in rows("clock_*_fwd.csv") if r.get("kernel_ms")]
+    return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows("fwd")
+
+
 def fwd_target(show):
-    """The forward of steps 12, 14 and 15 (target_*_fwd.csv) against PyTorch's flash (FlashAttention-2)
-    and cuDNN backends of the same run, per point: TFLOP/s (4·B·H·N²·d, halved with the mask), and the
-    ratios of times. `show` is the step the table is about ("14" or "15"): its ratio to the step before
-    and to both peers. Closing lines: the targets of docs/15 (step 15 / flash geometric mean >= 1.5; 14
-    and 15 each faster than the step before at every d = 128 point), the cuDNN range, missing points."""
-    ours = [r for r in rows("target_*_fwd.csv") if r.get("ms")]
+    """The forward of steps 12, 14 and 15 against PyTorch's flash (FlashAttention-2) and cuDNN backends of
+    the same run, per point, by kernel time: TFLOP/s (4·B·H·N²·d, halved with the mask) and the ratios.
+    `show` is the step the table is about ("14" or "15"): its ratio to the step before and to both peers.
+    Closing lines: the targets of docs/15 (step 15 / flash geometric mean >= 1.5; 14 and 15 each faster
+    than the step before at every d = 128 point), the cuDNN range, missing points."""
+    ours, by, peers = fwd_rows()
+    ours = [r for r in ours if r["step"] in ("12", "14", "15") and r["d"] != "256"]
     if not ours:
-        return provenance([], "scripts/fwd_target.sh")
-    commits = {r["commit"] for r in ours}
-    peers = peer_rows(next(iter(commits)) if len(commits) == 1 else None)
-    by = {(r["step"],) + point(r): r for r in ours}
+        return provenance([], "scripts/peer_tables.sh OUTDIR fwd")
     prev = {"14": "12", "15": "14"}[show]
     body, vs_flash, vs_cudnn, vs_prev, missing, used = [], [], [], [], [], []
     slower = {"14": [], "15": []}
@@ -511,30 +548,26 @@ def fwd_target(show):
         fl, cu = peers.get(("flash",) + key), peers.get(("cudnn",) + key)
         for st, pv in (("14", "12"), ("15", "14")):
             a, b = by.get((st,) + key), by.get((pv,) + key)
-            if d == 128 and a and b and float(a["ms"]) >= float(b["ms"]):
+            if d == 128 and a and b and kms(a) >= kms(b):
                 slower[st].append(key)
         if not r:
             missing.append(key)
             body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 7)
             continue
         ok = "" if r["pass"] == "1" else " (FAIL)"
-        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}",
-               f"{float(rp['tflops']):.1f}" if rp else "–", f"{float(r['tflops']):.1f}{ok}"]
+        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{ktf(rp):.1f}" if rp else "–", f"{ktf(r):.1f}{ok}"]
         if rp:
-            x = float(rp["ms"]) / float(r["ms"])
+            x = kms(rp) / kms(r)
             vs_prev.append(x)
             row.append(f"{x:.3f}")
         else:
             row.append("–")
         for peer, acc in ((fl, vs_flash), (cu, vs_cudnn)):
-            row += peer_cells(peer, r, acc, key, used, "fwd", "ms")
+            row += peer_cells(peer, r, acc, key, used, "fwd")
         body.append(row)
-    head = provenance(ours)
+    head = provenance(ours, "scripts/peer_tables.sh OUTDIR fwd")
     if used:
-        head += peers_note(used, commits, "the steps'", "the ratios are across two runs, which the target does not "
-                           "allow, so they do not establish it.")
-    head += (f" _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides; a ratio is the other's time over "
-             f"step {show}'s (above 1: step {show} is faster)._")
+        head += peers_note(used, ours)
     t = table(["dtype", "d", "causal", "N", "B×H", f"step {prev} TFLOP/s", f"step {show} TFLOP/s",
                f"step {show} / step {prev}", "flash (FA2) TFLOP/s", f"step {show} / flash", "cuDNN TFLOP/s",
                f"step {show} / cuDNN"], body)
@@ -560,29 +593,18 @@ def fwd_target(show):
         lines.append(f"**Not measured: {len(missing)} of the {len(FWD_TARGET_POINTS)} points.**")
     fails = sum(r["pass"] != "1" for r in ours)
     lines.append(f"{fails} row(s) FAILED the check." if fails else
-                 f"Every row of the run ({len(ours)}: steps 12, 14 and 15) passed its check against the reference.")
+                 f"Every row shown ({len(ours)}: steps 12, 14 and 15) passed its check against the reference.")
     return head + "\n\n" + t + "\n\n" + " ".join(lines)
-
-
-def fwd16_rows():
-    """Step 16's target run (target_*_fwd16.csv: step 16 at d = 64, 128, 256; steps 14, 15 at d = 256) and
-    the peers of that run (peers_*_fwd16.csv), by (step,) + point and (backend,) + point."""
-    ours = [r for r in rows("target_*_fwd16.csv") if r.get("ms")]
-    peers = {}
-    for r in rows("peers_*_fwd16.csv"):
-        if r["status"] == "ok":
-            peers[(r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
-    return ours, {(r["step"],) + point(r): r for r in ours}, peers
 
 
 def fwd16_target():
     """Step 16 against PyTorch's flash and cuDNN backends of the same run over the target matrix (d = 64
     and 128): TFLOP/s and the ratios of times. Closing lines: the targets of docs/16 (step 16 / cuDNN
     geometric mean >= 1.0, no point below 0.9, >= 1.6x flash), with the points below 0.9 named."""
-    ours, by, peers = fwd16_rows()
+    ours, by, peers = fwd_rows()
+    ours = [r for r in ours if r["step"] == "16" or r["d"] == "256"]
     if not ours:
-        return provenance([], "scripts/fwd_target.sh")
-    commits = {r["commit"] for r in ours}
+        return provenance([], "scripts/peer_tables.sh OUTDIR fwd")
     body, vs_flash, vs_cudnn, used, missing = [], [], [], [], []
     for key in FWD_TARGET_POINTS:
         dt, d, c, n = key
@@ -592,14 +614,14 @@ def fwd16_target():
             body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 5)
             continue
         ok = "" if r["pass"] == "1" else " (FAIL)"
-        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{float(r['tflops']):.1f}{ok}"]
+        row = [dt, d, "yes" if c else "no", n, f"{r['B']}×{r['H']}", f"{ktf(r):.1f}{ok}"]
         for peer, acc in ((peers.get(("flash",) + key), vs_flash), (peers.get(("cudnn",) + key), vs_cudnn)):
-            row += peer_cells(peer, r, acc, key, used, "fwd", "ms")
+            row += peer_cells(peer, r, acc, key, used, "fwd")
         body.append(row)
-    head = provenance(ours)
+    head = provenance(ours, "scripts/peer_tables.sh OUTDIR fwd")
     if used:
-        head += peers_note(used, commits, "step 16's", "the ratios are across two runs, which the target does not allow.")
-    head += " _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides; a ratio is the peer's time over step 16's (above 1: step 16 is faster)._"
+        head += peers_note(used, ours)
+    head += " _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides._"
     t = table(["dtype", "d", "causal", "N", "B×H", "step 16 TFLOP/s", "flash (FA2) TFLOP/s", "step 16 / flash",
                "cuDNN TFLOP/s", "step 16 / cuDNN"], body)
     name = lambda k: f"{k[0]} d = {k[1]} {'causal' if k[2] else 'no mask'} N = {k[3]}"
@@ -626,10 +648,10 @@ def fwd16_target():
 
 def fwd16_wide():
     """d = 256: steps 14, 15 and 16 of the same run beside every peer that ran the shape."""
-    ours, by, peers = fwd16_rows()
+    ours, by, peers = fwd_rows()
     wide = [r for r in ours if r["d"] == "256"]
     if not wide:
-        return provenance([], "scripts/fwd_target.sh")
+        return provenance([], "scripts/peer_tables.sh OUTDIR fwd")
     body, vs15, vsc, vsf, used = [], [], [], [], []
     for dt in ("fp16", "bf16"):
         for c in (0, 1):
@@ -639,20 +661,20 @@ def fwd16_wide():
                 if not r16:
                     body.append([dt, "yes" if c else "no", n, "not measured"] + ["–"] * 8)
                     continue
-                cell = lambda r: (f"{float(r['tflops']):.1f}" + ("" if r["pass"] == "1" else " (FAIL)")) if r else "–"
+                cell = lambda r: (f"{ktf(r):.1f}" + ("" if r["pass"] == "1" else " (FAIL)")) if r else "–"
                 row = [dt, "yes" if c else "no", n, cell(r14), cell(r15), cell(r16)]
                 if r15:
-                    x = float(r15["ms"]) / float(r16["ms"])
+                    x = kms(r15) / kms(r16)
                     vs15.append(x)
                     row.append(f"{x:.3f}")
                 else:
                     row.append("–")
                 for peer, acc in ((peers.get(("flash",) + key), vsf), (peers.get(("cudnn",) + key), vsc)):
-                    row += peer_cells(peer, r16, acc, key, used, "fwd", "ms")
+                    row += peer_cells(peer, r16, acc, key, used, "fwd")
                 body.append(row)
-    head = provenance(wide)
+    head = provenance(wide, "scripts/peer_tables.sh OUTDIR fwd")
     if used:
-        head += peers_note(used, {r["commit"] for r in wide}, "the steps'", "the ratios are across two runs.")
+        head += peers_note(used, wide)
     t = table(["dtype", "causal", "N", "step 14 TFLOP/s", "step 15 TFLOP/s", "step 16 TFLOP/s", "step 16 / step 15",
                "flash (FA2) TFLOP/s", "step 16 / flash", "cuDNN TFLOP/s", "step 16 / cuDNN"], body)
     rng = lambda xs: f"geometric mean **{geomean(xs):.3f}**, range {min(xs):.3f}–{max(xs):.3f}"
@@ -660,11 +682,11 @@ def fwd16_wide():
     lines = [f"d = 256 (B·N = 16k, H = 8): step 16 / step 15 {rng(vs15)}" if vs15 else "",
              f"step 16 / flash {rng(vsf)}" if vsf else "", f"step 16 / cuDNN {rng(vsc)}" if vsc else "",
              f"{sum(x >= 1.0 for x in vsc)} of {len(vsc)} points at or above cuDNN" if vsc else ""]
-    best = max((r for r in ours if r["step"] == "16" and r["pass"] == "1"), key=lambda r: float(r["tflops"]), default=None)
+    best = max((r for r in ours if r["step"] == "16" and r["pass"] == "1"), key=ktf, default=None)
     if best:  # over the whole run (d = 64, 128, 256)
-        lines.append(f"step 16's best point of the run: {float(best['tflops']):.1f} TFLOP/s ({best['dtype']}, d = {best['d']}, "
+        lines.append(f"step 16's best point of the run, by kernel time: {ktf(best):.1f} TFLOP/s ({best['dtype']}, d = {best['d']}, "
                      f"{'causal' if best['causal'] == '1' else 'no mask'}, N = {best['N']}), "
-                     f"{100 * float(best['tflops']) / 989.0:.0f} % of the H200's 989 TFLOP/s dense fp16/bf16 (datasheet)")
+                     f"{100 * ktf(best) / 989.0:.0f} % of the H200's 989 TFLOP/s dense fp16/bf16 (datasheet)")
     return head + "\n\n" + t + "\n\n" + "; ".join(x for x in lines if x) + "."
 
 
@@ -859,17 +881,29 @@ def tour():
         ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s", "backward ms"], body)
 
 
-def decode_target():
-    """Step 17's target run (scripts/decode_target.py): every point, beside the measured bandwidth and every peer."""
+def decode_rows():
+    """decode_*.csv (scripts/decode_target.py, the decode phase of scripts/peer_tables.sh): the rows,
+    the measured read bandwidth, the (B, L) points, and a getter by kind, backend, B, L and page size."""
     rs = rows("decode_*.csv")
-    if not rs:
-        return provenance([], "scripts/decode_target.py")
     bw = next((float(r["bytes_per_s"]) for r in rs if r["kind"] == "hbm-read"), None)
-    pts = sorted({(int(r["B"]), int(r["cache_len"])) for r in rs if r["kind"] not in ("hbm-read",)})
+    pts = sorted({(int(r["B"]), int(r["cache_len"])) for r in rs if r["kind"] != "hbm-read"})
     get = lambda kind, backend, b, L, page="": next((r for r in rs if r["kind"] == kind and r["backend"] == backend and
                                                        r["B"] == str(b) and r["cache_len"] == str(L) and r["page_size"] == page), None)
-    us = lambda r: float(r["us"]) if r and r["us"] not in ("", None) else None
-    body, vs_sdpa, vs12, paged, b1 = [], [], [], [], []
+    return rs, bw, pts, get
+
+
+def us(r, col="kernel_us"):
+    return float(r[col]) if r and r.get(col) not in ("", None) else None
+
+
+def decode_target():
+    """Step 17's target run: every point by kernel time on both sides, beside the measured bandwidth and
+    every peer; the closing line holds the targets (step 17 / fastest SDPA >= 1.0 as a geometric mean, no
+    point below 0.95; B = 1, L >= 32k at 85 % of the measured bandwidth or more)."""
+    rs, bw, pts, get = decode_rows()
+    if not rs:
+        return provenance([], "scripts/peer_tables.sh OUTDIR decode")
+    body, vs_sdpa, vs12, paged, b1, ours, peers_used = [], [], [], [], [], [], []
     for b, L in pts:
         skip = next((r for r in rs if r["kind"] == "skipped" and r["B"] == str(b) and r["cache_len"] == str(L)), None)
         if skip:
@@ -880,15 +914,19 @@ def decode_target():
         if t is None:
             body.append([b, f"{L // 1024}k", "no time: " + (c["note"] if c else "missing")] + ["–"] * 9)
             continue
+        ours.append(c)
         ok = "" if c["pass"] == "1" else " (FAIL)"
-        pct = float(c["pct_of_measured_bw"])
+        pct = float(c["kernel_pct_of_measured_bw"])
         if b == 1 and L >= 32768:
-            b1.append(pct)
-        cells = [b, f"{L // 1024}k", f"{t:.1f}{ok}", f"{float(c['bytes_per_s']) / 1e12:.2f}", f"{pct:.1f}"]
+            b1.append((pct, L))
+        cells = [b, f"{L // 1024}k", f"{t:.1f}{ok}", f"{us(c, 'graph_us'):.1f}" if us(c, "graph_us") else "–",
+                 f"{float(c['cache_bytes']) / (t * 1e-6) / 1e12:.2f}", f"{pct:.1f}"]
         peer_t = {}
         for name in ("flash", "cudnn", "efficient", "math"):
             r = get("sdpa", name, b, L)
             peer_t[name] = us(r)
+            if peer_t[name]:
+                peers_used.append(r)
         ran = {k: v for k, v in peer_t.items() if v is not None}
         best = min(ran, key=ran.get) if ran else None
         cells += [f"{peer_t['flash']:.1f}" if peer_t["flash"] else "–", f"{peer_t['cudnn']:.1f}" if peer_t["cudnn"] else "–"]
@@ -909,20 +947,27 @@ def decode_target():
                 worst.append(f"{t / pt:.3f}")
         cells.append(" / ".join(worst) if worst else "–")
         body.append(cells)
-    head = provenance([r for r in rs if r["kind"] == "step17"], "scripts/decode_target.py")
+    head = provenance(ours, "scripts/peer_tables.sh OUTDIR decode")
+    if peers_used:
+        head += peers_note(peers_used, ours, "scripts/decode_target.py")
     head += (f" _Measured HBM read bandwidth (`bench --peaks`, a streaming read of 4 GiB, same run): "
              f"**{bw / 1e12:.3f} TB/s**. Cache bytes: K and V of every token a sequence sees, 2·B·HKV·L·d·2; "
-             f"bf16, d = 128, H = 32, HKV = 8, one new token. A ratio above 1: step 17 is faster._" if bw else "")
-    tab = table(["B", "cache L", "step 17 µs", "TB/s", "% of measured", "flash µs", "cuDNN µs",
+             f"bf16, d = 128, H = 32, HKV = 8, one new token. Graph: the time per call of 10 calls in one CUDA "
+             f"graph._" if bw else "")
+    tab = table(["B", "cache L", "step 17 µs", "graph µs", "TB/s", "% of measured", "flash µs", "cuDNN µs",
                  "fastest SDPA / step 17", "step 12 / step 17", "contiguous / paged 16 / 64 / 256"], body)
     lines = []
-    if b1:
-        lines.append(f"B = 1, L ≥ 32k: step 17 reads the cache at {min(b1):.1f} – {max(b1):.1f} % of the measured bandwidth "
-                     f"({sum(x >= 85.0 for x in b1)} of {len(b1)} points at 85 % or more)")
     if vs_sdpa:
         x = min(vs_sdpa)
-        lines.append(f"against the fastest SDPA backend: geometric mean {geomean([v for v, *_ in vs_sdpa]):.3f}, lowest {x[0]:.3f} "
-                     f"(B = {x[1]}, L = {x[2] // 1024}k), {sum(v >= 1.0 for v, *_ in vs_sdpa)} of {len(vs_sdpa)} points at or above 1")
+        xs = [v for v, *_ in vs_sdpa]
+        low = [p for p in vs_sdpa if p[0] < 0.95]
+        lines.append(f"Step 17 / the fastest SDPA backend, kernel for kernel: geometric mean **{geomean(xs):.3f}** "
+                     f"(target ≥ 1.0), lowest **{x[0]:.3f}** (B = {x[1]}, L = {x[2] // 1024}k); "
+                     f"{sum(v >= 1.0 for v in xs)} of {len(xs)} points at or above 1, **{len(low)} below 0.95** (target: none)"
+                     + (" — at B = " + ", ".join(sorted({str(p[1]) for p in low}, key=int)) if low else ""))
+    if b1:
+        lines.append(f"B = 1, L ≥ 32k: " + ", ".join(f"{p:.1f} % at {L // 1024}k" for p, L in b1) +
+                     f" of the measured bandwidth (target 85 %: {sum(p >= 85.0 for p, _ in b1)} of {len(b1)} points)")
     if vs12:
         lines.append(f"against step 12 as prefill (B = 1): lowest {min(vs12)[0]:.1f}×")
     if paged:
@@ -930,8 +975,98 @@ def decode_target():
         low = [p for p in paged if p[0] < 0.9]
         lines.append(f"paged against contiguous: lowest {x[0]:.3f} (B = {x[1]}, L = {x[2] // 1024}k, pages of {x[3]}); "
                      f"{len(paged) - len(low)} of {len(paged)} paged runs within 10 %"
-                     + (", the others at B = " + ", ".join(sorted({str(p[1]) for p in low})) if low else ""))
+                     + (", the others at B = " + ", ".join(sorted({str(p[1]) for p in low}, key=int)) if low else ""))
+    fails = sum(r["pass"] != "1" for r in rs if r["kind"] in ("step17", "step12"))
+    lines.append(f"{fails} run(s) FAILED the check" if fails else "every step run passed its check against the reference")
     return head + "\n\n" + tab + "\n\n" + "; ".join(lines) + "."
+
+
+def decode_clocks():
+    """docs/17's launch-overhead lesson: at B = 1, step 17 and the SDPA backends by the three clocks of the
+    same run — CUDA events around one call, the time per call in a CUDA graph, and kernel time."""
+    rs, bw, pts, get = decode_rows()
+    body, ours, peers_used = [], [], []
+    for b, L in pts:
+        if b != 1:
+            continue
+        row = [f"{L // 1024}k"]
+        for kind, backend in (("step17", "contiguous"), ("sdpa", "cudnn"), ("sdpa", "flash")):
+            r = get(kind, backend, b, L)
+            if r and us(r):
+                (ours if kind == "step17" else peers_used).append(r)
+            row += [f"{us(r, c):.1f}" if r and us(r, c) else "–" for c in ("us", "graph_us", "kernel_us")]
+        body.append(row)
+    if not ours:
+        return provenance([], "scripts/peer_tables.sh OUTDIR decode")
+    head = provenance(ours, "scripts/peer_tables.sh OUTDIR decode") + peers_note(peers_used, ours, "scripts/decode_target.py")
+    head += (" _Events: CUDA events around one call (a C++ launch for step 17, a Python call for PyTorch's), each "
+             "after the L2 flush. Graph: 10 calls captured back to back in one CUDA graph, the time per call._")
+    return head + "\n\n" + table(["cache L", "step 17 events µs", "graph µs", "kernel µs", "cuDNN events µs", "graph µs",
+                                  "kernel µs", "flash events µs", "graph µs", "kernel µs"], body)
+
+
+def probe_rows(path):
+    """The ROW lines of a probe's log (plots/data/logs/<commit>/): the step program's own --csv rows, each
+    printed by the probe's command as `ROW <label> pass P ev_ms|ev_us X kernel_ms|kernel_us Y graph_ms|graph_us
+    Z parts name:ms;...`. Returns {label: {"pass", "ev", "kernel", "graph" (µs), "parts" {name: µs}}}."""
+    out = {}
+    with open(os.path.join(DATA, path)) as f:
+        for line in f:
+            m = re.match(r"ROW (.*?) pass (\d) ev_(ms|us) ([\d.]+) kernel_(?:ms|us) ([\d.]+) graph_(?:ms|us) ([\d.]+) parts (\S*)", line)
+            if not m:
+                continue
+            k = 1e3 if m.group(3) == "ms" else 1.0
+            parts = {n: float(x) * 1e3 for n, x in (p.rsplit(":", 1) for p in m.group(7).split(";") if p)}
+            out[" ".join(m.group(1).split())] = {"pass": m.group(2), "ev": float(m.group(4)) * k,
+                                                 "kernel": float(m.group(5)) * k, "graph": float(m.group(6)) * k, "parts": parts}
+    return out
+
+
+PROBE_BEFORE = "logs/f176ebd/clock_probe.txt"   # step 17's kernel of 0a6b13e, the harness of f176ebd
+PROBE_AFTER = "logs/507e0cd/callB_probe_tests_decode.txt"  # the kernel of 8c3e4fb (the code of 507e0cd)
+
+
+def decode_merge():
+    """docs/17's merge ablation, from the two probes' logs (B = 1, bf16, d = 128, H = 32, HKV = 8, 32 splits):
+    the fused call, the split and merge kernels apart (--combine kernel) before and after the merge was made
+    shorter, and --combine pdl by kernel and graph time."""
+    a, b = probe_rows(PROBE_BEFORE), probe_rows(PROBE_AFTER)
+    body = []
+    f = lambda x: f"{x:.1f}" if x is not None else "–"
+    for L in (4096, 32768, 131072):
+        key = f"L={L}"
+        fa, fb = a.get(key), b.get(key)
+        ka, kb, pd = a.get(f"{key} --combine kernel"), b.get(f"{key} --combine kernel"), b.get(f"{key} --combine pdl")
+        if not (fa and fb and ka and kb and pd):
+            continue
+        body.append([f"{L // 1024}k", f(fa["kernel"]), f(fb["kernel"]), f(fb["graph"]), f(ka["parts"].get("split")),
+                     f(ka["parts"].get("combine")), f(kb["parts"].get("split")), f(kb["parts"].get("combine")), f(kb["graph"]),
+                     f(pd["kernel"]), f(pd["graph"])])
+    if not body:
+        return "_no probe logs_"
+    head = ("_Step 17's probes on an NVIDIA H200: its --csv rows as the probe commands printed them "
+            f"(`plots/data/{PROBE_BEFORE}`: the kernel of `0a6b13e`; `plots/data/{PROBE_AFTER}`: the kernel of "
+            "`8c3e4fb`), two commands of two sessions. B = 1, bf16, d = 128, H = 32, HKV = 8, 32 splits. Kernel time "
+            "(CUPTI, every kernel summed, cold L2) unless a column says graph (10 calls in one CUDA graph, per call); µs._")
+    return head + "\n\n" + table(["cache L", "fused, before", "fused, after", "fused, after, graph", "split kernel, before",
+                                  "merge kernel, before",
+                                  "split kernel, after", "merge kernel, after", "`--combine kernel` graph", "`--combine pdl` kernel",
+                                  "`--combine pdl` graph"], body)
+
+
+def decode_splits():
+    """docs/17's --splits ablation, from the first probe (the merge before it was made shorter)."""
+    a = probe_rows(PROBE_BEFORE)
+    body = []
+    for L in (4096, 32768, 131072):
+        row = [f"{L // 1024}k"]
+        for sp in ("8", "16", "", "64", "128"):
+            r = a.get(f"L={L}" + (f" --splits {sp}" if sp else ""))
+            row.append(f"{r['kernel']:.1f}" if r else "–")
+        body.append(row)
+    head = (f"_Step 17's first probe on an NVIDIA H200 (`plots/data/{PROBE_BEFORE}`: the kernel of `0a6b13e`, its merge "
+            "before it was made shorter), kernel time in µs; B = 1, bf16, d = 128, H = 32, HKV = 8; the fused combine._")
+    return head + "\n\n" + table(["cache L", "8 splits", "16", "32 (the heuristic's)", "64", "128"], body)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1132,13 +1267,14 @@ def h200_tensor_peak():
 
 
 PEAK_ROWS = (  # (label, file pattern, match, TFLOP/s column)
+    # steps 03-05: their sweeps, timed by CUDA events (no peer stands beside them in this table's ratios)
     ("step 03 (FlashAttention-1's loop order, split-K warps, WMMA)", "session_*_step03.csv", {"step": "03", "variant": "-"}, "tflops"),
     ("step 04 (FlashAttention-2's loop order and grid, WMMA)", "session_*_step04.csv", {"step": "04", "variant": "grid=qtile"}, "tflops"),
     ("step 05 (and FlashAttention-2's split-Q warps)", "session_*_step05.csv", {"step": "05", "variant": "split=q"}, "tflops"),
-    ("step 12 (`mma.sync`, FlashAttention-2's level)", "session_*_step12.csv", {"step": "12", "variant": "-"}, "tflops"),
-    # the peers' run beside step 12's (peers_h200_{fwd,fwd16,bwd}.csv are other runs)
-    ("FlashAttention-2 itself (PyTorch's flash backend)", "peers_h200.csv", {"backend": "flash"}, "fwd_tflops"),
-    ("step 16 (Hopper: `wgmma`, TMA, ping-pong)", "target_*_fwd16.csv", {"step": "16", "variant": "-"}, "tflops"),
+    # step 12, FlashAttention-2 and step 16: the one-clock run (scripts/peer_tables.sh fwd), by kernel time
+    ("step 12 (`mma.sync`, FlashAttention-2's level)", "clock_*_fwd.csv", {"step": "12", "variant": "-"}, "kernel_tflops"),
+    ("FlashAttention-2 itself (PyTorch's flash backend)", "peers_*_clock_fwd.csv", {"backend": "flash"}, "kernel_tflops"),
+    ("step 16 (Hopper: `wgmma`, TMA, ping-pong)", "clock_*_fwd.csv", {"step": "16", "variant": "-"}, "kernel_tflops"),
 )
 
 
@@ -1184,13 +1320,15 @@ def paper_peaks():
             cells.append(f"{pct1(min(pct))} – {pct1(max(pct))} (N = {ns[0]} … {ns[-1]})")
         else:
             cells.append("–")
-        runs = sorted({(r["commit"], r["date"]) for r in (at[128], at[64]) if r})
-        cells.append(", ".join(f"`{c}`" for c, _ in runs) or "–")
+        runs = sorted({r["commit"] for r in (at[128], at[64]) if r})
+        cells.append(", ".join(f"`{c}`" for c in runs) or "–")
         body.append(cells)
     devices = sorted({r.get("device") or r.get("gpu") for r in used})
     dates = sorted({r["date"] for r in used})
     head = (f"_Measured on an {', '.join(devices)} ({dates[0]} … {dates[-1]}, the commits per row): the programs' own "
-            f"`--csv` rows and `scripts/peers.py`'s (how each file was made: `plots/data/README.md`). TFLOP/s on "
+            f"`--csv` rows and `scripts/peers.py`'s (how each file was made: `plots/data/README.md`). Timing: steps "
+            f"03–05 by CUDA events around each launch (their sweeps); step 12, FlashAttention-2 and step 16 by kernel "
+            f"time, one run, the same clock on both sides (docs/profiling.md, \"One clock\"). TFLOP/s on "
             f"FlashAttention's convention, 4·B·H·N²·d; the peak: {peak / 1e12:.0f} TFLOP/s dense fp16/bf16, "
             f"`h200_datasheet()` in `common/roofline.cpp`. fp16, no mask, B·N = 16k, H·d = 2048._" if used else
             "_no measurements yet: run `scripts/gpu_session.sh` on a GPU machine_")
@@ -1373,6 +1511,9 @@ TABLES = {
     "step15-ncu": lambda: ncu_stalls(("14", "15")),
     "step16-target": fwd16_target,
     "step17-target": decode_target,
+    "step17-clocks": decode_clocks,
+    "step17-merge": decode_merge,
+    "step17-splits": decode_splits,
     "step18-ring": ring_table,
     "step18-ring-line": ring_line,
     "step18-overlap": ring_overlap,
@@ -1407,6 +1548,10 @@ TABLES = {
     "step08-stored": step08_stored,
     **{f"model-step{i:02d}": (lambda i=i: model_step(f"{i:02d}")) for i in range(1, 18)},
 }
+
+# The tables that set a step beside PyTorch's backends: each must carry CLOCK_CAPTION (tests/test_doc_tables.py).
+PEER_TABLES = ("step12-target", "step13-target", "step14-target", "step15-target", "step16-target", "step16-d256",
+               "step17-target", "step17-clocks", "versus-peers")
 
 BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
 
