@@ -952,8 +952,8 @@ def decode_target():
         head += peers_note(peers_used, ours, "scripts/decode_target.py")
     head += (f" _Measured HBM read bandwidth (`bench --peaks`, a streaming read of 4 GiB, same run): "
              f"**{bw / 1e12:.3f} TB/s**. Cache bytes: K and V of every token a sequence sees, 2·B·HKV·L·d·2; "
-             f"bf16, d = 128, H = 32, HKV = 8, one new token. Graph: the time per call of 10 calls in one CUDA "
-             f"graph._" if bw else "")
+             f"bf16, d = 128, H = 32, HKV = 8, one new token. Graph: the time per call of `--graph` calls captured "
+             f"back to back in one CUDA graph._" if bw else "")
     tab = table(["B", "cache L", "step 17 µs", "graph µs", "TB/s", "% of measured", "flash µs", "cuDNN µs",
                  "fastest SDPA / step 17", "step 12 / step 17", "contiguous / paged 16 / 64 / 256"], body)
     lines = []
@@ -1000,7 +1000,7 @@ def decode_clocks():
         return provenance([], "scripts/peer_tables.sh OUTDIR decode")
     head = provenance(ours, "scripts/peer_tables.sh OUTDIR decode") + peers_note(peers_used, ours, "scripts/decode_target.py")
     head += (" _Events: CUDA events around one call (a C++ launch for step 17, a Python call for PyTorch's), each "
-             "after the L2 flush. Graph: 10 calls captured back to back in one CUDA graph, the time per call._")
+             "after the L2 flush. Graph: `--graph` calls captured back to back in one CUDA graph, the time per call._")
     return head + "\n\n" + table(["cache L", "step 17 events µs", "graph µs", "kernel µs", "cuDNN events µs", "graph µs",
                                   "kernel µs", "flash events µs", "graph µs", "kernel µs"], body)
 
@@ -1047,11 +1047,46 @@ def decode_merge():
     head = ("_Step 17's probes on an NVIDIA H200: its --csv rows as the probe commands printed them "
             f"(`plots/data/{PROBE_BEFORE}`: the kernel of `0a6b13e`; `plots/data/{PROBE_AFTER}`: the kernel of "
             "`8c3e4fb`), two commands of two sessions. B = 1, bf16, d = 128, H = 32, HKV = 8, 32 splits. Kernel time "
-            "(CUPTI, every kernel summed, cold L2) unless a column says graph (10 calls in one CUDA graph, per call); µs._")
+            "(CUPTI, every kernel summed, cold L2) unless a column says graph (`--graph` calls in one CUDA graph, per "
+            "call); µs._")
     return head + "\n\n" + table(["cache L", "fused, before", "fused, after", "fused, after, graph", "split kernel, before",
                                   "merge kernel, before",
                                   "split kernel, after", "merge kernel, after", "`--combine kernel` graph", "`--combine pdl` kernel",
                                   "`--combine pdl` graph"], body)
+
+
+def probe_peers(path):
+    """The PEER lines of a probe's log (scripts/clock.py's kernel time of PyTorch's decode calls):
+    {(B, L, backend): kernel µs}."""
+    out = {}
+    with open(os.path.join(DATA, path)) as f:
+        for line in f:
+            m = re.match(r"PEER \('decode', (\d+), (\d+)\) (\w+): kernel ([\d.]+) us", line)
+            if m:
+                out[(int(m.group(1)), int(m.group(2)), m.group(3))] = float(m.group(4))
+    return out
+
+
+def decode_probe():
+    """docs/17's first probe by the kernel clock, before the merge changed: the fused call, its split and
+    merge kernels apart (--combine kernel), and cuDNN's call, kernel for kernel."""
+    a, peers = probe_rows(PROBE_BEFORE), probe_peers(PROBE_BEFORE)
+    body = []
+    for b, L in ((1, 4096), (1, 32768), (1, 131072), (4, 32768)):
+        key = f"L={L}" if b == 1 else f"B={b} L={L // 1024}k"
+        fused, kern = a.get(key), a.get(f"{key} --combine kernel")
+        cu = peers.get((b, L, "cudnn"))
+        if not (fused and kern and cu):
+            continue
+        body.append([b, f"{L // 1024}k", f"{fused['kernel']:.1f}", f"{kern['parts'].get('split', 0):.1f}",
+                     f"{kern['parts'].get('combine', 0):.1f}", f"{cu:.1f}"])
+    if not body:
+        return "_no probe log_"
+    head = (f"_Step 17's first probe on an NVIDIA H200 (`plots/data/{PROBE_BEFORE}`: the kernel of `0a6b13e`; its "
+            "--csv rows and scripts/clock.py's PyTorch rows as the probe printed them). Kernel time in µs on both "
+            "sides; bf16, d = 128, H = 32, HKV = 8, one new token, 32 splits._")
+    return head + "\n\n" + table(["B", "L", "step 17 (fused)", "its split kernel alone", "its merge as a kernel",
+                                  "cuDNN (two kernels)"], body)
 
 
 def decode_splits():
@@ -1513,6 +1548,7 @@ TABLES = {
     "step17-target": decode_target,
     "step17-clocks": decode_clocks,
     "step17-merge": decode_merge,
+    "step17-probe": decode_probe,
     "step17-splits": decode_splits,
     "step18-ring": ring_table,
     "step18-ring-line": ring_line,
