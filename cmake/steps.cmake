@@ -91,19 +91,19 @@ add_library(fa_registry STATIC ${PROJECT_BINARY_DIR}/gen/registry.cpp)
 target_link_libraries(fa_registry PUBLIC ${FA_STEP_LIBS})
 
 # The tour: every registered step on one shape (what scripts/run.sh runs by default).
-add_executable(tour ${PROJECT_SOURCE_DIR}/common/tour.cpp)
+add_executable(tour ${PROJECT_SOURCE_DIR}/common/tools/tour.cpp)
 target_link_libraries(tour PRIVATE fa_registry)
 target_compile_options(tour PRIVATE ${FA_CXX_WARNINGS})
 set_target_properties(tour PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 
 # model: the per-resource model re-applied to measured rows, on any machine (docs/anatomy.md).
-add_executable(model ${PROJECT_SOURCE_DIR}/common/model_tool.cpp)
+add_executable(model ${PROJECT_SOURCE_DIR}/common/tools/model_tool.cpp)
 target_link_libraries(model PRIVATE fa_registry)
 target_compile_options(model PRIVATE ${FA_CXX_WARNINGS})
 set_target_properties(model PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 
 # bench: chosen steps over a sweep of shapes, one CSV row per run, resumable (docs/profiling.md).
-add_executable(bench ${PROJECT_SOURCE_DIR}/common/bench.cpp)
+add_executable(bench ${PROJECT_SOURCE_DIR}/common/tools/bench.cpp)
 target_link_libraries(bench PRIVATE fa_registry)
 target_compile_options(bench PRIVATE ${FA_CXX_WARNINGS})
 set_target_properties(bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})

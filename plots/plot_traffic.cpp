@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "plotting.hpp"
-#include "registry.hpp"
-#include "runner.hpp"
+#include "core/registry.hpp"
+#include "harness/runner.hpp"
 
 using namespace fa;
 

@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dropout.hpp"
-#include "problem.hpp"
+#include "kernel/dropout.hpp"
+#include "core/problem.hpp"
 
 namespace fa::test {
 
@@ -35,7 +35,7 @@ inline int64_t probe_visible(const Shape& s, int64_t i) {
 }
 
 // The weight (b, h, i, j) a probe expects to survive: key j visible to query i and kept by
-// dropout_keep (common/dropout.hpp) under s's seed and offset (`threshold`: dropout_threshold(P)).
+// dropout_keep (common/kernel/dropout.hpp) under s's seed and offset (`threshold`: dropout_threshold(P)).
 inline bool probe_keeps(const Shape& s, int64_t b, int64_t h, int64_t i, int64_t j, uint32_t threshold) {
   return j < probe_visible(s, i) && dropout_keep(s.dropout_seed, s.dropout_offset, b * s.H + h, i, j, threshold);
 }
@@ -70,7 +70,7 @@ inline RecoveredMask recover_dropout_mask(const Shape& s, const Tensor4& o) {
   return m;
 }
 
-// Where the recovered mask differs from dropout_keep (common/dropout.hpp) — a key the row does not
+// Where the recovered mask differs from dropout_keep (common/kernel/dropout.hpp) — a key the row does not
 // see must come back dropped. 0 means the same mask, bit for bit.
 inline int64_t dropout_mask_mismatches(const Shape& s, const RecoveredMask& m) {
   const uint32_t threshold = dropout_threshold(float(s.dropout));

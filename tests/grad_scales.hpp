@@ -1,4 +1,4 @@
-// The reference backward's error scales (dq_mag, dk_mag, dv_mag: common/reference.hpp) held against
+// The reference backward's error scales (dq_mag, dk_mag, dv_mag: common/reference/reference.hpp) held against
 // its own gradients, for tests/test_backward_reference.cpp and tests/test_dropout.cpp alike.
 #pragma once
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "reference.hpp"
+#include "reference/reference.hpp"
 
 namespace fa::test {
 

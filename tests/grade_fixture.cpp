@@ -1,4 +1,4 @@
-// A step that misbehaves on purpose, for the tests of --grade's isolation (common/grade.hpp):
+// A step that misbehaves on purpose, for the tests of --grade's isolation (common/harness/grade.hpp):
 // step 02's blueprint, except on the cases FA_GRADE_FIXTURE names, where it crashes, hangs, throws,
 // exits, answers wrong or counts a wrong ledger. The grader must turn each into a failed check with
 // a message, and never hang or crash itself.
@@ -7,7 +7,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "runner.hpp"
+#include "harness/runner.hpp"
 
 namespace fa::step02 { const StepInfo& info(); }
 

@@ -37,7 +37,7 @@ foreach(step_dir IN LISTS FA_STEPS)
   set(lib fa_labci${nn})
   add_library(${lib} STATIC ${dst}/blueprint.cpp ${dst}/schedule.hpp)
   target_include_directories(${lib} BEFORE PRIVATE ${dst} ${PROJECT_SOURCE_DIR}/common)
-  target_include_directories(${lib} SYSTEM PRIVATE ${FA_RANDOM123_INCLUDE})  # common/dropout.hpp
+  target_include_directories(${lib} SYSTEM PRIVATE ${FA_RANDOM123_INCLUDE})  # common/kernel/dropout.hpp
   target_link_libraries(${lib} PRIVATE Eigen3::Eigen $<LINK_ONLY:fa_common>)
   if(DEFINED FA_STEP${nn}_USES)
     foreach(u IN LISTS FA_STEP${nn}_USES)
@@ -86,12 +86,12 @@ foreach(step_dir IN LISTS FA_STEPS)
 endforeach()
 
 if(FA_HAVE_CUDA)
-  # [arch] On a GPU made to look like a T4, step 09's GPU track is refused case by case: reported as
-  # refused, never as passed, and a track that checked nothing fails the grade.
-  add_test(NAME "lab: a GPU track refused at FA_FAKE_CC=75 fails its grade, refused (GPU)"
-           COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:step09> "-DARGS=--grade;--track;gpu" -DCODE=1
-                   "-DREGEX=gpu +REFUSED +forward .*needs mma\\.sync.*grade +FAIL: nothing was checked; [1-9][0-9]* refused"
-                   "-DSKIP_REGEX=--track gpu, but no CUDA device" -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
-  set_tests_properties("lab: a GPU track refused at FA_FAKE_CC=75 fails its grade, refused (GPU)"
-                       PROPERTIES ENVIRONMENT "FA_FAKE_CC=75" LABELS gpu SKIP_REGULAR_EXPRESSION "SKIPPED:")
+  # [arch] On a GPU made to look like a T4 — or on no GPU at all, FA_FAKE_CC standing for one — step
+  # 09's GPU track is refused case by case: every case of the matrix reported as refused, never as
+  # passed, and a track that checked nothing fails the grade (tests/grade_refused.cmake).
+  add_test(NAME "lab: a GPU track refused at FA_FAKE_CC=75 fails its grade, every case refused"
+           COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:step09> "-DNEEDS=needs mma\\.sync"
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/grade_refused.cmake)
+  set_tests_properties("lab: a GPU track refused at FA_FAKE_CC=75 fails its grade, every case refused"
+                       PROPERTIES ENVIRONMENT "FA_FAKE_CC=75")
 endif()

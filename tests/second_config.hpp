@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "checks.hpp"
-#include "shapes.hpp"
+#include "reference/checks.hpp"
+#include "core/shapes.hpp"
 
 namespace fa::test {
 

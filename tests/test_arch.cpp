@@ -1,4 +1,4 @@
-// [arch] Which GPU runs which step (common/arch.hpp), without a GPU: the refusal rule for a step, a
+// [arch] Which GPU runs which step (common/core/arch.hpp), without a GPU: the refusal rule for a step, a
 // storage type and a compute capability; the FA_FAKE_CC override; and the README's table, which
 // must be what the steps declare.
 #include <doctest/doctest.h>
@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.hpp"
+#include "core/arch.hpp"
 #include "files.hpp"
-#include "registry.hpp"
+#include "core/registry.hpp"
 
 using namespace fa;
 

@@ -3,13 +3,13 @@
 // own cases are in test_step08.cpp.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
-#include "reference.hpp"
-#include "reference_lowp.hpp"
-#include "registry.hpp"
-#include "rng.hpp"
-#include "runner.hpp"
-#include "shapes.hpp"
+#include "reference/checks.hpp"
+#include "reference/reference.hpp"
+#include "reference/reference_lowp.hpp"
+#include "core/registry.hpp"
+#include "core/rng.hpp"
+#include "harness/runner.hpp"
+#include "core/shapes.hpp"
 
 using namespace fa;
 
@@ -19,7 +19,7 @@ TEST_CASE("backward blueprints match the reference gradients over the shape matr
   CHECK(steps > 0);
   for (const test::Case& c : test::shape_matrix(true)) {
     // What does not depend on the step, once per case: dO, the reference gradients and the
-    // same-precision naive backward's errors (FlashAttention's rule, common/checks.hpp).
+    // same-precision naive backward's errors (FlashAttention's rule, common/reference/checks.hpp).
     const Inputs in = make_inputs(c.shape, c.inputs);
     const Tensor4 dO = make_grad_output(c.shape, c.inputs.seed);
     const Gradients ref = reference_backward(c.shape, in, dO);

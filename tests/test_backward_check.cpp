@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "checks.hpp"
-#include "dropout.hpp"
-#include "reference_lowp.hpp"
-#include "registry.hpp"
-#include "runner.hpp"
-#include "shapes.hpp"
+#include "reference/checks.hpp"
+#include "kernel/dropout.hpp"
+#include "reference/reference_lowp.hpp"
+#include "core/registry.hpp"
+#include "harness/runner.hpp"
+#include "core/shapes.hpp"
 
 using namespace fa;
 
@@ -158,7 +158,7 @@ const StepInfo& step08() {
   throw std::logic_error("step 08 is not registered");
 }
 
-// The textbook backward of every head in double, with dropout (common/dropout.hpp): O = (P∘Z)V,
+// The textbook backward of every head in double, with dropout (common/kernel/dropout.hpp): O = (P∘Z)V,
 // dV = (P∘Z)ᵀdO, dP = (dO Vᵀ)∘Z, dS = P∘(dP − D), D_i = rowsum(dO∘O). Independent of reference.cpp.
 Gradients textbook_dropout(const Shape& s, const Inputs& in, const Tensor4& dO) {
   const int64_t N = s.N, Nk = s.Nk, d = s.d, BH = s.B * s.H;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "grad_scales.hpp"
-#include "reference.hpp"
-#include "rng.hpp"
+#include "reference/reference.hpp"
+#include "core/rng.hpp"
 
 using namespace fa;
 

@@ -2,11 +2,11 @@
 // counted ledger against its closed form on many small shapes.
 #include <doctest/doctest.h>
 
-#include "causal.hpp"
-#include "checks.hpp"
-#include "registry.hpp"
-#include "rng.hpp"
-#include "shapes.hpp"
+#include "kernel/causal.hpp"
+#include "reference/checks.hpp"
+#include "core/registry.hpp"
+#include "core/rng.hpp"
+#include "core/shapes.hpp"
 
 using namespace fa;
 

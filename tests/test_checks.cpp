@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 
 using namespace fa;
 

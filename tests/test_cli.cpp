@@ -1,11 +1,11 @@
 // The shared command line: good flags parse, bad ones throw a CliError that names the flag.
 #include <doctest/doctest.h>
 
-#include "cli.hpp"
+#include "harness/cli.hpp"
 #include <filesystem>
 
-#include "registry.hpp"
-#include "runner.hpp"
+#include "core/registry.hpp"
+#include "harness/runner.hpp"
 
 using namespace fa;
 

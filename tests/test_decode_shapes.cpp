@@ -10,10 +10,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "cli.hpp"
-#include "decode.hpp"
-#include "reference.hpp"
-#include "registry.hpp"
+#include "harness/cli.hpp"
+#include "reference/decode.hpp"
+#include "reference/reference.hpp"
+#include "core/registry.hpp"
 
 using namespace fa;
 

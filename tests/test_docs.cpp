@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "files.hpp"
-#include "registry.hpp"
-#include "shapes.hpp"
+#include "core/registry.hpp"
+#include "core/shapes.hpp"
 #include "../steps/13_mma_backward/schedule.hpp"
 
 #include <filesystem>
@@ -50,6 +50,57 @@ TEST_CASE("every anchor a doc names exists in its own step's code or in common/"
   }
   CHECK(docs > 0);
   CHECK(step_docs > 0);
+  CHECK(anchors > 0);
+}
+
+// The other direction: every anchor in a step's code (a `//` comment that begins with `[tag]`, or
+// with several, `// [a] [b]`) is named, as `[tag]` in backticks, by that step's doc, so that no
+// anchor marks a place no doc explains. An anchor that common/ has too may be named by any doc, as
+// the test above lets any step's doc name common/'s anchors.
+TEST_CASE("every anchor in a step's code is named by its own doc, or common/'s by any doc") {
+  const fs::path root = FA_SOURCE_DIR;
+  const std::regex anchor("//\\s*((?:\\[[a-z][a-z0-9-]*\\](?=\\s|$)\\s*)+)"), tag("\\[([a-z][a-z0-9-]*)\\]");
+  const std::regex named("`\\[([a-z0-9-]+)\\]`");
+  auto anchors_of = [&](const fs::path& dir) {
+    std::set<std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      if (!e.is_regular_file()) continue;
+      const std::string text = slurp(e.path());
+      for (auto a = std::sregex_iterator(text.begin(), text.end(), anchor); a != std::sregex_iterator(); ++a) {
+        const std::string tags = (*a)[1].str();
+        for (auto t = std::sregex_iterator(tags.begin(), tags.end(), tag); t != std::sregex_iterator(); ++t)
+          out.insert((*t)[1].str());
+      }
+    }
+    return out;
+  };
+  auto names_of = [&](const std::string& text) {
+    std::set<std::string> out;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), named); it != std::sregex_iterator(); ++it)
+      out.insert((*it)[1].str());
+    return out;
+  };
+  const std::set<std::string> common = anchors_of(root / "common");
+  std::set<std::string> any_doc;
+  for (const auto& e : fs::directory_iterator(root / "docs"))
+    if (e.path().extension() == ".md")
+      for (const std::string& t : names_of(slurp(e.path()))) any_doc.insert(t);
+  int steps = 0, anchors = 0;
+  for (const auto& e : fs::directory_iterator(root / "steps")) {
+    if (!e.is_directory()) continue;
+    const fs::path doc = root / "docs" / (e.path().filename().string() + ".md");
+    REQUIRE(fs::exists(doc));
+    ++steps;
+    const std::set<std::string> own = names_of(slurp(doc));
+    for (const std::string& t : anchors_of(e.path())) {
+      const std::string where = "steps/" + e.path().filename().string() + "/ has // [" + t + "], which " +
+                                doc.filename().string() + " does not name";
+      CAPTURE(where);
+      CHECK((own.count(t) || (common.count(t) && any_doc.count(t))));
+      ++anchors;
+    }
+  }
+  CHECK(steps > 0);
   CHECK(anchors > 0);
 }
 

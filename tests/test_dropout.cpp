@@ -1,4 +1,4 @@
-// Dropout (common/dropout.hpp, --dropout P): the mask's statistics and its 2 × 2 block layout against
+// Dropout (common/kernel/dropout.hpp, --dropout P): the mask's statistics and its 2 × 2 block layout against
 // Random123 called directly; the reference forward against (P ∘ Z) V in plain loops; the reference
 // backward against finite differences of the dropout forward; the command line and the runner.
 #include <doctest/doctest.h>
@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
-#include "dropout.hpp"
+#include "harness/cli.hpp"
+#include "kernel/dropout.hpp"
 #include "grad_scales.hpp"
-#include "reference.hpp"
-#include "registry.hpp"
-#include "rng.hpp"
-#include "runner.hpp"
+#include "reference/reference.hpp"
+#include "core/registry.hpp"
+#include "core/rng.hpp"
+#include "harness/runner.hpp"
 
 using namespace fa;
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "dtype.hpp"
+#include "core/dtype.hpp"
 
 using namespace fa;
 

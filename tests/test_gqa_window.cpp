@@ -8,13 +8,13 @@
 #include <cmath>
 #include <string>
 
-#include "causal.hpp"
-#include "checks.hpp"
-#include "reference_lowp.hpp"
-#include "registry.hpp"
-#include "runner.hpp"
-#include "rng.hpp"
-#include "shapes.hpp"
+#include "kernel/causal.hpp"
+#include "reference/checks.hpp"
+#include "reference/reference_lowp.hpp"
+#include "core/registry.hpp"
+#include "harness/runner.hpp"
+#include "core/rng.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/12_warp_tiling/schedule.hpp"
 

@@ -4,8 +4,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "roofline.hpp"
-#include "ledger.hpp"
+#include "perf/roofline.hpp"
+#include "blueprint/ledger.hpp"
 
 using namespace fa;
 

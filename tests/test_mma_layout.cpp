@@ -1,4 +1,4 @@
-// The mma.sync.m16n8k16 fragment layout (common/mma_layout.hpp) that steps 09+ index through:
+// The mma.sync.m16n8k16 fragment layout (common/kernel/mma_layout.hpp) that steps 09+ index through:
 // every element owned by exactly one (lane, register slot), register pairs adjacent in memory, and
 // the C-to-A identity that lets P stay in registers between the two products.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <set>
 #include <utility>
 
-#include "mma_layout.hpp"
+#include "kernel/mma_layout.hpp"
 
 using namespace fa::m16n8k16;
 

@@ -1,14 +1,14 @@
-// The per-resource model (common/model.hpp): occupancy, coverage, each term against its formula,
+// The per-resource model (common/perf/model.hpp): occupancy, coverage, each term against its formula,
 // the overlap rule, the ceilings file and the recorded launches' round trip.
 #include <doctest/doctest.h>
 
 #include <cstdio>
 #include <fstream>
 
-#include "launches.hpp"
-#include "model.hpp"
-#include "problem.hpp"
-#include "runner.hpp"
+#include "perf/launches.hpp"
+#include "perf/model.hpp"
+#include "core/problem.hpp"
+#include "harness/runner.hpp"
 
 using namespace fa;
 

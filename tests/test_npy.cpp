@@ -8,7 +8,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "npy.hpp"
+#include "harness/npy.hpp"
 
 using namespace fa;
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "reference.hpp"
+#include "reference/reference.hpp"
 
 using namespace fa;
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "files.hpp"
-#include "reference.hpp"
-#include "registry.hpp"
-#include "runner.hpp"
+#include "reference/reference.hpp"
+#include "core/registry.hpp"
+#include "harness/runner.hpp"
 
 using namespace fa;
 

@@ -3,10 +3,10 @@
 
 #include <tuple>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "../steps/01_naive/schedule.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 using namespace fa;
 using namespace fa::step01;

@@ -2,8 +2,8 @@
 // HBM, but K and V are read once per (query, visible key).
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
-#include "shapes.hpp"
+#include "reference/checks.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/02_online_softmax/schedule.hpp"
 

@@ -2,9 +2,9 @@
 // one 16-row fragment, three split-K warps), against the reference and its closed-form ledger.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/03_fa1_kv_outer/schedule.hpp"
 

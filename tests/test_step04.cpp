@@ -2,9 +2,9 @@
 // relations against step 03 that docs/03 and docs/04 rely on.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/03_fa1_kv_outer/schedule.hpp"
 #include "../steps/04_fa2_q_outer/schedule.hpp"

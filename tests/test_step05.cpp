@@ -1,9 +1,9 @@
 // Step 05 (warp splitting): both warp mappings in a second configuration, and split-Q against split-K.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/04_fa2_q_outer/schedule.hpp"
 #include "../steps/05_warp_split/schedule.hpp"

@@ -1,9 +1,9 @@
 // Step 06 (deferred normalization): a second tile configuration, and the work it removes against step 05.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/05_warp_split/schedule.hpp"
 #include "../steps/06_deferred_norm/schedule.hpp"

@@ -2,9 +2,9 @@
 // that see no key.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/06_deferred_norm/schedule.hpp"
 #include "../steps/07_causal_skip/schedule.hpp"

@@ -3,12 +3,12 @@
 #include <doctest/doctest.h>
 
 #include "../steps/08_backward/schedule.hpp"
-#include "checks.hpp"
-#include "reference.hpp"
-#include "roofline.hpp"
-#include "registry.hpp"
-#include "runner.hpp"
-#include "shapes.hpp"
+#include "reference/checks.hpp"
+#include "reference/reference.hpp"
+#include "perf/roofline.hpp"
+#include "core/registry.hpp"
+#include "harness/runner.hpp"
+#include "core/shapes.hpp"
 
 using namespace fa;
 

@@ -1,9 +1,9 @@
 // Step 09 (mma.sync by hand): a second tile configuration, and its ledger against step 07's.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/07_causal_skip/schedule.hpp"
 #include "../steps/09_mma_sync/schedule.hpp"

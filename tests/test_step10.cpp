@@ -5,9 +5,9 @@
 #include <set>
 #include <vector>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/09_mma_sync/schedule.hpp"
 #include "../steps/10_ldmatrix/schedule.hpp"

@@ -2,9 +2,9 @@
 // the pipeline changes when tiles arrive, not what is moved.
 #include <doctest/doctest.h>
 
-#include "checks.hpp"
+#include "reference/checks.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/10_ldmatrix/schedule.hpp"
 #include "../steps/11_cp_async/schedule.hpp"

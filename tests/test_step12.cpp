@@ -7,12 +7,12 @@
 #include <string>
 #include <tuple>
 
-#include "checks.hpp"
-#include "dropout.hpp"
+#include "reference/checks.hpp"
+#include "kernel/dropout.hpp"
 #include "dropout_probe.hpp"
-#include "rng.hpp"
+#include "core/rng.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/11_cp_async/schedule.hpp"
 #include "../steps/12_warp_tiling/schedule.hpp"
@@ -195,7 +195,7 @@ Shape with_dropout(Shape s, double p, uint64_t seed = 0x9e3779b97f4a7c15ull, uin
 
 // O = (P ∘ Z) V in double precision on the rows reference_forward checks, Z_ij = keep_ij / (1 − P)
 // (keep from dropout_keep), P the softmax of the undropped scores; L is the undropped log-sum-exp.
-// Plain loops, independent of the Eigen reference (which applies dropout too, common/reference.cpp).
+// Plain loops, independent of the Eigen reference (which applies dropout too, common/reference/reference.cpp).
 // check_forward's 4·u·max|V| still bounds O: the weights P·Z sum to at most 1/(1 − P) and each is
 // rounded once (relative u), so |ΔO| <= 1.5·u·max|V|/(1 − P) <= 3·u·max|V| for P <= 0.5.
 Reference dropout_reference(const Shape& s, const Inputs& in) {

@@ -12,13 +12,13 @@
 #include <tuple>
 #include <vector>
 
-#include "checks.hpp"
-#include "dropout.hpp"
+#include "reference/checks.hpp"
+#include "kernel/dropout.hpp"
 #include "dropout_probe.hpp"
-#include "reference.hpp"
-#include "runner.hpp"
-#include "rng.hpp"
-#include "shapes.hpp"
+#include "reference/reference.hpp"
+#include "harness/runner.hpp"
+#include "core/rng.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/08_backward/schedule.hpp"
 #include "../steps/13_mma_backward/schedule.hpp"

@@ -6,10 +6,10 @@
 #include <set>
 #include <string>
 
-#include "arch.hpp"
+#include "core/arch.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
-#include "wgmma_layout.hpp"
+#include "core/shapes.hpp"
+#include "kernel/wgmma_layout.hpp"
 
 #include "../steps/12_warp_tiling/schedule.hpp"
 #include "../steps/14_wgmma/schedule.hpp"

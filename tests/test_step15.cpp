@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "arch.hpp"
-#include "rng.hpp"
+#include "core/arch.hpp"
+#include "core/rng.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
+#include "core/shapes.hpp"
 
 #include "../steps/14_wgmma/schedule.hpp"
 #include "../steps/15_tma_warpspec/schedule.hpp"

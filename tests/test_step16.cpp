@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "arch.hpp"
-#include "checks.hpp"
-#include "rng.hpp"
+#include "core/arch.hpp"
+#include "reference/checks.hpp"
+#include "core/rng.hpp"
 #include "second_config.hpp"
-#include "shapes.hpp"
-#include "wgmma_forward.hpp"
+#include "core/shapes.hpp"
+#include "blueprint/wgmma_forward.hpp"
 
 #include "../steps/15_tma_warpspec/schedule.hpp"
 #include "../steps/16_pingpong/schedule.hpp"
@@ -151,22 +151,22 @@ TEST_CASE("step 16: d = 256 and the other tiles on the blueprint match the refer
 
 namespace {
 // Turn orders that are not the kernel's, for the blueprint to catch.
-void pv_after_softmax(int64_t Tend, int64_t G, wgmma_bp::Consumer& c) {  // P·V of tile j − 1 after the softmax of j
-  for (int64_t j = 0; j <= Tend; ++j) {
+void pv_after_softmax(int64_t Tcount, int64_t G, wgmma_bp::Consumer& c) {  // P·V of tile j − 1 after the softmax of j
+  for (int64_t j = 0; j <= Tcount; ++j) {
     for (int64_t g = 0; g < G; ++g) {
-      if (j < Tend) c.s(g, j), c.softmax(g, j);
+      if (j < Tcount) c.s(g, j), c.softmax(g, j);
       if (j > 0) c.pv(g, j - 1);
     }
     if (j > 0) c.release(j - 1);
   }
 }
-void early_release(int64_t Tend, int64_t G, wgmma_bp::Consumer& c) {  // the stage of tile j back before its P·V read it
-  for (int64_t j = 0; j <= Tend; ++j) {
+void early_release(int64_t Tcount, int64_t G, wgmma_bp::Consumer& c) {  // the stage of tile j back before its P·V read it
+  for (int64_t j = 0; j <= Tcount; ++j) {
     if (j > 0) c.release(j - 1);
     for (int64_t g = 0; g < G; ++g) {
-      if (j < Tend) c.s(g, j);
+      if (j < Tcount) c.s(g, j);
       if (j > 0) c.pv(g, j - 1);
-      if (j < Tend) c.softmax(g, j);
+      if (j < Tcount) c.softmax(g, j);
     }
   }
 }

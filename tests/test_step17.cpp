@@ -1,7 +1,7 @@
 // Step 17: decoding — the blueprint over decoding's matrix (GQA, paging, ragged caches with 0 and 1
 // tokens, several new tokens with the causal mask, windows) against the reference, splits = 1 and
 // many agreeing, the counted ledger against the closed form, the cache read once per group, the
-// split ranges against common/decode.hpp, and the refusals of bad input.
+// split ranges against common/reference/decode.hpp, and the refusals of bad input.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "../steps/17_decode/schedule.hpp"
-#include "checks.hpp"
-#include "cli.hpp"
-#include "decode.hpp"
-#include "shapes.hpp"
+#include "reference/checks.hpp"
+#include "harness/cli.hpp"
+#include "reference/decode.hpp"
+#include "core/shapes.hpp"
 
 using namespace fa;
 
@@ -113,7 +113,7 @@ TEST_CASE("the cache is read once per group, whatever the group size and the spl
     }
 }
 
-TEST_CASE("split ranges are common/decode.hpp's, shifted to the visible range") {
+TEST_CASE("split ranges are common/reference/decode.hpp's, shifted to the visible range") {
   for (int64_t lo : {0, 5, 64, 130})
     for (int64_t len : {0, 1, 63, 64, 65, 640, 1001})
       for (int64_t splits : {1, 2, 3, 7, 16, 128}) {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "../steps/18_ring/schedule.hpp"
-#include "checks.hpp"
-#include "shapes.hpp"
+#include "reference/checks.hpp"
+#include "core/shapes.hpp"
 
 using namespace fa;
 using fa::step18::Layout;

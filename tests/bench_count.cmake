@@ -1,0 +1,23 @@
+# Included by the bench tests: EXPECTED, the number of runs a sweep `args` asks of bench — derived,
+# never typed: `bench --list` with the same --steps/--variants (one line per variant) times the
+# length of each shape list (--ns, --ds, --causal, --dtypes; every one must be given).
+execute_process(COMMAND ${CMD} --list ${args} RESULT_VARIABLE _rc OUTPUT_VARIABLE _listed ERROR_VARIABLE _err)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "bench --list: exit ${_rc}\n${_err}")
+endif()
+string(REGEX MATCHALL "[^\n]+" _variants "${_listed}")
+list(LENGTH _variants EXPECTED)
+foreach(_flag --ns --ds --causal --dtypes)
+  list(FIND args ${_flag} _at)
+  if(_at LESS 0)
+    message(FATAL_ERROR "bench_count.cmake: the sweep must give ${_flag}")
+  endif()
+  math(EXPR _at "${_at} + 1")
+  list(GET args ${_at} _values)
+  string(REPLACE "," ";" _values "${_values}")
+  list(LENGTH _values _n)
+  math(EXPR EXPECTED "${EXPECTED} * ${_n}")
+endforeach()
+if(EXPECTED EQUAL 0)
+  message(FATAL_ERROR "bench --list named no variant for: ${args}")
+endif()
