@@ -26,7 +26,7 @@ void row(const Shape& s, const GlobalMat& Q, const GlobalMat& K, const GlobalMat
     float dot = 0.0f;                                     // s_ij = scale · q_i · k_j (a warp reduction)
     for (int64_t c = 0; c < d; ++c) dot += q[static_cast<size_t>(c)] * K.load(j, c);
     const float sij = dot * scale;
-    // lab:begin online-update: [online-update]: m_new = max(m, s_ij), alpha = rescale_factor(m, m_new), p = exp(s_ij - m_new); l = alpha l + p, o = alpha o + p v_j (V row j), m = m_new (docs/02_online_softmax.md, 'Fused into attention')
+    // lab:begin online-update: [online-update]: rescale l, o by alpha, add p = exp(s_ij - m_new), p v_j …
     const float m_new = std::max(m, sij);
     const float alpha = rescale_factor(m, m_new);         // moves l and o to the new maximum
     const float p = std::exp(sij - m_new);

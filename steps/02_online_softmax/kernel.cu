@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda_check.cuh"
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step02 {
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) step02_online(AttnParams p) {
       for (int e = 0; e < EPL; ++e) dot += q[e] * kv[e];
     }
     const float s = warp_sum(dot) * p.scale;    // s_ij, the same in every lane
-    // lab:begin online-update: [online-update]: m_new = max(m, s), alpha = rescale_factor(m, m_new) ([rescale-guard]), p = exp(s - m_new); l = alpha l + p; active lanes load their slice of v_j and do o = alpha o + p v_j; m = m_new (docs/02_online_softmax.md)
+    // lab:begin online-update: [online-update]: rescale l, o by alpha, add p = exp(s - m_new), p v_j …
     const float m_new = fmaxf(m, s);
     const float alpha = rescale_factor(m, m_new);  // [rescale-guard]
     const float pj = expf(s - m_new);

@@ -4,7 +4,7 @@
 // barriers) do what the kernel does, through the counting views. O_i, m_i and l_i go to HBM and
 // back between outer iterations, so the ledger shows FlashAttention-1's extra traffic.
 //
-// The per-tile update is wmma_bp::split_k_update (common/wmma_blueprint.cpp), shared with
+// The per-tile update is wmma_bp::split_k_update (common/blueprint/wmma_blueprint.cpp), shared with
 // the steps that run the same update; this file holds what is this step's own: the loops
 // around it and the ledger.
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "schedule.hpp"
-#include "wmma_blueprint.hpp"
+#include "blueprint/wmma_blueprint.hpp"
 
 namespace fa::step03 {
 
@@ -21,7 +21,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The step's tiles for the shared update (common/wmma_blueprint.hpp).
+// The step's tiles for the shared update (common/blueprint/wmma_blueprint.hpp).
 wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
 
 }  // namespace
@@ -52,7 +52,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
         for (int64_t i = 0; i < Tr; ++i) {
           const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
           blk.Qs.load_from(Q, i0, 0);  // Q_i: re-read for every K/V tile
-          // lab:begin hbm-state-in: [hbm-state]: the Q tile's running state into shared memory: O_i = 0, m_i = −inf, l_i = 0 on the first visit (nothing read), read back from the HBM workspace (Oacc, M, Lw) on every later one (docs/03_fa1_kv_outer.md)
+          // lab:begin hbm-state-in: [hbm-state]: the Q tile's O_i, m_i, l_i into shared memory …
           if (j == 0) {              // first visit: O_i = 0, m_i = -inf, l_i = 0 (nothing read)
             for (int64_t r = 0; r < sc.Br; ++r) {
               for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, 0.0f);
@@ -70,7 +70,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           led.tiles_computed += 1;
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
-          // lab:begin hbm-state-out: [hbm-state]: after every visit but the last, O_i, m_i, l_i go back to the HBM workspace; after the last, O in the storage type and L = m + log l (+inf where l = 0; 2 ops per row)
+          // lab:begin hbm-state-out: [hbm-state]: O_i, m_i, l_i back to HBM; after the last visit, O, L …
           if (j + 1 < Tc) {          // ... and go back to HBM
             blk.Os.store_to(Oacc, i0, 0);
             blk.mi.store_to(M, 0, i0);

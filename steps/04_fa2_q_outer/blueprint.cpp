@@ -4,7 +4,7 @@
 // for each K/V tile j the block's warps do step 03's update, through the counting views. O_i, m_i
 // and l_i never leave shared memory, so the ledger loses step 03's Tc-fold traffic.
 //
-// The per-tile update is wmma_bp::split_k_update (common/wmma_blueprint.cpp), shared with
+// The per-tile update is wmma_bp::split_k_update (common/blueprint/wmma_blueprint.cpp), shared with
 // the steps that run the same update; this file holds what is this step's own: the loops
 // around it and the ledger.
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "schedule.hpp"
-#include "wmma_blueprint.hpp"
+#include "blueprint/wmma_blueprint.hpp"
 
 namespace fa::step04 {
 
@@ -21,7 +21,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The step's tiles for the shared update (common/wmma_blueprint.hpp).
+// The step's tiles for the shared update (common/blueprint/wmma_blueprint.hpp).
 wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
 
 }  // namespace
@@ -51,7 +51,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
         }
         for (int64_t j = 0; j < Tc; ++j) {
           const int64_t j0 = j * sc.Bc;
-          // lab:begin kv-per-q-tile: [q-outer]: K_j and V_j into shared memory, once per (Q tile, K/V tile) pair, while Q_i, O_i, m_i, l_i stay on chip (docs/04_fa2_q_outer.md, 'The change against step 03')
+          // lab:begin kv-per-q-tile: [q-outer]: K_j, V_j into shared memory, once per (Q tile, K/V tile) …
           blk.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
           blk.Vs.load_from(V, j0, 0);
           // lab:end
@@ -61,7 +61,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
         }
-        // lab:begin write-once: [q-outer]: after the last K/V tile, O_i to HBM in the storage type and L = m + log l per row (+inf where l = 0), once
+        // lab:begin write-once: [q-outer]: after the last K/V tile, O_i and L to HBM, once …
         blk.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
         for (int64_t r = 0; r < rows; ++r) {
           const float m = blk.mi.read(0, r), l = blk.li.read(0, r);

@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
-#include "cuda_check.cuh"
+#include "kernel/arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step04 {
@@ -194,14 +194,14 @@ __global__ void __launch_bounds__(kThreads) step04_q_outer(AttnParams p) {
     if (tid < Br) { sm.mi[tid] = -INFINITY; sm.li[tid] = 0.0f; }
     for (int j = 0; j < Tc; ++j) {
       const int j0 = j * Bc;
-      // lab:begin kv-per-q-tile: [q-outer]: load K_j and V_j into sm.Ks, sm.Vs (load_rows), once per Q tile; Q_i, O_i, m_i, l_i stay in shared memory (docs/04_fa2_q_outer.md)
+      // lab:begin kv-per-q-tile: [q-outer]: load K_j, V_j into sm.Ks, sm.Vs (load_rows), once per Q tile …
       load_rows<T, Bc, D>(&sm.Ks[0][0], K, p.k_sn, j0, p.Nk);  // K_j, V_j, once per Q tile
       load_rows<T, Bc, D>(&sm.Vs[0][0], V, p.v_sn, j0, p.Nk);
       // lab:end
       __syncthreads();
       tile_update<T, D>(sm, p, i0, j0);  // ends with a barrier: K_j, V_j may be overwritten
     }
-    // lab:begin write-once: [q-outer]: after the K/V loop, write O_i (storage type, rows < `rows`) and L = m + log l (+inf where l = 0), once
+    // lab:begin write-once: [q-outer]: after the K/V loop, write O_i and L = m + log l, once …
     for (int e = tid; e < rows * D; e += kThreads)  // O in the storage type and L = m + log(l), once
       O[int64_t(i0 + e / D) * p.o_sn + e % D] = from_f32<T>(sm.Os[e / D][e % D]);
     if (tid < rows) {

@@ -5,7 +5,7 @@
 // owns 16 rows and all keys). Both run through the counting views, so their ledgers differ exactly
 // where the mappings do: shared-memory traffic and barriers.
 //
-// The split-K update is wmma_bp::split_k_update (common/wmma_blueprint.cpp), shared with steps 03
+// The split-K update is wmma_bp::split_k_update (common/blueprint/wmma_blueprint.cpp), shared with steps 03
 // and 04; the split-Q update, the loops around both and the ledger are this step's own.
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "schedule.hpp"
-#include "wmma_blueprint.hpp"
+#include "blueprint/wmma_blueprint.hpp"
 
 namespace fa::step05 {
 
@@ -21,7 +21,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The step's tiles for the shared update (common/wmma_blueprint.hpp).
+// The step's tiles for the shared update (common/blueprint/wmma_blueprint.hpp).
 wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
 
 // [split-q] The same pair, split by rows: warp w owns rows [16w, 16w + 16) and all Bc keys. Two
@@ -70,7 +70,7 @@ void tile_update_split_q(const Schedule& sc, const Shape& s, wmma_bp::SplitKBloc
     }
     led.nonmatmul_ops += 3 * 16 * sc.Bc;
     for (int t = 0; t < 32; t += 2) {  // lane 2q writes its row's statistics
-      // lab:begin pair-stats: [split-q]: lane 2q combines its row's two partial maxima and sums (lanes t, t + 1) with m_i, l_i: alpha = rescale_factor(m_i, m_new), l_new = alpha l_i + both sums; write cold = alpha l_i, lnew, mi, li (docs/05_warp_split.md)
+      // lab:begin pair-stats: [split-q]: lane 2q combines its row's two partial maxima and sums …
       const int64_t r = 16 * w + t / 2;
       const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
       const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));

@@ -16,8 +16,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
-#include "cuda_check.cuh"
+#include "kernel/arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step05 {
@@ -224,7 +224,7 @@ __device__ inline void tile_update_split_q(Shared<T, D>& sm, const AttnParams& p
     Ps[r * kLdP + c0 + c] = from_f32<T>(pv);
     l += pv;
   }
-  // lab:begin pair-stats: [split-q]: one shuffle adds the partner lane's partial sum; the even lane of the pair writes cold = alpha l_i, lnew = li = alpha l_i + l, mi = m_new (docs/05_warp_split.md)
+  // lab:begin pair-stats: [split-q]: one shuffle adds the partner lane's partial sum; the even lane writes …
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   if (lane % 2 == 0) {
     const float alpha = rescale_factor(m_old, m_new);

@@ -4,7 +4,7 @@
 // exp(m_old − m_new) per K/V tile, and is divided by l once, when it is written. The ledger's
 // non-matmul count and shared-memory traffic show the per-tile normalization pass that is gone.
 //
-// The per-tile update is wmma_bp::deferred_update (common/wmma_blueprint.cpp), shared with
+// The per-tile update is wmma_bp::deferred_update (common/blueprint/wmma_blueprint.cpp), shared with
 // the steps that run the same update; this file holds what is this step's own: the loops
 // around it and the ledger.
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "schedule.hpp"
-#include "wmma_blueprint.hpp"
+#include "blueprint/wmma_blueprint.hpp"
 
 namespace fa::step06 {
 
@@ -21,7 +21,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The step's tiles for the shared update (common/wmma_blueprint.hpp).
+// The step's tiles for the shared update (common/blueprint/wmma_blueprint.hpp).
 wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
 
 }  // namespace
@@ -60,7 +60,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
                             TileKind::Visible;
         }
         // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
-        // lab:begin final-divide: [final-divide]: O = Õ / l_i for the tile's rows inside N (0 where l = 0), written once in the storage type (docs/06_deferred_norm.md)
+        // lab:begin final-divide: [final-divide]: O = Õ / l_i for the tile's rows inside N (0 where l = 0) …
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < d; ++c) {
             const float l = blk.li.read(0, r), o = blk.Os.read(r, c);

@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
-#include "cuda_check.cuh"
+#include "kernel/arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step06 {
@@ -110,7 +110,7 @@ __device__ inline void tile_update(Shared<T, D>& sm, const AttnParams& p, int i0
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   if (lane % 2 == 0) {
-    // lab:begin deferred-stats: [deferred]: alpha = rescale_factor(m_i, m_new); keep alpha itself (no l in it) for the rescale of Õ; m_i = m_new, l_i = alpha l_i + l (docs/06_deferred_norm.md, 'The change against step 05')
+    // lab:begin deferred-stats: [deferred]: alpha = rescale_factor(m_i, m_new) kept for Õ; m_i, l_i updated …
     const float alpha = rescale_factor(m_old, m_new);
     sm.alpha[r] = alpha;  // [deferred] Õ moves to the new maximum; no l in it
     sm.mi[r] = m_new;
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) step06_deferred(AttnParams p) {
       tile_update<T, D>(sm, p, i0, j0);  // ends with a barrier: K_j, V_j may be overwritten
     }
     // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
-    // lab:begin final-divide: [final-divide]: O = Õ / l_i (0 where l = 0) for the tile's rows, written once in the storage type; the only division by l (docs/06_deferred_norm.md)
+    // lab:begin final-divide: [final-divide]: O = Õ / l_i (0 where l = 0) for the tile's rows, written once …
     for (int e = tid; e < rows * D; e += kThreads) {
       const float l = sm.li[e / D], o = sm.Os[e / D][e % D];
       O[int64_t(i0 + e / D) * p.o_sn + e % D] = from_f32<T>(l > 0.0f ? o / l : 0.0f);

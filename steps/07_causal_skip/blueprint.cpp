@@ -4,7 +4,7 @@
 // computed), tiles the diagonal crosses are masked element by element, the rest are not masked at
 // all. The ledger counts computed, masked and skipped tiles.
 //
-// The per-tile update is wmma_bp::deferred_update (common/wmma_blueprint.cpp), shared with
+// The per-tile update is wmma_bp::deferred_update (common/blueprint/wmma_blueprint.cpp), shared with
 // the steps that run the same update; this file holds what is this step's own: the loops
 // around it and the ledger.
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "schedule.hpp"
-#include "wmma_blueprint.hpp"
+#include "blueprint/wmma_blueprint.hpp"
 
 namespace fa::step07 {
 
@@ -21,7 +21,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The step's tiles for the shared update (common/wmma_blueprint.hpp).
+// The step's tiles for the shared update (common/blueprint/wmma_blueprint.hpp).
 wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
 
 }  // namespace
@@ -50,7 +50,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           blk.li.write(0, r, 0.0f);
         }
         // [skip] Stop at the diagonal: tiles right of it are fully masked and never loaded.
-        // lab:begin causal-skip: [skip]: visit only the first kv_tiles_for(...) K/V tiles (load K_j, V_j, barrier), mask only where needs_mask(...), deferred_update; count tiles_computed, diagonal tiles_masked, tiles_skipped ([tile-class], docs/07_causal_skip.md)
+        // lab:begin causal-skip: [skip]: only the first kv_tiles_for(...) K/V tiles, masked where needed …
         const int64_t Tend = kv_tiles_for(i0, i0 + rows, s.N, s.Nk, sc.Bc, s.causal);
         for (int64_t j = 0; j < Tend; ++j) {
           const int64_t j0 = j * sc.Bc;

@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
-#include "cuda_check.cuh"
+#include "kernel/arch.cuh"  // bf16 WMMA fragments before sm_80: declared, and trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step07 {
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) step07_causal_skip(AttnParams p) {
     for (int e = tid; e < Br * D; e += kThreads) sm.Os[e / D][e % D] = 0.0f;
     if (tid < Br) { sm.mi[tid] = -INFINITY; sm.li[tid] = 0.0f; }
     // [skip] Stop at the diagonal: the K/V tiles right of it are fully masked and never loaded.
-    // lab:begin causal-skip: [skip]: loop over the first kv_tiles_for(...) K/V tiles only (load K_j, V_j, barrier); tile_update<T, D, true> where needs_mask(...), <T, D, false> elsewhere ([tile-class], docs/07_causal_skip.md)
+    // lab:begin causal-skip: [skip]: only the first kv_tiles_for(...) K/V tiles, masked where needed …
     const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
     for (int j = 0; j < Tend; ++j) {
       const int j0 = j * Bc;

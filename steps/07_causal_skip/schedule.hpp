@@ -1,17 +1,17 @@
 // Step 07 — causal block skipping.
 //
 // With a causal mask, step 06 computes every (Q tile, K/V tile) pair and masks element by element.
-// Here each pair is classified first (classify_tile() in common/causal.hpp): fully visible — no
+// Here each pair is classified first (classify_tile() in common/kernel/causal.hpp): fully visible — no
 // mask; on the diagonal — mask per element; fully masked — skipped: its K/V tile is not even loaded.
 // With bottom-right alignment the masked pairs are exactly those right of the diagonal, so the
-// inner loop simply stops there (kv_tiles_for() in common/causal.hpp).
+// inner loop simply stops there (kv_tiles_for() in common/kernel/causal.hpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
 
 namespace fa::step07 {
 

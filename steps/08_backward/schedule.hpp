@@ -15,9 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
 
 namespace fa::step08 {
 

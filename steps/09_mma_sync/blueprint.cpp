@@ -1,11 +1,11 @@
 // Step 09 — the blueprint: kernel.cu's mma.sync schedule as CPU loops, lane by lane.
 //
 // The schedule itself — Q as A fragments, S and O in registers, P converted into the A operand of
-// P·V, the log2-domain softmax — is common/mma_forward.cpp, shared with step 10, which runs it with
+// P·V, the log2-domain softmax — is common/blueprint/mma_forward.cpp, shared with step 10, which runs it with
 // other fragment loads. This step's own part: each lane builds its B fragments by hand from the
 // padded K and V tiles, two elements per 32-bit register, at the (k, n) that b_elem() names.
-#include "mma_emu.hpp"
-#include "mma_forward.hpp"
+#include "blueprint/mma_emu.hpp"
+#include "blueprint/mma_forward.hpp"
 #include "schedule.hpp"
 
 namespace fa::step09 {
@@ -19,7 +19,7 @@ mf::BFrag k_frag(const SmemTile& Ks, int64_t n, int64_t kk) {
   mf::BFrag b(32);
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
-      // lab:begin k-frag: B fragment of K_jᵀ by hand: b_elem(lane, i) names (k, n) = (c.row, c.col); the lane's element i is K_j[8n + c.col][16kk + c.row] from Ks (docs/09_mma_sync.md, 'The fragment layouts')
+      // lab:begin k-frag: B fragment of K_jᵀ by hand: b_elem(lane, i) names (k, n) = (c.row …
       const mf::Coord c = mf::b_elem(lane, i);
       b[size_t(lane)][size_t(i)] = Ks.read(8 * n + c.col, 16 * kk + c.row);
       // lab:end
@@ -31,7 +31,7 @@ mf::BFrag v_frag(const SmemTile& Vs, int64_t kk, int64_t n) {
   mf::BFrag b(32);
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
-      // lab:begin v-frag: B fragment of V_j by hand: b_elem(lane, i) names (k, n) = (c.row, c.col); the lane's element i is V_j[16kk + c.row][8n + c.col] from Vs (docs/09_mma_sync.md)
+      // lab:begin v-frag: B fragment of V_j by hand: b_elem(lane, i) names (k, n) = (c.row …
       const mf::Coord c = mf::b_elem(lane, i);
       b[size_t(lane)][size_t(i)] = Vs.read(16 * kk + c.row, 8 * n + c.col);
       // lab:end

@@ -4,7 +4,7 @@
 //                rows as A fragments, S and O as accumulators, and P — converted in registers —
 //                as the A operand of P·V. K_j and V_j are the only tiles in shared memory.
 //
-// Layout of every fragment: common/mma_layout.hpp (lane = 4·g + t holds rows g and g + 8 of each
+// Layout of every fragment: common/kernel/mma_layout.hpp (lane = 4·g + t holds rows g and g + 8 of each
 // 16 × 8 accumulator tile, columns 2t and 2t + 1).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,8 +13,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16 before sm_80 traps (the host refuses first)
-#include "cuda_check.cuh"
+#include "kernel/arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16 before sm_80 traps (the host refuses first)
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step09 {
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
       qa[kk][r] = row < p.N ? *reinterpret_cast<const uint32_t*>(Q + int64_t(row) * p.q_sn + 16 * kk + c.col) : 0u;
     }
 
-  // [registers] O (16 × D: D/8 accumulator tiles), and per row (g and g + 8) the running max m in
+  // [o-regs] O (16 × D: D/8 accumulator tiles), and per row (g and g + 8) the running max m in
   // the log2 domain and this lane's part of the running sum l.
   float o[D / 8][4];
 #pragma unroll
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kb[2];
-        // lab:begin k-frag: [s-regs]: kb[r] = B elements 2r, 2r + 1 (b_elem) of K_jᵀ: neighbours along a row of Ks, one 32-bit load of Ks[8n + c.col][16kk + c.row] (docs/09_mma_sync.md, 'The fragment layouts')
+        // lab:begin k-frag: [s-regs]: kb[r] = B elements 2r, 2r + 1 (b_elem) of K_jᵀ …
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const m16n8k16::Coord c = m16n8k16::b_elem(lane, 2 * r);  // (k, n) -> K_j[8n + c.col][16kk + c.row]
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t pa[4];
-      // lab:begin c-to-a: [c-to-a]: the A fragment of P for keys 16kk.. from the S accumulators: register r = C tile 2kk + r/2, elements 2(r%2) and 2(r%2) + 1, packed to the storage type (pack2) (docs/09_mma_sync.md)
+      // lab:begin c-to-a: [c-to-a]: the A fragment of P for keys 16kk.. from the S accumulators …
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[r] = pack2<T>(s[2 * kk + r / 2][2 * (r % 2)], s[2 * kk + r / 2][2 * (r % 2) + 1]);
       // lab:end
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t vb[2];
-        // lab:begin v-frag: [pv]: vb[r] = B elements 2r, 2r + 1 (b_elem) of V_j: two keys of one column, Vs[16kk + c.row][8n + c.col] and the row below, packed (pack2_raw) (docs/09_mma_sync.md)
+        // lab:begin v-frag: [pv]: vb[r] = B elements 2r, 2r + 1 (b_elem) of V_j …
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const m16n8k16::Coord c = m16n8k16::b_elem(lane, 2 * r);

@@ -2,7 +2,7 @@
 //
 // Steps 01–08 multiply with WMMA, whose fragment layout is opaque: to touch an element of S, P or O
 // a warp must store the fragment to shared memory and read it back. mma.sync's layout is documented
-// (common/mma_layout.hpp), so here S, P and O stay in registers: each lane knows which rows and
+// (common/kernel/mma_layout.hpp), so here S, P and O stay in registers: each lane knows which rows and
 // columns it holds, does its rows' softmax with two shuffles, converts P to fp16/bf16 in registers
 // and feeds it straight back as the A operand of P·V ([c-to-a]). Shared memory holds only K and V.
 // Everything else is step 07's algorithm: Q-outer, split-Q warps, deferred normalization, causal
@@ -11,10 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "mma_layout.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "kernel/mma_layout.hpp"
+#include "core/step.hpp"
 
 namespace fa::step09 {
 

@@ -1,12 +1,12 @@
 // Step 10 — the blueprint: step 09's, with every B fragment loaded as kernel.cu's ldmatrix does it.
 //
-// The schedule is common/mma_forward.cpp, shared with step 09. The tiles here are logical (rows ×
+// The schedule is common/blueprint/mma_forward.cpp, shared with step 09. The tiles here are logical (rows ×
 // d, unpadded: the swizzle only permutes where a chunk sits, which the counting views do not
-// model); ldmatrix_x2() (common/mma_emu.hpp) hands each lane the elements common/mma_layout.hpp's
+// model); ldmatrix_x2() (common/blueprint/mma_emu.hpp) hands each lane the elements common/kernel/mma_layout.hpp's
 // ldm_elem() says it receives, and the product then checks that they are the B fragments the mma
 // expects.
-#include "mma_emu.hpp"
-#include "mma_forward.hpp"
+#include "blueprint/mma_emu.hpp"
+#include "blueprint/mma_forward.hpp"
 #include "schedule.hpp"
 
 namespace fa::step10 {
@@ -18,7 +18,7 @@ namespace mf = fa::m16n8k16;
 // K_j as stored: blocks (keys 8n.., dims 16kk..) and (keys 8n.., dims 16kk + 8..), no .trans.
 mf::BFrag k_frag(const SmemTile& Ks, int64_t n, int64_t kk) {
   mf::BFrag b(32);
-  // lab:begin ldmatrix-k: K's B fragment of keys 8n.., dims 16kk.. as ldmatrix.x2 gives it (which two 8 x 8 blocks, .trans or not? docs/10 [ldmatrix])
+  // lab:begin ldmatrix-k: K's B fragment of keys 8n.., dims 16kk.. as ldmatrix.x2 gives it …
   b = mf::ldmatrix_x2(Ks, 8 * n, 16 * kk, 16 * kk + 8, false);
   // lab:end
   return b;
@@ -26,7 +26,7 @@ mf::BFrag k_frag(const SmemTile& Ks, int64_t n, int64_t kk) {
 // V_j: blocks (keys 16kk.., dims 8n..) and (keys 16kk + 8.., dims 8n..), .trans.
 mf::BFrag v_frag(const SmemTile& Vs, int64_t kk, int64_t n) {
   mf::BFrag b(32);
-  // lab:begin ldmatrix-v: V's B fragment of keys 16kk.., dims 8n.. through ldmatrix.x2 (V is stored keys x dims: what must .trans do?)
+  // lab:begin ldmatrix-v: V's B fragment of keys 16kk.., dims 8n.. through ldmatrix.x2 …
   b = mf::ldmatrix_x2(Vs, 16 * kk, 8 * n, 8 * n, true);
   // lab:end
   return b;

@@ -3,7 +3,7 @@
 //   step10_ldmatrix   as step09_mma; K_j and V_j are stored unpadded with an XOR swizzle
 //                     ([swizzle]), and each B fragment is one ldmatrix.x2 — .trans for V ([ldmatrix]).
 //
-// Layout of every fragment: common/mma_layout.hpp.
+// Layout of every fragment: common/kernel/mma_layout.hpp.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16 before sm_80 traps (the host refuses first)
-#include "cuda_check.cuh"
+#include "kernel/arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16 before sm_80 traps (the host refuses first)
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step10 {
@@ -55,7 +55,7 @@ __device__ inline void load_rows(T* __restrict__ sm, const T* __restrict__ g, in
     const int r = c / kVecPerRow, col = (c % kVecPerRow) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r0 + r < rows) v = *reinterpret_cast<const uint4*>(g + int64_t(r0 + r) * ld + col);
-    // lab:begin swizzle: [swizzle]: store the 16-byte chunk v of (row r, column col) at its swizzled place in the unpadded tile: swizzle(r, col, D), chunk c -> c XOR (r mod 8) (docs/10_ldmatrix.md)
+    // lab:begin swizzle: [swizzle]: store the 16-byte chunk v of (row r …
     *reinterpret_cast<uint4*>(sm + swizzle(r, col, D)) = v;
     // lab:end
   }
@@ -64,7 +64,7 @@ __device__ inline void load_rows(T* __restrict__ sm, const T* __restrict__ g, in
 // [ldmatrix] Two 8 × 8 blocks of 16-bit values -> two registers per lane. Lane 8m + r (m = 0, 1)
 // gives the address of row r of block m (lanes 16..31 repeat lanes 0..15; their addresses are
 // ignored). Without .trans a lane receives row lane/4, columns 2(lane%4) and 2(lane%4)+1 of each
-// block; with .trans the transpose (common/mma_layout.hpp, ldm_elem).
+// block; with .trans the transpose (common/kernel/mma_layout.hpp, ldm_elem).
 __device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* row_addr) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
       qa[kk][r] = row < p.N ? *reinterpret_cast<const uint32_t*>(Q + int64_t(row) * p.q_sn + 16 * kk + c.col) : 0u;
     }
 
-  // [registers] O (16 × D: D/8 accumulator tiles), and per row (g and g + 8) the running max m in
+  // [o-regs] O (16 × D: D/8 accumulator tiles), and per row (g and g + 8) the running max m in
   // the log2 domain and this lane's part of the running sum l.
   float o[D / 8][4];
 #pragma unroll
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kb[2];
-        // lab:begin ldmatrix-k: [s-regs]: kb = the B fragment of keys 8n.., dims 16kk.. in one ldmatrix.x2 (no .trans): lane 8·lm + lr addresses row 8n + lr, column 16kk + 8·lm of the swizzled Ks (docs/10_ldmatrix.md)
+        // lab:begin ldmatrix-k: [s-regs]: kb = the B fragment of keys 8n.. …
         ldmatrix_x2(kb, &Ks[swizzle(8 * n + lr, 16 * kk + 8 * lm, D)]);
         // lab:end
         mma16816<T>(s[n], qa[kk], kb);
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t vb[2];
-        // lab:begin ldmatrix-v: [pv]: vb = the B fragment of keys 16kk.., dims 8n.. in one ldmatrix.x2.trans: lane 8·lm + lr addresses row 16kk + 8·lm + lr, column 8n of the swizzled Vs (docs/10_ldmatrix.md)
+        // lab:begin ldmatrix-v: [pv]: vb = the B fragment of keys 16kk.. …
         ldmatrix_x2_trans(vb, &Vs[swizzle(16 * kk + 8 * lm + lr, 8 * n, D)]);
         // lab:end
         mma16816<T>(o[n], pa, vb);

@@ -10,10 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "mma_layout.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "kernel/mma_layout.hpp"
+#include "core/step.hpp"
 
 namespace fa::step10 {
 

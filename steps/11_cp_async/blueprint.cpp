@@ -1,12 +1,12 @@
 // Step 11 — the blueprint: step 10's, with the K/V tiles in two stages and tile j + 1 loaded
 // before tile j is multiplied.
 //
-// The schedule is common/mma_forward.cpp, shared with steps 09 and 10 (Tiles::stages = 2 turns on
+// The schedule is common/blueprint/mma_forward.cpp, shared with steps 09 and 10 (Tiles::stages = 2 turns on
 // the pipeline's order of loads and barriers); the B fragments come through ldmatrix_x2() exactly as
 // in step 10. The counts are step 10's — the same bytes, products and barriers per tile — apart
 // from the footprint: two stages of K and V.
-#include "mma_emu.hpp"
-#include "mma_forward.hpp"
+#include "blueprint/mma_emu.hpp"
+#include "blueprint/mma_forward.hpp"
 #include "schedule.hpp"
 
 namespace fa::step11 {
@@ -22,7 +22,7 @@ mf::BFrag v_frag(const SmemTile& Vs, int64_t kk, int64_t n) { return mf::ldmatri
 
 mma_bp::Tiles tiles(const Schedule& sc, int64_t d) {
   mma_bp::Tiles t{sc.Br, sc.Bc, 0, kSmemBudget, smem_bytes(sc, int(d))};  // one stage: load, then multiply
-  // lab:begin stages: give the schedule kStages buffers of K and V, so that tile j + 1 is copied while tile j is multiplied (docs/11 [stages], [pipeline])
+  // lab:begin stages: give the schedule kStages buffers of K and V …
   t.stages = kStages;
   // lab:end
   return t;

@@ -4,7 +4,7 @@
 //                     and the copy of tile j + 1 (cp.async, global -> shared without registers) is
 //                     in flight while tile j is multiplied ([pipeline]).
 //
-// Layout of every fragment: common/mma_layout.hpp.
+// Layout of every fragment: common/kernel/mma_layout.hpp.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
-#include "cuda_check.cuh"
+#include "kernel/arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step11 {
@@ -58,7 +58,7 @@ __device__ inline void load_rows_async(T* __restrict__ sm, const T* __restrict__
     const bool inside = r0 + r < rows;
     const T* src = inside ? g + int64_t(r0 + r) * ld + col : g;  // a valid address even when nothing is read
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(sm + swizzle(r, col, D)));
-    // lab:begin cp-async: [cp-async]: one cp.async.cg.shared.global [dst], [src], 16, src-size per chunk — src-size 16 inside, 0 past the end (zero-fill) — inside FA_SM80_ONLY (docs/11_cp_async.md)
+    // lab:begin cp-async: [cp-async]: one cp.async.cg.shared.global [dst], [src], 16 …
     FA_SM80_ONLY(asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(inside ? 16 : 0)));
     // lab:end
   }
@@ -71,7 +71,7 @@ __device__ inline void cp_async_wait() { FA_SM80_ONLY(asm volatile("cp.async.wai
 // [ldmatrix] Two 8 × 8 blocks of 16-bit values -> two registers per lane. Lane 8m + r (m = 0, 1)
 // gives the address of row r of block m (lanes 16..31 repeat lanes 0..15; their addresses are
 // ignored). Without .trans a lane receives row lane/4, columns 2(lane%4) and 2(lane%4)+1 of each
-// block; with .trans the transpose (common/mma_layout.hpp, ldm_elem).
+// block; with .trans the transpose (common/kernel/mma_layout.hpp, ldm_elem).
 __device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* row_addr) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
       qa[kk][r] = row < p.N ? *reinterpret_cast<const uint32_t*>(Q + int64_t(row) * p.q_sn + 16 * kk + c.col) : 0u;
     }
 
-  // [registers] O (16 × D: D/8 accumulator tiles), and per row (g and g + 8) the running max m in
+  // [o-regs] O (16 × D: D/8 accumulator tiles), and per row (g and g + 8) the running max m in
   // the log2 domain and this lane's part of the running sum l.
   float o[D / 8][4];
 #pragma unroll
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
   const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
   // [pipeline] Tile 0 is started before the loop; at step j, tile j + 1 is started into the other
   // stage, then the warps wait only for tile j (at most one group left in flight).
-  // lab:begin pipeline-prologue: [pipeline]: before the loop, start the copies of K/V tile 0 into stage 0 (if there is a tile) and commit them as one group (docs/11_cp_async.md, 'The pipeline over time')
+  // lab:begin pipeline-prologue: [pipeline]: before the loop, start the copies of K/V tile 0 …
   if (Tend > 0) {
     load_rows_async<T, D>(Ks(0), K, p.k_sn, 0, p.Nk);
     load_rows_async<T, D>(Vs(0), V, p.v_sn, 0, p.Nk);
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
   // lab:end
   for (int j = 0; j < Tend; ++j) {
     const int j0 = j * Bc, st = j % kStages;
-    // lab:begin pipeline-step: [pipeline]: start tile j + 1 into the other stage, commit (an empty group on the last tile), wait until at most one group is in flight (tile j has landed), then a barrier (docs/11_cp_async.md)
+    // lab:begin pipeline-step: [pipeline]: start tile j + 1 into the other stage, commit …
     if (j + 1 < Tend) {
       load_rows_async<T, D>(Ks((j + 1) % kStages), K, p.k_sn, j0 + Bc, p.Nk);
       load_rows_async<T, D>(Vs((j + 1) % kStages), V, p.v_sn, j0 + Bc, p.Nk);

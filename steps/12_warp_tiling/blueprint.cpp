@@ -5,9 +5,9 @@
 // when blocks run, not what they compute.) [ablation] The ablations that change the ledger are
 // followed: their tiles (schedule_for(d, a)), kNoOStage (O stored from registers) and kNoOneBarrier.
 // [dropout] With --dropout P, P·V's operand is p·keep/(1 − P), keep drawn element by element by
-// dropout_keep (common/dropout.hpp) — the kernel draws the same bits a 2 × 2 block at a time.
+// dropout_keep (common/kernel/dropout.hpp) — the kernel draws the same bits a 2 × 2 block at a time.
 // [gqa] Query head h reads key/value head kv_head(h). [window] A block visits its K/V tiles from
-// first_kv_tile on (common/causal.hpp), as the kernel does; the tiles left of its band are skipped.
+// first_kv_tile on (common/kernel/causal.hpp), as the kernel does; the tiles left of its band are skipped.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dropout.hpp"
-#include "mma_emu.hpp"
+#include "kernel/dropout.hpp"
+#include "blueprint/mma_emu.hpp"
 #include "schedule.hpp"
 
 namespace fa::step12 {
@@ -97,7 +97,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
             // [s-regs] S = Q K_jᵀ: per 16 dims, each m16 tile's A fragment (ldmatrix.x4 of Q), then
             // per pair of key blocks one ldmatrix.x4 of K, used by every m16 tile of the warp.
             std::vector<std::vector<CFrag>> sf(size_t(MT), std::vector<CFrag>(size_t(sc.Bc / 8), CFrag(32, {0, 0, 0, 0})));
-            // lab:begin warp-tiles-s: [tiles] + [x4]: per 16 dims, the A fragment of each of the warp's MT m16 tiles (ldmatrix_x4_a of Qs), then per pair of key blocks one ldmatrix_x4_b of K_j: two B fragments feeding every m16 tile (docs/12_warp_tiling.md)
+            // lab:begin warp-tiles-s: [m16-pair] + [x4]: per 16 dims, the A fragment of each of …
             for (int64_t kk = 0; kk < d / 16; ++kk) {
               std::vector<AFrag> qa;
               for (int64_t mt = 0; mt < MT; ++mt) qa.push_back(mf::ldmatrix_x4_a(Qs, w0 + 16 * mt, 16 * kk));
@@ -177,7 +177,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                     }
                     pa[size_t(mt)][size_t(lane)][size_t(i)] = round_to(s.dtype, v);
                   }
-              // lab:begin warp-tiles-pv: [pv] + [x4]: per 16 dims one ldmatrix_x4_b (.trans) of V_j: two B fragments, each multiplied into every m16 tile's Õ (o[2np], o[2np + 1]) (docs/12_warp_tiling.md)
+              // lab:begin warp-tiles-pv: [pv] + [x4]: per 16 dims one ldmatrix_x4_b …
               for (int64_t np = 0; np < d / 16; ++np) {
                 const std::array<BFrag, 2> vb = mf::ldmatrix_x4_b(Vs[stage], 16 * kk, 16 * np, true);
                 for (int64_t mt = 0; mt < MT; ++mt) {

@@ -1,7 +1,7 @@
 // Step 12 — warp tiling: step 11's pipeline, with the work around the products cut down.
 //
 //   step12_warp_tiling  Each warp owns 32 rows (two m16 tiles), so every K/V fragment feeds two
-//                       products ([tiles]); Q waits in shared memory and every fragment is read
+//                       products ([m16-pair]); Q waits in shared memory and every fragment is read
 //                       with ldmatrix.x4 from XOR-stepped addresses ([x4], [addresses]); one barrier
 //                       per tile ([pipeline]); p = exp2 on one FMA ([exp2]); O leaves through shared
 //                       memory in 16-byte chunks ([o-staging]); the heaviest causal blocks first
@@ -15,9 +15,9 @@
 // that `--ablate NAME` measures what each buys; A = kFull is the step itself.
 //
 // [dropout] The template argument Drop (A = kFull only) multiplies each weight of P·V's operand by
-// keep/(1 − P), drawn by Philox (common/dropout.hpp); Drop = false is the step as measured.
+// keep/(1 − P), drawn by Philox (common/kernel/dropout.hpp); Drop = false is the step as measured.
 //
-// Layout of every fragment: common/mma_layout.hpp.
+// Layout of every fragment: common/kernel/mma_layout.hpp.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -26,9 +26,9 @@
 #include <string>
 #include <type_traits>
 
-#include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
-#include "cuda_check.cuh"
-#include "dropout.hpp"
+#include "kernel/arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
+#include "kernel/dropout.hpp"
 #include "schedule.hpp"
 
 namespace fa::step12 {
@@ -104,7 +104,7 @@ __device__ inline void cp_async_wait() { FA_SM80_ONLY(asm volatile("cp.async.wai
 
 // [x4] Four 8 × 8 blocks of 16-bit values -> four registers per lane. Lane 8m + r gives the (shared) address
 // of row r of block m; without .trans a lane receives row lane/4, columns 2(lane%4) and
-// 2(lane%4)+1 of each block; with .trans the transpose (common/mma_layout.hpp, ldm_elem).
+// 2(lane%4)+1 of each block; with .trans the transpose (common/kernel/mma_layout.hpp, ldm_elem).
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
   }
   cp_async_commit();
 
-  // [registers] O (per m16 tile, 16 × D: D/8 accumulator tiles), and per row (g and g + 8 of each
+  // [o-regs] O (per m16 tile, 16 × D: D/8 accumulator tiles), and per row (g and g + 8 of each
   // m16 tile) the running max m in the log2 domain and this lane's part of the running sum l.
   float o[MT][D / 8][4];
 #pragma unroll
@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
     }
     cp_async_commit();  // an empty group on the last tile keeps the count uniform
 
+    // [m16-pair] The warp's 32 rows are two m16 tiles: every K or V fragment below feeds both.
     // [s-regs] S = Q K_jᵀ for the warp's rows. Per 16 dims: the A fragment of each m16 tile (one
     // ldmatrix.x4 of Q: blocks rows 0-7 / 8-15 × dims 0-7 / 8-15), then per pair of key blocks one
     // ldmatrix.x4 of K as stored — the B fragments of keys 16np .. + 7 and + 8 .. + 15 — each used
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qa[MT][4];
-      // lab:begin q-x4: [x4]: the A fragment of each of the warp's MT m16 tiles, one ldmatrix.x4 of the Q tile in shared memory each: address q_lane + 16·mt rows, XOR 32·kk ([addresses], docs/12_warp_tiling.md)
+      // lab:begin q-x4: [x4]: the A fragment of each of the warp's MT m16 tiles …
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(qa[mt], (q_lane + 16 * mt * kRow) ^ (32 * kk));
       // lab:end
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
         } else {
           ldmatrix_x4(kb, (k_addr + 16 * np * kRow) ^ (32 * kk));
         }
-        // lab:begin s-mtiles: [tiles]: the two B fragments of kb (kb[0..1]: keys 16np.., kb[2..3]: keys 16np + 8..) each feed both m16 tiles: s[mt][2np], s[mt][2np + 1] (docs/12_warp_tiling.md, 'Which warp holds what')
+        // lab:begin s-mtiles: [m16-pair]: the two B fragments of kb (kb[0..1]: keys 16np.. …
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -333,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
         } else {
           ldmatrix_x4_trans(vb, (v_addr + 16 * kk * kRow) ^ (32 * np));
         }
-        // lab:begin pv-mtiles: [tiles]: the two B fragments of vb (dims 16np.. and 16np + 8..) each feed both m16 tiles: o[mt][2np], o[mt][2np + 1] += P·V_j (docs/12_warp_tiling.md)
+        // lab:begin pv-mtiles: [m16-pair]: the two B fragments of vb (dims 16np.. and 16np + …
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);

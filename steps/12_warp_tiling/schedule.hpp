@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <string>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "mma_layout.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "kernel/mma_layout.hpp"
+#include "core/step.hpp"
 
 namespace fa::step12 {
 
@@ -28,7 +28,7 @@ struct Schedule {
   FA_HD constexpr int warps() const { return W; }
   FA_HD constexpr int mtiles() const { return Br / (16 * W); }  // m16 row tiles per warp
 };
-// [tiles] Per head dimension: at d = 128 a 32-row O already takes 128 registers per lane, so the
+// [tile-sizes] Per head dimension: at d = 128 a 32-row O already takes 128 registers per lane, so the
 // K/V tile stays at 64 keys (S: 64 more); at d <= 64 O is half as large and a tile of 128 keys
 // halves the number of loop steps (and barriers) per block.
 FA_HD constexpr Schedule schedule_for(int d) { return d <= 64 ? Schedule{128, 128, 4} : Schedule{128, 64, 4}; }
@@ -54,7 +54,7 @@ FA_HD constexpr Schedule schedule_for(int d, int ablation) {
          : ablation == kNoTiles ? Schedule{128, 64, 4}
                                 : schedule_for(d);
 }
-// [dropout] Dropout (--dropout P, common/dropout.hpp) is compiled into the full step only: an
+// [dropout] Dropout (--dropout P, common/kernel/dropout.hpp) is compiled into the full step only: an
 // ablation with it is refused — never run without the dropout it was asked for. The kernel, the
 // blueprint and the closed form call this alike (P as the kernel gets it, a float).
 inline void require_dropout_supported(float p, int ablation) {

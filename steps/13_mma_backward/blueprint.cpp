@@ -1,6 +1,6 @@
 // Step 13 — the blueprint: kernel.cu's three backward kernels as CPU loops, warp by warp and lane by
-// lane, every fragment through common/mma_emu.hpp and common/mma_layout.hpp (a wrong index in a
-// layout is a wrong gradient), every access through the counting views of common/ledger.hpp. The
+// lane, every fragment through common/blueprint/mma_emu.hpp and common/kernel/mma_layout.hpp (a wrong index in a
+// layout is a wrong gradient), every access through the counting views of common/blueprint/ledger.hpp. The
 // forward is step 12's (its blueprint, closed form and kernel are registered here as well).
 //
 //   bwd_pre     per padded row: D (d/8 threads' partial sums of 8 elements, then their butterfly),
@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "dropout.hpp"
-#include "mma_emu.hpp"
+#include "kernel/dropout.hpp"
+#include "blueprint/mma_emu.hpp"
 #include "schedule.hpp"
 
 namespace fa::step12 {
@@ -210,7 +210,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             for (int64_t w = 0; w < W; ++w) {
               const int64_t rg = w % RG, cg = w / RG;
               std::vector<std::vector<CFrag>> dq(size_t(QM), zero_frags(kDims / 8));
-              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the warp's QM m16 row tiles of dS (ldmatrix_x4_a_trans of dSt at (16kk, 16(rg·QM + m))), then per 16 of its dims one ldmatrix_x4_b (.trans) of K_j at (16kk, cg·kDims + 16np) into dq[m][2np], dq[m][2np + 1]; then every element (c_elem), row 16(rg·QM + m) + row and column cg·kDims + 8n + col of the Q tile, into Acc at (acc0 + itq·Br)·d + acc_offset(...): atomic_add, or with det a load, add and store
+              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the …
               for (int64_t kk = 0; kk < Bc / 16; ++kk) {
                 std::vector<AFrag> a;
                 for (int64_t m = 0; m < QM; ++m) a.push_back(ldmatrix_x4_a_trans(dSt, 16 * kk, 16 * (rg * QM + m)));
@@ -256,7 +256,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               const int64_t wk = w % WK, wq = w / WK, key_w = j0 + 32 * wk, q_w = wq * QW;  // [sdp-warps]
               // [transposed] Sᵀ = K Q_iᵀ and dPᵀ = V dO_iᵀ: the warp's 32 keys (two m16 tiles) × QW queries.
               std::vector<std::vector<CFrag>> sT(2, zero_frags(QW / 8)), dpT(2, zero_frags(QW / 8));
-              // lab:begin transposed: [transposed]: per 16 dims kk, the A fragments of the warp's two 16-key tiles of K_j and of V_j (ldmatrix_x4_a at (32wk + 16m, 16kk)), then per 16 queries np one ldmatrix_x4_b of Q_i and of dO_i as stored (n-major, no .trans) at (q_w + 16np, 16kk): the B fragments of queries 16np .. + 7 and + 8 .. + 15, into sT[m][2np], sT[m][2np + 1] and dpT[m][2np], dpT[m][2np + 1]
+              // lab:begin transposed: [transposed]: per 16 dims kk, the A fragments of the …
               for (int64_t kk = 0; kk < d / 16; ++kk) {
                 const AFrag ka[2] = {mf::ldmatrix_x4_a(Ks, 32 * wk, 16 * kk), mf::ldmatrix_x4_a(Ks, 32 * wk + 16, 16 * kk)};
                 const AFrag va[2] = {mf::ldmatrix_x4_a(Vs, 32 * wk, 16 * kk), mf::ldmatrix_x4_a(Vs, 32 * wk + 16, 16 * kk)};
@@ -290,7 +290,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               // the lane is the block of query i0 + q_w + 16np + 2t + e and key key_w + 16m + g; its
               // word 2nb + hr is element (key row hr, query block nb); Pᵀ∘Z feeds dV,
               // dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D). [pt-smem] Both into the Pt and dSt tiles (rounded there).
-              // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: for each lane, 16 queries np and C column n = 2np + nb, the lane's two queries' L·log2 e and D from Lt and Dt (columns q_w + 8n + 2t, + 1: read once for both key tiles), then per key tile m and element x: pv = exp2(fma(s, sl2, −L)), sT = pv and dpT = pv·(dp − D); with dropout (drop) Z drawn by dropout_words exactly as kernel.cu does (docs/13_mma_backward.md); each element then written to Pt and dSt at (32wk + 16m + row, q_w + 8n + col)
+              // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: for each lane, 16 queries np …
               for (int lane = 0; lane < 32; ++lane) {
                 const int g = mf::group(lane), t = mf::thread_in_group(lane);
                 for (int64_t np = 0; np < QW / 16; ++np) {
@@ -339,7 +339,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i, warp w: keys KD·(w % KG) + 16m, dims DW·(w / KG).
             for (int64_t w = 0; w < W; ++w) {
               const int64_t kg = w % KG, dg = w / KG;
-              // lab:begin dkv: [dkv]: per 16 queries kk, the A fragments of the warp's KD/16 key tiles of Pt and of dSt (ldmatrix_x4_a at (KD·kg + 16m, 16kk)), then per 16 of its dims np one ldmatrix_x4_b (.trans) of dO_i and of Q_i at (16kk, dg·DW + 16np) into dv[w][m][2np], dv[w][m][2np + 1] (with Pᵀ) and dk[w][m][...] (with dSᵀ)
+              // lab:begin dkv: [dkv]: per 16 queries kk, the A fragments of the warp's KD/16 key …
               for (int64_t kk = 0; kk < Br / 16; ++kk) {
                 std::vector<AFrag> pa, da;
                 for (int64_t m = 0; m < KD / 16; ++m) {

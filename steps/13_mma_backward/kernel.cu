@@ -14,7 +14,7 @@
 // query head. [window] A K/V tile's Q tiles end where the rows' bands pass it (end_q_tile), and the
 // mask tests the band's left edge too.
 //
-// Layout of every fragment: common/mma_layout.hpp. Template arguments: Det ([deterministic]: dQ
+// Layout of every fragment: common/kernel/mma_layout.hpp. Template arguments: Det ([deterministic]: dQ
 // without racing atomics), Drop ([dropout]), Tl (a TileChoice) and Xp (an Experiment: schedule.hpp, [tune]).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,9 +24,9 @@
 #include <string>
 #include <type_traits>
 
-#include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
-#include "cuda_check.cuh"
-#include "dropout.hpp"
+#include "kernel/arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
+#include "kernel/dropout.hpp"
 #include "schedule.hpp"
 
 namespace fa::step13 {
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         for (int n = 0; n < kDims / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dq[m][n][e] = 0.0f;
-      // lab:begin dq: [dq]: per 16 keys kk, ldmatrix_x4_trans of dS from the dSᵀ tile for each of the warp's QM row tiles (ds_sm + ds_lane + 16kk·kRowS, XOR 32·(rg·QM + m)), then per 16 of its dims one ldmatrix_x4_trans of K_j (bk_lane + 16kk·kRow, XOR 32·(cg·kDims/16 + np)) into dq[m][2np], dq[m][2np + 1]
+      // lab:begin dq: [dq]: per 16 keys kk, ldmatrix_x4_trans of dS from the dSᵀ tile for each …
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
         uint32_t a[QM][4];
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         for (int n = 0; n < QW / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[m][n][e] = dp[m][n][e] = 0.0f;
-      // lab:begin transposed: [transposed] + [x4]: per 16 dims kk, ldmatrix_x4 of the warp's two 16-key tiles of K and V (a_lane + (32wk + 16m)·kRow, XOR 32·kk) as A, then per 16 queries np ldmatrix_x4 of Q_i and dO_i as stored (bn_lane + (wq·QW + 16np)·kRow, XOR 32·kk): s[m][2np], s[m][2np + 1] += K Qᵀ and dp[m][2np], dp[m][2np + 1] += V dOᵀ (docs/13_mma_backward.md)
+      // lab:begin transposed: [transposed] + [x4]: per 16 dims kk, ldmatrix_x4 of the warp's two …
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t ka[2][4], va[2][4];
@@ -378,13 +378,13 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // pairs of the lane's C tile are one 4-byte store each.
       const float* Ls = lds_f + 2 * st * Br + wq * QW;
       const float* Ds = Ls + Br;
-      // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: per 16 queries np, with dropout Z from dropout_words for each key tile m (query q0 + 16np + 2t + e, key key0 + 16m: word 2nb + hr is query block nb, key row hr); per C column n = 2np + nb the lane's two queries' L and D (Ls, Ds at 8n + 2t), then for each key tile m pv = exp2(fma(s, sl2, −L)), s = pv·Z and dp = pv·(dp·Z − D), both packed (pack2) into pt_sm and ds_sm at key 32wk + 16m + g + 8hr, chunk wq·QW/8 + n, byte 4t (swz<kRowS>)
+      // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: per 16 queries np, with dropout Z …
 #pragma unroll
       for (int np = 0; np < QW / 16; ++np) {
         float z[2][2][4];  // [key tile m][block 2np + nb][element]: Z of the lane's elements
         if constexpr (Drop) {
           // Call e of key tile m is the 2 × 2 block of query q0 + 16np + 2t + e and key key0 + 16m:
-          // its word 2·nb + hr belongs to 8-query block 2np + nb, key row hr (common/dropout.hpp,
+          // its word 2·nb + hr belongs to 8-query block 2np + nb, key row hr (common/kernel/dropout.hpp,
           // [dropout-block]).
 #pragma unroll
           for (int m = 0; m < 2; ++m)
@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i for the warp's KD keys × DW dims ([dkv-warps]): per 16
       // queries, the A fragments of its key tiles of Pᵀ and dSᵀ (as stored: keys by rows), then per 16
       // dims one ldmatrix.x4.trans of dO_i and of Q_i (k-major), each feeding every key tile.
-      // lab:begin dkv: [dkv]: per 16 queries kk, ldmatrix_x4 of the warp's KD/16 key tiles of Pᵀ and dSᵀ (as_lane + (KD·kg + 16m)·kRowS, XOR 32·kk) as A, then per 16 of its dims np one ldmatrix_x4_trans of dO_i and of Q_i (bk_lane + 16kk·kRow, XOR 32·(dg·DW/16 + np)) into dv[m][2np], dv[m][2np + 1] and dk[m][2np], dk[m][2np + 1]
+      // lab:begin dkv: [dkv]: per 16 queries kk, ldmatrix_x4 of the warp's KD/16 key tiles of Pᵀ …
 #pragma unroll
       for (int kk = 0; kk < Br / 16; ++kk) {
         uint32_t pa[KD / 16][4], da[KD / 16][4];

@@ -14,15 +14,15 @@
 //   [x4]          every fragment is read with ldmatrix.x4 from XOR-swizzled tiles (step 12's);
 //   [exp2]        P = exp2(s·scale·log2 e − L·log2 e): the pre kernel stores L·log2 e once.
 // --deterministic replaces the racing atomics on dQ ([deterministic]); --dropout P draws the
-// forward's mask again from its counters ([dropout], common/dropout.hpp).
+// forward's mask again from its counters ([dropout], common/kernel/dropout.hpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
 
 namespace fa::step13 {
 
@@ -51,7 +51,7 @@ struct Schedule {
   FA_HD constexpr int cgroups(int d) const { return warps() / rgroups(d); }
   FA_HD constexpr int dq_dims(int d) const { return d / cgroups(d); }
 };
-// [tiles] Per head dimension (docs/13_mma_backward.md, "Tuning"): 8 warps; at d = 128 a warp's dK
+// [tile-sizes] Per head dimension (docs/13_mma_backward.md, "Tuning"): 8 warps; at d = 128 a warp's dK
 // and dV take 128 registers, so 64 queries per step (Sᵀ and dPᵀ: 64 more); at d <= 64 they take
 // half as many, and 128 queries per step halve the steps.
 FA_HD constexpr Schedule schedule_for(int d) { return d <= 64 ? Schedule{128, 128} : Schedule{64, 128}; }

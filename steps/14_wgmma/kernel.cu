@@ -8,7 +8,7 @@
 //                 that read V as stored ([pv-wgmma]). The tiles sit in 128-byte-swizzled panels
 //                 ([sw128]); K/V still arrive by step 12's cp.async pipeline ([pipeline]).
 //
-// Layouts, descriptors and the accumulator map: common/wgmma_layout.hpp; the instructions: common/wgmma.cuh.
+// Layouts, descriptors and the accumulator map: common/kernel/wgmma_layout.hpp; the instructions: common/kernel/wgmma.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,9 +17,9 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda_check.cuh"
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
-#include "wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
+#include "kernel/wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
 
 namespace fa::step14 {
 
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm(Schedule{128, Bc, 2}, D)) s
   }
   cp_async_commit();
 
-  // [registers] The warpgroup's O (64 × D) as d/64 accumulators of a 64 × 64 wgmma, and S (64 × Bc):
+  // [o-regs] The warpgroup's O (64 × D) as d/64 accumulators of a 64 × 64 wgmma, and S (64 × Bc):
   // per lane register 4n + e is element e of the warp's 16 × 8 C tile n ([acc]). Per row (g and
   // g + 8 of the warp's 16), the running max m (log2 domain) and this lane's part of the sum l.
   float o[kPanels][32];
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm(Schedule{128, Bc, 2}, D)) s
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      // lab:begin s-desc: [s-wgmma]: the descriptors of the warpgroup's Q rows (q_wg) and of K_j (k_at(st)) at dims 16kk .. 16kk + 15 — wgmma::kmajor_offset(r0, kk, R) from a tile of R rows — into one wgmma::mma_ss; the first (kk = 0) does not accumulate (docs/14_wgmma.md)
+      // lab:begin s-desc: [s-wgmma]: the descriptors of the warpgroup's Q rows (q_wg) and of K_j …
       wgmma::mma_ss<T, Bc>(s, wgmma::desc(q_wg + wgmma::kmajor_offset(0, kk, Br)),
                            wgmma::desc(k_at(st) + wgmma::kmajor_offset(0, kk, Bc)), kk > 0);
       // lab:end
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm(Schedule{128, Bc, 2}, D)) s
     for (int kk = 0; kk < Bc / 16; ++kk)
 #pragma unroll
       for (int pn = 0; pn < kPanels; ++pn) {
-        // lab:begin pv-desc: [pv-wgmma]: the descriptor of V_j's keys 16kk .. 16kk + 15 in panel pn (wgmma::mnmajor_offset(kk, pn, Bc) from v_at(st)), and one wgmma::mma_rs of the A operand pa[kk] into o[pn] (docs/14_wgmma.md)
+        // lab:begin pv-desc: [pv-wgmma]: the descriptor of V_j's keys 16kk .. 16kk + 15 in panel …
         wgmma::mma_rs<T, 64>(o[pn], pa[kk], wgmma::desc(v_at(st) + wgmma::mnmajor_offset(kk, pn, Bc)), true);
         // lab:end
       }

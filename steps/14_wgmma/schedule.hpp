@@ -7,16 +7,16 @@
 // descriptors (no ldmatrix, no fragments of Q or K in registers), S accumulates in registers, P is
 // converted there and is the register operand of P·V, whose V tile is read through its descriptor
 // as stored (no transpose). The tiles are stored in the 128-byte-swizzled panels wgmma reads
-// (common/wgmma_layout.hpp, [sw128]). The loads stay step 12's cp.async pipeline; step 15 changes those.
+// (common/kernel/wgmma_layout.hpp, [sw128]). The loads stay step 12's cp.async pipeline; step 15 changes those.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "step.hpp"
-#include "wgmma_layout.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
+#include "kernel/wgmma_layout.hpp"
 
 namespace fa::step14 {
 
@@ -27,7 +27,7 @@ struct Schedule {
   FA_HD constexpr int warps() const { return 4 * G; }
   FA_HD constexpr int threads() const { return 128 * G; }
 };
-// [tiles] Both head dimensions: two warpgroups of 64 rows (Br = 128, as step 12) and 64 keys per
+// [tile-sizes] Both head dimensions: two warpgroups of 64 rows (Br = 128, as step 12) and 64 keys per
 // tile — S is 32 floats per thread, O 32 (d = 64) or 64 (d = 128) — so that two blocks share an SM
 // (96 KB of shared memory at d = 128, at most 128 registers per thread): while one block's
 // warpgroups run their softmax, the other's keep the tensor cores busy. --tiles 128x128 measures

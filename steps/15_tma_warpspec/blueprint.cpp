@@ -1,4 +1,4 @@
-// Step 15 — the blueprint: the kernel's roles on the CPU, common/wgmma_forward.cpp (shared with step
+// Step 15 — the blueprint: the kernel's roles on the CPU, common/blueprint/wgmma_forward.cpp (shared with step
 // 14) with the producer's ring (Loads::Ring). The producer fills a ring of `stages` K/V stages —
 // the first `stages` tiles at once (this step's own piece, its lab), then tile j + stages into the
 // stage tile j freed — and the two consumer warpgroups run step 14's products and softmax on each
@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "schedule.hpp"
-#include "wgmma_forward.hpp"
+#include "blueprint/wgmma_forward.hpp"
 
 namespace fa::step15 {
 
@@ -17,11 +17,11 @@ namespace {
 
 // [producer] Q once, then the first `stages` tiles into the ring before any is consumed (the
 // refill of a freed stage with tile j + stages comes after the consumers, in wgmma_bp::forward).
-void first_loads(int64_t Tend, int64_t i0, const wgmma_bp::Tiles& t, SmemTile& Qs, wgmma_bp::Stages& kv, const GlobalMat& Q,
+void first_loads(int64_t Tcount, int64_t i0, const wgmma_bp::Tiles& t, SmemTile& Qs, wgmma_bp::Stages& kv, const GlobalMat& Q,
                  const GlobalMat& K, const GlobalMat& V) {
-  // lab:begin producer-ring: [producer]: Q, then tiles 0 .. stages − 1 into stages 0 .. stages − 1 (only tiles below Tend); the refill of a freed stage comes after the consumers (docs/15_tma_warpspec.md)
-  if (Tend > 0) Qs.load_from(Q, i0, 0);
-  for (int64_t j = 0; j < std::min(Tend, t.stages); ++j) {
+  // lab:begin producer-ring: [producer]: Q, then tiles 0 .. stages − 1 into stages 0 .. stages − …
+  if (Tcount > 0) Qs.load_from(Q, i0, 0);
+  for (int64_t j = 0; j < std::min(Tcount, t.stages); ++j) {
     kv.k[size_t(j)].load_from(K, j * t.Bc, 0);
     kv.v[size_t(j)].load_from(V, j * t.Bc, 0);
   }

@@ -19,9 +19,9 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda_check.cuh"
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
-#include "wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
+#include "kernel/wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
 
 namespace fa::step15 {
 
@@ -74,7 +74,7 @@ __device__ inline void tma_load(uint32_t dst, const CUtensorMap* map, int col, i
       : "memory"));
 }
 
-// [registers] setmaxnreg: the warpgroup's threads drop to / rise to N registers each.
+// [setmaxnreg] setmaxnreg: the warpgroup's threads drop to / rise to N registers each.
 template <int N>
 __device__ inline void regs_dec() { FA_SM90A_ONLY(asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N))); }
 template <int N>
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(384, 1) step15_tma_warpspec(const __grid_const
     for (int pn = 0; pn < kPanels; ++pn) tma_load(sbase + pn * Br * wgmma::kRowBytes, &maps.q, 64 * pn, i0, h, b, q_full);
     for (int j = 0; j < Tend; ++j) {
       const int st = j % Stages;
-      // lab:begin producer-ring: [producer]: before refilling stage st for tile j, wait until the consumers released tile j − Stages (empty_parity, [handshake] in schedule.hpp); then announce kStageBytes on full(st) and issue the K and V boxes of every panel (docs/15_tma_warpspec.md)
+      // lab:begin producer-ring: [producer]: before refilling stage st for tile j …
       if (j >= Stages) mbar_wait(empty(st), empty_parity(j, Stages));
       mbar_arrive_expect(full(st), kStageBytes);
       for (int pn = 0; pn < kPanels; ++pn) {
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(384, 1) step15_tma_warpspec(const __grid_const
 
   for (int j = 0; j < Tend; ++j) {
     const int j0 = j * Bc, st = j % Stages;
-    // lab:begin consumer-wait: [consumer]: wait for the phase of full(st) that is tile j's fill (full_parity, [handshake] in schedule.hpp) — its K and V have landed in stage st (docs/15_tma_warpspec.md)
+    // lab:begin consumer-wait: [consumer]: wait for the phase of full(st) that is tile j's fill …
     mbar_wait(full(st), full_parity(j, Stages));
     // lab:end
 
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(384, 1) step15_tma_warpspec(const __grid_const
         wgmma::mma_rs<T, 64>(o[pn], pa[kk], wgmma::desc(v_at(st) + wgmma::mnmajor_offset(kk, pn, Bc)), true);
     wgmma::commit();
     wgmma::wait<0>();
-    // lab:begin consumer-release: [consumer]: this warp is done with stage st: one arrival on empty(st) from one lane (the barrier counts the consumers' eight warps) (docs/15_tma_warpspec.md)
+    // lab:begin consumer-release: [consumer]: this warp is done with stage st …
     if (lane == 0) mbar_arrive(empty(st));
     // lab:end
   }

@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <string>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "step.hpp"
-#include "wgmma_layout.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
+#include "kernel/wgmma_layout.hpp"
 
 namespace fa::step15 {
 
@@ -28,7 +28,7 @@ struct Schedule {
   FA_HD constexpr int consumers() const { return Br / 64; }
   FA_HD constexpr int threads() const { return 128 * (1 + consumers()); }  // the producer warpgroup first
 };
-// [tiles] One block per SM (three warpgroups, 384 threads): 128 rows × 128 keys, two stages at
+// [tile-sizes] One block per SM (three warpgroups, 384 threads): 128 rows × 128 keys, two stages at
 // d = 128 (160 KB of shared memory); at d = 64 the same tile with four stages (144 KB). --tiles
 // 128x64 measures 64-key tiles with twice the stages (docs/15_tma_warpspec.md).
 enum Tiles : int { kTilesAuto = 0, kTiles128x64, kTileChoices };
@@ -43,7 +43,7 @@ inline constexpr int64_t kSmemBudget = 227 * 1024;
 // one 128-byte swizzled row); the blueprint runs every d.
 inline constexpr int kHeadDims[] = {64, 128, 256};
 
-// [registers] setmaxnreg: the producer warpgroup gives its registers up to 24 per thread, the two
+// [setmaxnreg] setmaxnreg: the producer warpgroup gives its registers up to 24 per thread, the two
 // consumer warpgroups take 240 — 128·24 + 256·240 = 64512 of the SM's 65536.
 inline constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "the register file");

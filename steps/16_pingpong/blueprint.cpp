@@ -1,4 +1,4 @@
-// Step 16 — the blueprint: step 15's roles on the CPU (common/wgmma_forward.cpp with the producer's
+// Step 16 — the blueprint: step 15's roles on the CPU (common/blueprint/wgmma_forward.cpp with the producer's
 // ring), with the consumers' turns of the kernel. Turn j of a warpgroup multiplies S_j and, behind
 // it, P_{j-1}·V_{j-1} — the product the softmax of tile j − 1 made ready — then runs the softmax of
 // tile j; the two warpgroups take their turns in order (ping-pong), and the stage of tile j − 1 is
@@ -10,21 +10,21 @@
 #include <string>
 
 #include "schedule.hpp"
-#include "wgmma_forward.hpp"
+#include "blueprint/wgmma_forward.hpp"
 
 namespace fa::step16 {
 
 namespace {
 
-// [pingpong] [overlap] The consumers' turns over a block's Tend tiles: turn j (0 .. Tend) of each
+// [pingpong] [overlap] The consumers' turns over a block's Tcount tiles: turn j (0 .. Tcount) of each
 // warpgroup in order; then the stage of tile j − 1 goes back to the producer.
-void turns(int64_t Tend, int64_t G, wgmma_bp::Consumer& c) {
-  // lab:begin pingpong-turns: [pingpong]: Tend + 1 turns; in turn j each warpgroup g (in order) multiplies S_j (j < Tend), then P_{j-1}·V_{j-1} (j > 0), then runs the softmax of tile j (j < Tend); after both, tile j − 1's stage is released (docs/16_pingpong.md)
-  for (int64_t j = 0; j <= Tend; ++j) {
+void turns(int64_t Tcount, int64_t G, wgmma_bp::Consumer& c) {
+  // lab:begin pingpong-turns: [pingpong]: Tcount + 1 turns; in turn j each warpgroup g …
+  for (int64_t j = 0; j <= Tcount; ++j) {
     for (int64_t g = 0; g < G; ++g) {
-      if (j < Tend) c.s(g, j);
+      if (j < Tcount) c.s(g, j);
       if (j > 0) c.pv(g, j - 1);
-      if (j < Tend) c.softmax(g, j);
+      if (j < Tcount) c.softmax(g, j);
     }
     if (j > 0) c.release(j - 1);
   }
@@ -59,7 +59,7 @@ std::string run_options_reason(const Shape& s, const StepOptions& o) {
   const int t = tiles_of(o);
   if (valid(schedule_for(int(s.d), t))) return "";
   return std::string("--tiles ") + kTileNames[t] + " is not offered at d = " + std::to_string(s.d) +
-         " (shared memory or a consumer's registers would not hold it: [tiles] in steps/16_pingpong/schedule.hpp)";
+         " (shared memory or a consumer's registers would not hold it: [tile-sizes] in steps/16_pingpong/schedule.hpp)";
 }
 }  // namespace
 

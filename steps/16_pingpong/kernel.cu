@@ -22,9 +22,9 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda_check.cuh"
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
-#include "wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
+#include "kernel/wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
 
 namespace fa::step16 {
 
@@ -77,7 +77,7 @@ __device__ inline void tma_load(uint32_t dst, const CUtensorMap* map, int col, i
       : "memory"));
 }
 
-// [registers] setmaxnreg: the warpgroup's threads drop to / rise to N registers each.
+// [setmaxnreg] setmaxnreg: the warpgroup's threads drop to / rise to N registers each.
 template <int N>
 __device__ inline void regs_dec() { FA_SM90A_ONLY(asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N))); }
 template <int N>
@@ -114,15 +114,16 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * Br, rows = min(Br, p.N - i0);  // [order] heaviest causal blocks first
-  // [skip] [window] The block visits K/V tiles jbeg .. jbeg + Tend − 1 (none when Tend = 0). Below,
+  // [skip] [window] The block visits K/V tiles jbeg .. jbeg + Tcount − 1 (none when Tcount = 0). Below,
   // j counts the tiles visited, from 0 — the stages, the parities and the turns all go by it — and
   // jbeg + j is the tile's place in K and V.
   const int jbeg = int(first_kv_tile(i0, i0 + rows, p.N, p.Nk, Bc, p.causal, p.window));
-  const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal)) - jbeg;
+  const int Tcount = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal)) - jbeg;
   const int hkv = p.kv_head(h);  // [gqa]
 
   // [mbarrier] One thread initializes every barrier; the block's only __syncthreads publishes them.
-  // full[st]: one arrival (the producer's, with the bytes) per phase; empty[st]: one per consumer warp.
+  // Four kinds per stage st ([split-ring]): full_k(st) and full_v(st) take one arrival per phase (the
+  // producer's, with the bytes of K_j or V_j); empty_k(st) and empty_v(st) one per consumer warp.
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     for (int st = 0; st < Stages; ++st) {
@@ -136,10 +137,10 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
   if (wg == 0) {
     // ---- [producer] ---------------------------------------------------------------------------
     regs_dec<kProducerRegs>();
-    if (threadIdx.x != 0 || Tend == 0) return;
+    if (threadIdx.x != 0 || Tcount == 0) return;
     mbar_arrive_expect(q_full, kQTile);
     for (int pn = 0; pn < kPanels; ++pn) tma_load(sbase + pn * Br * wgmma::kRowBytes, &maps.q, 64 * pn, i0, h, b, q_full);
-    for (int j = 0; j < Tend; ++j) {
+    for (int j = 0; j < Tcount; ++j) {
       const int st = j % Stages;
       // [split-ring] K_j once K_{j-Stages} is released, then V_j once V_{j-Stages} is.
       if (j >= Stages) mbar_wait(empty_k(st), empty_parity(j, Stages));
@@ -172,17 +173,17 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
   // run one warpgroup's products while the others run their softmax. The last consumer does not
   // hand on after its last turn: every bar.sync of a barrier meets exactly one bar.arrive.
   int turns = 0;  // this warpgroup's turns so far
-  const int last_turn = Tend;  // the index of its last turn (Tend + 1 turns: one per tile, one more)
+  const int last_turn = Tcount;  // the index of its last turn (Tcount + 1 turns: one per tile, one more)
   auto turn_begin = [&] {
     if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + c) : "memory");
   };
   auto turn_end = [&] {
-    // lab:begin turn-handoff: [pingpong]: hand the next turn to consumer (c + 1) % C — a bar.arrive of 256 threads on its named barrier 1 + (c + 1) % C — except after the last consumer's last turn (docs/16_pingpong.md)
+    // lab:begin turn-handoff: [pingpong]: hand the next turn to consumer …
     if (PP && !(c == C - 1 && turns == last_turn)) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (c + 1) % C) : "memory");
     // lab:end
     ++turns;
   };
-  if (PP && c == C - 1 && Tend > 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1) : "memory");
+  if (PP && c == C - 1 && Tcount > 0) asm volatile("bar.arrive %0, 256;\n" ::"r"(1) : "memory");
 
   auto issue_s = [&](int st) {  // [s-wgmma] S = Q K_jᵀ (step 14's), one group
 #pragma unroll
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
   // waited for first. Õ is rescaled for tile j once P_{j-1}·V_{j-1} is in. The first and the last
   // turns are peeled: with a wgmma issued under a condition, ptxas cannot tell which groups a
   // wait_group leaves running, and serializes every wgmma of the kernel (its warning C7514).
-  if (Tend > 0) {
+  if (Tcount > 0) {
     mbar_wait(q_full, 0);
     mbar_wait(full_k(0), full_parity(0, Stages));
     turn_begin();
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
     release(empty_k(0));
     softmax(0);
     rescale_and_pack();
-    for (int j = 1; j < Tend; ++j) {
+    for (int j = 1; j < Tcount; ++j) {
       const int st = j % Stages, prev = (j - 1) % Stages;
       mbar_wait(full_k(st), full_parity(j, Stages));
       mbar_wait(full_v(prev), full_parity(j - 1, Stages));
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
       issue_pv(prev);
       turn_end();
       // [overlap] Wait for S_j alone: the softmax of tile j runs under P_{j-1}·V_{j-1}.
-      // lab:begin overlap-release: [overlap] [split-ring]: wait for S_j alone (wgmma::wait<1>: P_{j-1}·V_{j-1} may still run; wait<0> without OV), then give K_j's stage back (release(empty_k(st))); after the softmax wait for P_{j-1}·V_{j-1} and give V_{j-1}'s back (docs/16_pingpong.md)
+      // lab:begin overlap-release: [overlap] [split-ring]: wait for S_j alone (wgmma::wait<1> …
       if (OV) wgmma::wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
       else wgmma::wait<0>();
       release(empty_k(st));
@@ -298,8 +299,8 @@ __global__ void __launch_bounds__(Schedule{Br, Bc, Stages}.threads(), 1) step16_
       // lab:end
       rescale_and_pack();
     }
-    const int last = (Tend - 1) % Stages;
-    mbar_wait(full_v(last), full_parity(Tend - 1, Stages));
+    const int last = (Tcount - 1) % Stages;
+    mbar_wait(full_v(last), full_parity(Tcount - 1, Stages));
     turn_begin();
     wgmma::fence();
     issue_pv(last);
@@ -438,7 +439,7 @@ void launch_tiles(const AttnParams& p, int tiles, int ablation, cudaStream_t st)
   const Schedule want = schedule_for(D, tiles);
   if (!valid(want))
     throw Unsupported(std::string("step16: --tiles ") + kTileNames[tiles] + " is not offered at d = " + std::to_string(D) +
-                      " (shared memory or a consumer's registers would not hold it: [tiles] in steps/16_pingpong/schedule.hpp)");
+                      " (shared memory or a consumer's registers would not hold it: [tile-sizes] in steps/16_pingpong/schedule.hpp)");
   if (tiles == kTilesAuto && ablation == kFull) return launch_typed<T, D, a.Br, a.Bc, a.stages>(p, st);
   if constexpr (std::is_same_v<T, __half>) {
     if (want.Br == a.Br && want.Bc == a.Bc && ablation == kFull) return launch_typed<T, D, a.Br, a.Bc, a.stages>(p, st);

@@ -9,16 +9,16 @@
 //               of tile j runs while P_{j-1}·V_{j-1} is still multiplied. It costs registers: S of
 //               tile j and P of tile j − 1 are alive at once.
 // K and V of a stage have barriers of their own ([split-ring]): K_j is free once S_j is in, a turn
-// before V_j is. The tiles are chosen per head dimension ([tiles]), three consumers at d = 64.
+// before V_j is. The tiles are chosen per head dimension ([tile-sizes]), three consumers at d = 64.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "step.hpp"
-#include "wgmma_layout.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
+#include "kernel/wgmma_layout.hpp"
 
 namespace fa::step16 {
 
@@ -29,7 +29,7 @@ struct Schedule {
   FA_HD constexpr int consumers() const { return Br / 64; }
   FA_HD constexpr int threads() const { return 128 * (1 + consumers()); }  // the producer warpgroup first
 };
-// [tiles] One block per SM, so the ring takes every stage that fits the 227 KB (at most 8): 128
+// [tile-sizes] One block per SM, so the ring takes every stage that fits the 227 KB (at most 8): 128
 // rows × 128 keys at d = 128 (3 stages), 128 × 64 at d = 256 (2 stages: a 128-key stage of K and V
 // would be 128 KB), and at d = 64 three consumer warpgroups, 192 × 128 (6 stages). --tiles picks
 // another (an experiment, fp16 only; 192x128 only at d = 64, where a consumer's registers hold it)
@@ -53,7 +53,7 @@ FA_HD constexpr Schedule schedule_for(int d, int tiles = kTilesAuto) {
 // 128-byte swizzled row); the blueprint runs every d.
 inline constexpr int kHeadDims[] = {64, 128, 256};
 
-// [registers] setmaxnreg: the producer warpgroup gives its registers up to 24 per thread, the
+// [setmaxnreg] setmaxnreg: the producer warpgroup gives its registers up to 24 per thread, the
 // consumers take the rest — 240 each for two (128·24 + 256·240 = 64512 of the SM's 65536), 160 each
 // for three (128·24 + 384·160 = 64512).
 inline constexpr int kProducerRegs = 24;

@@ -3,7 +3,7 @@
 // ([split-kv]); per K/V tile each of its warps runs the online softmax of its rows against its
 // slice of the tile's keys ([slices]), reading the cache through the block table ([paged]) and
 // appending the new tokens' K/V on the way ([append]); the slices are merged at the end of the
-// block, the splits by the combine ([merge]: common/decode.hpp's merge). Products are plain loops
+// block, the splits by the combine ([merge]: common/reference/decode.hpp's merge). Products are plain loops
 // over the storage type's values in fp32, P rounded to the storage type as the kernel packs it.
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "decode.hpp"
+#include "reference/decode.hpp"
 #include "schedule.hpp"
 
 namespace fa::step17 {
@@ -20,7 +20,6 @@ namespace fa::step17 {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 int64_t blueprint_splits(const Shape& s, const StepOptions& o) {
   return choose_splits(s.B, s.H, s.hkv(), s.N, s.Nk, s.window, o, kBlueprintSms, kBlueprintBlocksPerSm);
@@ -176,7 +175,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
             for (int w = 0; w < kWarps; ++w) {
               const int rt = w % RT, ks = w / RT;
               SliceState& x = ws[size_t(w)];
-              // lab:begin slice-softmax: [slices]: the warp's 16 rows against its KW keys (KW·ks .. of the tile): S = Q K_sliceᵀ, the mask, then the online softmax in the log2 domain (m, l, Õ) and Õ += P·V_slice with P rounded to the storage type
+              // lab:begin slice-softmax: [slices]: the warp's 16 rows against its KW keys: S, softmax, Õ …
               std::vector<float> K(static_cast<size_t>(KW * d)), V(size_t(KW * d));  // the slice, read once (ldmatrix)
               for (int64_t k = 0; k < KW; ++k)
                 for (int64_t c = 0; c < d; ++c) {
@@ -237,7 +236,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
                   const float mo = scratch.read(other, 16 * d + r), lo = scratch.read(other, 16 * d + 16 + r);
                   std::vector<float> oo(static_cast<size_t>(d));
                   for (int64_t c = 0; c < d; ++c) oo[size_t(c)] = scratch.read(other, r * d + c);
-                  // lab:begin merge-warps: [merge-warps]: fold slice `other`'s (mo, lo, oo) into this warp's row r (me.m, me.l, me.o): m = max of the two, each side rescaled by exp2(its m − m) (docs/17_decode.md, 'The split and the merge')
+                  // lab:begin merge-warps: [merge-warps]: fold slice `other`'s (mo, lo, oo) into row r …
                   const float mn = std::max(me.m[size_t(r)], mo), mu = mn == -kInf ? 0.0f : mn;
                   const float as = std::exp2(me.m[size_t(r)] - mu), ao = std::exp2(mo - mu);
                   me.l[size_t(r)] = me.l[size_t(r)] * as + lo * ao;

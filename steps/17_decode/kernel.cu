@@ -10,7 +10,7 @@
 //                   O and L are written; several: a partial O and L in fp32 each.
 //   step17_combine  one warp per query row: L = log Σ_s exp(L_s), O = Σ_s exp(L_s − L) O_s ([merge]).
 //
-// Layout of every fragment: common/mma_layout.hpp.
+// Layout of every fragment: common/kernel/mma_layout.hpp.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,16 +20,15 @@
 #include <string>
 #include <vector>
 
-#include "arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
-#include "cuda_check.cuh"
-#include "decode.hpp"
-#include "mma_layout.hpp"
+#include "kernel/arch.cuh"  // FA_SM80_ONLY: mma.sync.m16n8k16, cp.async before sm_80 trap (the host refuses first)
+#include "kernel/cuda_check.cuh"
+#include "reference/decode.hpp"
+#include "kernel/mma_layout.hpp"
 #include "schedule.hpp"
 
 namespace fa::step17 {
 
 constexpr int kThreads = kWarps * 32;
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // Everything a launch needs beyond AttnParams, most of it in the workspace (Workspace below).
 struct DecodeArgs {
@@ -210,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   int64_t qi0 = 0, qi1 = 0;
   chunk_queries(r0, r0 + rows, p.N, qi0, qi1);
   KeyRange range;  // empty until set
-  // lab:begin split-range: [split-kv]: this block's keys: the chunk's visible range (chunk_keys), then split `split` of a.splits of it (split_range) — both in schedule.hpp
+  // lab:begin split-range: [split-kv]: this block's keys: the chunk's visible range, then a split …
   range = split_range(chunk_keys(keys_b, p.N, qi0, qi1, p.causal, p.window), a.splits, split);
   // lab:end
   const int Tn = int(num_tiles(range.hi - range.lo, kBc));
@@ -459,7 +458,7 @@ __device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane) {
   const float* Ls = a.part_l + q_row * S;
   const float* Os = a.part_o + q_row * S * D + kPer * lane;
   float L = 0.0f, acc[kPer] = {};  // the row's L and this lane's columns of O
-  // lab:begin combine: [merge]: the splits kMergeBatch at a time, loads first, merged online into m, l and acc; then L and O (docs/17_decode.md)
+  // lab:begin combine: [merge]: the splits kMergeBatch at a time, merged online; then L, O …
   float m = -INFINITY, l = 0.0f;
   for (int s0 = 0; s0 < S; s0 += kMergeBatch) {
     float Lb[kMergeBatch], Ob[kMergeBatch][kPer];
@@ -705,7 +704,7 @@ void prepare(const Shape& s, const AttnParams& p, const StepOptions& opts, void*
         case 64: step17_fill_pool<64><<<2048, 256, 0, st>>>(src, sb, sh, sn, pool, a.kl, dl, s.Nk, int(s.B), int(Hkv), 0); break;
         default: step17_fill_pool<128><<<2048, 256, 0, st>>>(src, sb, sh, sn, pool, a.kl, dl, s.Nk, int(s.B), int(Hkv), 0); break;
       }
-      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK_LAUNCH("step17_fill_pool");
     }
   } else if (s.decode()) {
     // ... and, in the contiguous cache, everything from the first new token on set to NaN: the
@@ -724,6 +723,14 @@ void prepare(const Shape& s, const AttnParams& p, const StepOptions& opts, void*
 
 void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
+  // cp.async moves 16 bytes (8 elements) at a time, and the new tokens' rows are appended in 16-byte
+  // chunks: every tensor's base and row strides must keep those chunks whole.
+  auto aligned = [](const void* ptr, int64_t sb, int64_t sh, int64_t sn) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && sn % 8 == 0;
+  };
+  if (!aligned(p.q, p.q_sb, p.q_sh, p.q_sn) || !aligned(p.k, p.k_sb, p.k_sh, p.k_sn) ||
+      !aligned(p.v, p.v_sb, p.v_sh, p.v_sn) || !aligned(p.o, p.o_sb, p.o_sh, p.o_sn))
+    throw std::invalid_argument("step17: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
   if (p.Hkv < 1 || p.H % p.Hkv != 0) throw std::invalid_argument("step17: HKV must divide H");
   const DecodeArgs a = make_args(p, opts);
   // [pdl] Programmatic dependent launch is Hopper's (sm_90): refused elsewhere, before any launch.

@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <string>
 
-#include "attn_params.hpp"
-#include "causal.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
 
 namespace fa::step17 {
 
@@ -27,11 +27,18 @@ inline constexpr int kRowsPerBlock = 16 * kWarps;  // query rows of a block: one
 inline constexpr int kStages = 3;               // K/V tiles in flight: one multiplied, two loading
 inline constexpr int kMaxQlen = 16;             // --qlen's limit (speculative decoding's few tokens)
 inline constexpr int kMaxSplits = 128;
+// [exp2] The softmax in base 2 (kernel and blueprint): exp(x) = exp2(x·log2 e), L = (m + log2 l)·ln 2.
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kBc % 64 == 0, "a tile's keys split into 1, 2 or 4 slices of whole 16-key blocks");
 
 // Shared memory per block: kStages × (K tile, V tile), storage type. [q-alias] The Q rows wait in
 // the last stage's K tile: they are read into registers once, before that stage is first filled.
 FA_HD constexpr int64_t smem_bytes(int d) { return int64_t(kStages) * 2 * kBc * d * 2; }
+// [q-alias] Tiles 0 and 1 load with Q, before Q has left shared memory; the last stage is first
+// filled by tile kStages − 1, issued only after every warp has Q in registers — so that stage must
+// not be tile 0's or tile 1's: three stages at least.
+static_assert(kStages >= 3, "[q-alias] Q waits in the last stage, which tiles 0 and 1 must not use");
 inline constexpr int64_t kSmemBudget = 96 * 1024;
 static_assert(kRowsPerBlock <= kBc, "the Q rows fit a K tile");
 static_assert(smem_bytes(128) <= kSmemBudget, "96 KB at d = 128: two blocks per SM on 8.0 and 9.0, one on 8.6 and 8.9");
@@ -69,7 +76,7 @@ FA_HD constexpr void chunk_queries(int64_t r0, int64_t r1, int64_t N, int64_t& i
   else { i0 = r0 % N; i1 = (r1 - 1) % N; }
 }
 // [split-kv] Split s of `splits` over [lo, hi), in whole tiles counted from lo, as even as tiles allow
-// (common/decode.hpp's split_keys over hi − lo keys, shifted by lo): empty when s is past the tiles.
+// (common/reference/decode.hpp's split_keys over hi − lo keys, shifted by lo): empty when s is past the tiles.
 FA_HD constexpr KeyRange split_range(KeyRange r, int64_t splits, int64_t s) {
   const int64_t tiles = num_tiles(r.hi - r.lo, kBc), n = splits < tiles ? splits : tiles;
   if (s >= n) return {r.hi, r.hi};
@@ -123,7 +130,7 @@ FA_HD constexpr int64_t merge_batches(int64_t splits) { return (splits + kMergeB
 int64_t splits_of(const StepOptions& o);        // 0 for auto
 
 // [splits] The number of splits for a shape on a GPU of `sms` SMs running `blocks_per_sm` blocks
-// each: --splits when given, else common/decode.hpp's heuristic over the grid's B·HKV·chunks
+// each: --splits when given, else common/reference/decode.hpp's heuristic over the grid's B·HKV·chunks
 // (sequence, kv-head, chunk) blocks and the cache's capacity (or the window's span): a split
 // past a shorter sequence's keys is empty and ends at once.
 int64_t choose_splits(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk, int64_t window, const StepOptions& o,

@@ -133,7 +133,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
             GlobalMat O(k.o.head(b, h), nq, d, d, f32, merge), L(k.lse.head(b, h), nq, 1, 1, f32, merge);
             for (int64_t e = 0; e < c.rows(); ++e) {
               const int64_t row = c.q0 + e;
-              // lab:begin merge: fold this call's (O_c, L_c) of row `row` into the running (O, L) by L (docs/18_ring.md, [merge])
+              // lab:begin merge: fold this call's (O_c, L_c) of row `row` into the running (O, L) by L …
               const float lc = Lc.load(e, 0), l = L.load(row, 0);
               const float lcv = lc == kInf ? -kInf : lc;  // no key in this call: weight 0
               const float mx = std::max(l, lcv);

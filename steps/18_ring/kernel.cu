@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_check.cuh"
+#include "kernel/cuda_check.cuh"
 #include "schedule.hpp"
 
 namespace fa::step12 {
@@ -55,7 +55,7 @@ __global__ void step18_ring_merge(const T* __restrict__ oc, const float* __restr
   const int lane = threadIdx.x % 32;
   if (w >= BH * rows) return;
   const int64_t bh = w / rows, i = w % rows, row = bh * nq + q0 + i;
-  // lab:begin merge-kernel: the weights of the running (O, L) and of the call's (O_c, L_c), then O and L of row `row` (docs/18_ring.md, [merge])
+  // lab:begin merge-kernel: the weights of the running (O, L) and of (O_c, L_c), then O and L …
   const float lraw = lc[bh * nq + i], lcv = lraw == INFINITY ? -INFINITY : lraw, la = l[row];
   const float mx = fmaxf(la, lcv);
   const float lnew = mx == -INFINITY ? -INFINITY : mx + logf(expf(la - mx) + expf(lcv - mx));

@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "csv.hpp"
-#include "cuda_check.cuh"
-#include "gpu.hpp"
+#include "harness/csv.hpp"
+#include "kernel/cuda_check.cuh"
+#include "harness/gpu.hpp"
 #include "schedule.hpp"
 
 namespace fa::step12 {

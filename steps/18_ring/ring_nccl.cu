@@ -30,10 +30,10 @@
 #include <thread>
 #include <vector>
 
-#include "csv.hpp"
-#include "cuda_check.cuh"
-#include "dtype.hpp"
-#include "gpu.hpp"
+#include "harness/csv.hpp"
+#include "kernel/cuda_check.cuh"
+#include "core/dtype.hpp"
+#include "harness/gpu.hpp"
 #include "schedule.hpp"
 
 using namespace fa;

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "attn_params.hpp"
-#include "step.hpp"
+#include "kernel/attn_params.hpp"
+#include "core/step.hpp"
 
 namespace fa::step18 {
 
