@@ -1,6 +1,6 @@
 """The course's one clock, for PyTorch's side (docs/profiling.md, "One clock").
 
-Our step programs time a call three ways (common/gpu_harness.cu); this module times a PyTorch call
+Our step programs time a call three ways (common/harness/gpu_harness.cu); this module times a PyTorch call
 the same three ways, so that a ratio compares the same thing on both sides:
 
   kernel time   the GPU time of every kernel, memset and memcpy one call launches, summed, from the
@@ -12,10 +12,17 @@ the same three ways, so that a ratio compares the same thing on both sides:
 
 KERNEL_CLOCK is what the rows say of their kernel clock: the tables check that our rows and the peers'
 name the same L2 flush before they set one beside the other (scripts/doc_tables.py).
+
+Also what the scripts that time PyTorch share (scripts/peers.py, scripts/decode_target.py): load_torch()
+(skip cleanly without PyTorch or a GPU), run_commit() and utc_date() for the rows' leading columns, and
+Clock.time_call(), the three clocks of one call in one go.
 """
+import datetime
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 
 KERNEL_CLOCK = "kineto;l2-read-256MiB"
@@ -60,6 +67,44 @@ def per_rep_device_ms(events, prefix=REP):
             out[k][0] += e["dur"] / 1000.0
             out[k][1] += 1
     return [tuple(x) for x in out], fallbacks
+
+
+def load_torch(me):
+    """PyTorch, or None after saying why on stderr (not installed, or no CUDA device): the caller then
+    exits 0, a skipped run rather than a failure."""
+    try:
+        import torch
+    except ImportError as e:
+        print(f"{me}: skipped: PyTorch is not installed ({e})", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print(f"{me}: skipped: PyTorch sees no CUDA device", file=sys.stderr)
+        return None
+    return torch
+
+
+def run_commit(given=""):
+    """The commit a run's rows name: the one given (--commit), else FA_COMMIT, else git's, else "unknown"."""
+    if given:
+        return given
+    if os.environ.get("FA_COMMIT"):
+        return os.environ["FA_COMMIT"]
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL,
+                                       cwd=os.path.dirname(os.path.abspath(__file__))).strip() or "unknown"
+    except Exception:  # noqa: BLE001 — no git, or not a work tree
+        return "unknown"
+
+
+def utc_date():
+    """The rows' date column: now, UTC, to the minute (as the step programs' rows)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def first_line(e, n=120):
+    """An exception's first line, at most n characters (its type's name where it has no message)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:n]
 
 
 class Clock:
@@ -153,3 +198,20 @@ class Clock:
             ts.append(a.elapsed_time(b) / self.graph_calls)
         del g
         return statistics.median(ts)
+
+    def graph_or_none(self, fn, notes, what):
+        """graph_ms(fn), or None with a note in notes where the backend cannot be captured."""
+        try:
+            return self.graph_ms(fn)
+        except Exception as e:  # noqa: BLE001 — a capture a backend refuses is reported, not fatal
+            notes.append(f"{what} not captured in a CUDA graph: {first_line(e)}")
+            return None
+
+    def time_call(self, fn, notes, what="forward"):
+        """The three clocks of one call, fn already run once: a dict of event_ms, kernel_ms, kernels (per
+        call), fallbacks (GPU records placed by their start) and graph_ms (None where capture failed, with
+        a note in notes)."""
+        t = {"event_ms": self.event_ms(fn)}
+        t["kernel_ms"], t["kernels"], t["fallbacks"] = self.kernel_ms(fn)
+        t["graph_ms"] = self.graph_or_none(fn, notes, what)
+        return t

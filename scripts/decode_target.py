@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Step 17's target run (docs/17_decode.md): decoding on one GPU, every peer in the same run.
 
-  scripts/decode_target.py BUILD_DIR OUT.csv [--quick] [--bs 1,4,16,64] [--caches 4096,...]
-                           [--pages 16,64,256] [--reps 20] [--graph 10] [--commit HASH] [--deadline EPOCH_S]
+  scripts/decode_target.py OUT.csv [--build DIR] [--quick] [--bs LIST] [--caches LIST] [--pages LIST]
+                           [--reps 20] [--graph 10] [--commit HASH] [--deadline EPOCH_S]
+
+The arguments of its siblings (scripts/peers.py): the CSV first, then flags. --build is the build folder
+(default: FA_BUILD, else build/); the older spelling `decode_target.py BUILD_DIR OUT.csv` still works.
+The points' defaults are the decode matrix of scripts/targets.txt (bs, caches, pages).
 
 On one GPU, in this order, one CSV row each:
   - the HBM read bandwidth, measured by `bench --peaks` (a streaming read of 4 GiB);
@@ -24,11 +28,15 @@ and named. Without a GPU it says why and exits 0.
 """
 import argparse
 import csv
-import datetime
 import os
 import subprocess
 import sys
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # clock.py imported from the source tree: no __pycache__ there
+sys.path.insert(0, HERE)
+from clock import KERNEL_CLOCK, Clock, first_line, load_torch, run_commit, utc_date  # noqa: E402
 
 H, HKV, D = 32, 8, 128
 FIELDS = ["date", "commit", "device", "kind", "backend", "B", "cache_len", "page_size", "us", "cache_bytes",
@@ -57,34 +65,63 @@ def step_row(build, step, args):
     return t, int(row["pass"]), "" if rc == 0 else "exit %d" % rc
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("build")
-    ap.add_argument("out")
+def decode_targets():
+    """The decode matrix of scripts/targets.txt: {"bs": "1,4,...", "caches": ..., "pages": ...}."""
+    out = {}
+    with open(os.path.join(HERE, "targets.txt"), encoding="utf-8") as f:
+        for line in f:
+            words = line.split("#", 1)[0].split()
+            if len(words) == 3 and words[0] == "decode":
+                out[words[1]] = words[2]
+    return out
+
+
+def parse_args(argv=None):
+    t = decode_targets()
+    ap = argparse.ArgumentParser(description="Step 17's target run: step 17, step 12 as prefill and every SDPA "
+                                             "backend on the decode matrix, one CSV row each.")
+    ap.add_argument("paths", nargs="+", metavar="OUT.csv", help="the CSV to write (older spelling: BUILD_DIR OUT.csv)")
+    ap.add_argument("--build", default="", help="the build folder holding step17, step12 and bench "
+                    "(default: FA_BUILD, else build/)")
     ap.add_argument("--quick", action="store_true", help="B = 1 and 16, L = 4k and 64k, one page size")
-    ap.add_argument("--bs", default="1,4,16,64")
-    ap.add_argument("--caches", default="4096,8192,16384,32768,65536,131072")
-    ap.add_argument("--pages", default="16,64,256")
+    ap.add_argument("--bs", default=t.get("bs", "1,4,16,64"), help="comma-separated batch sizes (default: scripts/targets.txt)")
+    ap.add_argument("--caches", default=t.get("caches", "4096,8192,16384,32768,65536,131072"),
+                    help="comma-separated cache lengths in tokens (default: scripts/targets.txt)")
+    ap.add_argument("--pages", default=t.get("pages", "16,64,256"),
+                    help="comma-separated page sizes of the paged runs, empty for none (default: scripts/targets.txt)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--graph", type=int, default=10, help="calls per CUDA graph (default 10)")
-    ap.add_argument("--commit", default=os.environ.get("FA_COMMIT", "unknown"))
-    ap.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no new point starts")
-    args = ap.parse_args()
+    ap.add_argument("--commit", default="", help="the rows' commit (default: FA_COMMIT, else git's)")
+    ap.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no new point starts "
+                    "(its rows say so)")
+    args = ap.parse_args(argv)
+    if len(args.paths) == 2:  # the older spelling: BUILD_DIR OUT.csv
+        if args.build:
+            ap.error("a build folder twice: BUILD_DIR and --build")
+        args.build, args.out = args.paths
+    elif len(args.paths) == 1:
+        args.out = args.paths[0]
+    else:
+        ap.error("one OUT.csv (or BUILD_DIR OUT.csv)")
+    args.build = args.build or os.environ.get("FA_BUILD") or os.path.join(os.path.dirname(HERE), "build")
+    return args
+
+
+def main():
+    args = parse_args()
     if args.graph < 1 or args.reps < 1:
         print("decode_target.py: --graph and --reps must be at least 1", file=sys.stderr)
         return 2
+    torch = load_torch("decode_target.py")
+    if torch is None:
+        return 0
     try:
-        import torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError as e:
-        print(f"decode_target.py: skipped: PyTorch is not installed ({e})", file=sys.stderr)
+        print(f"decode_target.py: skipped: this PyTorch has no torch.nn.attention ({e})", file=sys.stderr)
         return 0
-    if not torch.cuda.is_available():
-        print("decode_target.py: skipped: PyTorch sees no CUDA device", file=sys.stderr)
-        return 0
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from clock import KERNEL_CLOCK, Clock
+    args.commit = run_commit(args.commit)
     clock = Clock(torch, reps=args.reps, graph_calls=args.graph)
     bs = [int(x) for x in args.bs.split(",")]
     caches = [int(x) for x in args.caches.split(",")]
@@ -92,7 +129,7 @@ def main():
     if args.quick:
         bs, caches, pages = [1, 16], [4096, 65536], pages[:1]
     device = torch.cuda.get_device_name(0)
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    date = utc_date()
     free = torch.cuda.mem_get_info()[0]
     f = open(args.out, "w", newline="")
     w = csv.DictWriter(f, fieldnames=FIELDS)
@@ -174,17 +211,16 @@ def main():
                 with sdpa_kernel(be):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                     fn()
-                    t = {"ms": clock.event_ms(fn)}
-                    t["kernel_ms"], t["kernels"], fb = clock.kernel_ms(fn)
-                    t["clock"] = KERNEL_CLOCK
-                    note = "enable_gqa=True" + (f"; {fb} GPU records placed by their start" if fb else "")
-                    try:
-                        t["graph_ms"] = clock.graph_ms(fn)
-                    except Exception as e:  # noqa: BLE001 — reported, not fatal
-                        note += "; not captured in a CUDA graph: " + (str(e).splitlines() or ["?"])[0][:100]
-                emit("sdpa", name, "", t, "", note)
+                    notes = ["enable_gqa=True"]
+                    c = clock.time_call(fn, notes, "the call")  # the same three clocks as scripts/peers.py
+                    t = {"ms": c["event_ms"], "kernel_ms": c["kernel_ms"], "kernels": c["kernels"], "clock": KERNEL_CLOCK}
+                    if c["graph_ms"] is not None:
+                        t["graph_ms"] = c["graph_ms"]
+                    if c["fallbacks"]:
+                        notes.append(f"{c['fallbacks']} GPU records placed by their start")
+                emit("sdpa", name, "", t, "", "; ".join(notes))
             except Exception as e:  # a backend that refuses the shape, or runs out of memory
-                emit("sdpa", name, "", {}, "", "refused: " + str(e).splitlines()[0][:160])
+                emit("sdpa", name, "", {}, "", "refused: " + first_line(e, 160))
                 torch.cuda.empty_cache()
         del q, k, v
         torch.cuda.empty_cache()

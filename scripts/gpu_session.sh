@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session, start to finish (on a machine with a CUDA GPU): a thin driver over the project's
 # own programs — the build, ctest, compute-sanitizer, the tour, `bench` (the sweeps), Nsight Compute
-# through scripts/ncu_ledger.py (which holds the metric list), and scripts/peers.py.
+# through scripts/ncu_profile.sh and scripts/ncu_ledger.py (which holds the metric list), and
+# scripts/peers.py. How to run it, and what to bring back: docs/gpu_session.md.
 #   1. build everything;  2. the whole test suite, GPU tests included;
 #   3. compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step at a small shape;
 #   4. the GPU's measured ceilings (`bench --peaks`: HBM, L2, shared memory, tensor cores, FMA,
@@ -9,7 +10,8 @@
 #      FlashAttention's benchmark shapes (B·N = 16k, H·d = 2048) with `bench`;
 #   5. Nsight Compute: bytes requested from global memory, L2 and DRAM bytes, beside the ledger;
 #      shared-memory bank conflicts, tensor-pipe use, warp stall reasons, where this ncu offers them;
-#   6. optionally: step 12's ablations, the FlashAttention-2 target matrix, PyTorch's SDPA peers.
+#   6. optionally: step 12's ablations, the FlashAttention-2 target matrix (scripts/targets.txt, "fwd"),
+#      PyTorch's SDPA peers.
 # Writes, into OUTDIR (default plots/data):
 #   session_<gpu>_stepNN.csv   bench's rows for one step (date, commit, CUDA versions, then the
 #                              step program's --csv columns)
@@ -137,67 +139,20 @@ if [ "${FA_SWEEP:-1}" = 1 ]; then
 fi
 
 # ---- 5. Nsight Compute -------------------------------------------------------------------------
-# The metrics come from scripts/ncu_ledger.py --metrics (the one list): "required NAME" or
-# "optional NAME|NAME..." — of each optional line, the first name this ncu offers is asked for
-# (an unknown name makes ncu refuse the whole list). `ncu --query-metrics` (CSV or plain; for the
-# device, else every device, else the chip FA_NCU_CHIP names) gives the base names it offers.
+# scripts/ncu_profile.sh, every variant of each step (bench --list): the metrics of scripts/ncu_ledger.py
+# --metrics, of each optional one the first name this ncu offers (--select offered: `ncu --query-metrics`
+# for the device, else every device, else the chip FA_NCU_CHIP names; an unknown name would make ncu
+# refuse the whole list), the required ones alone should ncu refuse the set anyway.
 ncu_steps="${FA_NCU_STEPS:-$measure}"
 [ "${FA_NCU:-1}" = 1 ] || ncu_steps=""
-if [ -n "$ncu_steps" ]; then
-  names="$B/ncu_metric_names.txt"
-  : >"$names"
-  queries=("--csv --devices 0" "--devices 0" "--csv" "")
-  [ -n "${FA_NCU_CHIP:-}" ] && queries+=("--csv --chips $FA_NCU_CHIP" "--chips $FA_NCU_CHIP")
-  for q in "${queries[@]}"; do
-    ncu --query-metrics $q >"$B/ncu_query.txt" 2>>"$log"
-    rc=$?
-    awk 'match($0, /[a-z][a-z0-9]*__[A-Za-z0-9_]+/) { print substr($0, RSTART, RLENGTH) }' "$B/ncu_query.txt" | sort -u >"$names"
-    if [ $rc -eq 0 ] && [ "$(wc -l <"$names")" -ge 100 ]; then say "ncu --query-metrics $q: $(wc -l <"$names") base names"; break; fi
-    : >"$names"
-  done
-  [ -s "$names" ] || say "ncu --query-metrics gave no list (see session.log): asking for every metric's first name, unchecked"
-  required="" optional=""
-  while read -r kind alts; do
-    pick=""
-    for m in ${alts//|/ }; do
-      # launch__* are launch attributes, not counters: --query-metrics need not list them.
-      if [ ! -s "$names" ] || [[ $m == launch__* ]] || grep -qxF -- "${m%%.*}" "$names"; then pick=$m; break; fi
-    done
-    if [ -z "$pick" ]; then say "ncu: ${alts//|/ or } not offered here, not collected"; continue; fi
-    if [ "$kind" = required ]; then required="${required:+$required,}$pick"; else optional="${optional:+$optional,}$pick"; fi
-  done < <(python3 "$root/scripts/ncu_ledger.py" --metrics)
-  sets=("$required${optional:+,$optional}" "$required")
-  for id in $ncu_steps; do
-    ncsv="$out/ncu_${slug}_step${id}.csv"
-    rm -f "$ncsv"
-    header=1
-    while read -r prog vflags; do
-      for n in ${FA_NCU_NS:-1024 4096}; do
-        for causal in ${FA_NCU_CAUSAL:-0 1}; do
-          b=$(( 16384 / n )); h=16; d=128
-          args=(--b $b --h $h --n $n --d $d --reps 0 --backend gpu --ledger-csv "$B/ledger.csv")
-          [ "$causal" = 1 ] && args+=(--causal)
-          got=""
-          for i in "${!sets[@]}"; do
-            rm -f "$B/ncu_raw.csv"
-            ncu --clock-control none --csv --print-units base --metrics "${sets[$i]}" --log-file "$B/ncu_raw.csv" \
-              "$B/$prog" "${args[@]}" $vflags >>"$log" 2>&1
-            rc=$?
-            if [ $rc -eq 0 ] && grep -q '"ID"' "$B/ncu_raw.csv" 2>/dev/null; then got=$i; break; fi
-            say "  ncu refused or failed (rc $rc) with metric set $i"
-          done
-          if [ -z "$got" ]; then say "  ncu $prog $vflags N=$n causal=$causal failed; see session.log"; continue; fi
-          [ "$got" -gt 0 ] && sets=("${sets[@]:$got}")
-          variant=$(echo "${vflags:--}" | sed 's/^--\([a-z]*\) /\1=/')
-          HEADER=$header python3 "$root/scripts/ncu_ledger.py" "$B/ncu_raw.csv" "$B/ledger.csv" "${prog}_" \
-            date="$date_utc" commit="$commit" gpu="$gpu" step="$id" variant="$variant" B=$b H=$h N=$n d=$d causal=$causal \
-            >>"$ncsv" 2>>"$log" && header=0
-          say "  ncu $prog $vflags N=$n causal=$causal: done"
-        done
-      done
-    done < <("$B/bench" --list --steps "$id")
-  done
-fi
+rm -f "$B/ncu_metric_names.txt"  # query this ncu afresh, once for the session (ncu_profile.sh keeps the list)
+for id in $ncu_steps; do
+  say "ncu: step $id"
+  bash "$root/scripts/ncu_profile.sh" --select offered --step "$id" --variants all --out "$out/ncu_${slug}_step${id}.csv" \
+    --ns "${FA_NCU_NS:-1024 4096}" --causal "${FA_NCU_CAUSAL:-0 1}" --build "$B" --work "$B" --log "$log" --gpu "$gpu" \
+    --commit "$commit" --date "$date_utc" --tag "session ncu" 2> >(tee -a "$log" >&2) \
+    || say "  ncu: a profile of step $id failed (see session.log)"
+done
 
 # ---- 6. step 12's ablations, the FlashAttention-2 target, the peers --------------------------------
 if [ "${FA_ABLATIONS:-0}" = 1 ]; then
@@ -216,9 +171,11 @@ if [ "${FA_FWD_TARGET:-0}" = 1 ]; then
   FA_BUILD="$B" FA_COMMIT="$commit" bash "$root/scripts/fwd_target.sh" "$out" 2>>"$log" || say "fwd_target.sh: a check failed or a run broke (see session.log)"
 fi
 if [ "${FA_TARGET:-0}" = 1 ]; then
-  say "target: step 12 over N = 1k ... 16k, d = 64 and 128, both masks, fp16 and bf16"
+  source "$root/scripts/targets.sh"  # the forward target matrix of scripts/targets.txt
+  say "target: step 12 over the forward target matrix (N = $(target fwd ns), d = $(target fwd ds), dtypes $(target fwd dtypes))"
   rm -f "$out/bench_${slug}_step12.csv"
-  bench --steps 12 --out "$out/bench_${slug}_step12.csv" --ns 1024,2048,4096,8192,16384 --ds 64,128 --causal 0,1 --dtypes fp16,bf16
+  bench --steps 12 --out "$out/bench_${slug}_step12.csv" --ns "$(target fwd ns)" --ds "$(target fwd ds)" \
+    --causal "$(target fwd causal)" --dtypes "$(target fwd dtypes)"
 fi
 if [ "${FA_PEERS:-0}" = 1 ]; then
   say "peers: PyTorch SDPA"

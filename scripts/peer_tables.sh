@@ -5,7 +5,8 @@
 # scripts/clock.py through torch.profiler for PyTorch's), with the time per call in a CUDA graph and
 # the CUDA-event time beside it.
 #   scripts/peer_tables.sh OUTDIR [PHASE ...]     (after a build: FA_BUILD, default build/)
-# Phases (default: all, in this order), each our rows and the peers' rows on the same shapes:
+# Phases (default: all, in this order), each our rows and the peers' rows on the same shapes — the
+# target matrices of scripts/targets.txt (decode, bwd, fwd, early):
 #   decode  step 17 (contiguous and paged), step 12 as prefill, every SDPA backend (decode_target.py)
 #                                                   -> decode_<gpu>.csv           (docs/17: step17-target)
 #   bwd     step 13's backward, N = 1k, 4k, 16k, d = 64, 128, both masks, fp16 and bf16; flash and cuDNN's
@@ -21,6 +22,9 @@
 set -uo pipefail
 me=peer_tables.sh
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
+source "$root/scripts/targets.sh"       # target MATRIX AXIS: the matrices of scripts/targets.txt
+for m in bwd fwd early; do for a in ns ds causal dtypes; do target $m $a >/dev/null || exit 2; done; done
+target fwd wide_ds >/dev/null || exit 2
 shift
 phases="${*:-decode bwd fwd early}"
 deadline=${FA_DEADLINE:-$(( $(date +%s) + 36000 ))}
@@ -39,21 +43,23 @@ for ph in $phases; do
   echo "[$me $(date -u +%H:%M:%S)] $ph ($(left) s left)" >&2
   case $ph in
     decode)
-      python3 "$root/scripts/decode_target.py" "$build" "$out/decode_${slug}.csv" --reps "$reps" --commit "$commit" \
+      python3 "$root/scripts/decode_target.py" "$out/decode_${slug}.csv" --build "$build" --reps "$reps" --commit "$commit" \
         --deadline "$deadline" || fail=1 ;;
     bwd)
-      bench --steps 13 --ns 1024,4096,16384 --ds 64,128 --causal 0,1 --dtypes fp16,bf16 --variants default \
-        --out "$out/clock_${slug}_bwd.csv"
-      peers "$out/peers_${slug}_clock_bwd.csv" --backends flash,cudnn --ns 1024,4096,16384 --ds 64,128 ;;
+      bench --steps 13 --ns "$(target bwd ns)" --ds "$(target bwd ds)" --causal "$(target bwd causal)" \
+        --dtypes "$(target bwd dtypes)" --variants default --out "$out/clock_${slug}_bwd.csv"
+      peers "$out/peers_${slug}_clock_bwd.csv" --backends flash,cudnn --ns "$(target bwd ns)" --ds "$(target bwd ds)" \
+        --dtypes "$(target bwd dtypes)" ;;
     fwd)
-      bench --steps 12,14,15,16 --ns 1024,2048,4096,8192,16384 --ds 64,128,256 --causal 0,1 --dtypes fp16,bf16 \
-        --variants default --out "$out/clock_${slug}_fwd.csv"
-      peers "$out/peers_${slug}_clock_fwd.csv" --backends flash,cudnn --ns 1024,2048,4096,8192,16384 --ds 64,128,256 --fwd-only ;;
+      bench --steps 12,14,15,16 --ns "$(target fwd ns)" --ds "$(target fwd ds),$(target fwd wide_ds)" \
+        --causal "$(target fwd causal)" --dtypes "$(target fwd dtypes)" --variants default --out "$out/clock_${slug}_fwd.csv"
+      peers "$out/peers_${slug}_clock_fwd.csv" --backends flash,cudnn --ns "$(target fwd ns)" \
+        --ds "$(target fwd ds),$(target fwd wide_ds)" --dtypes "$(target fwd dtypes)" --fwd-only ;;
     early)
-      bench --steps 07,08 --ns 512,1024,2048,4096,8192,16384 --ds 64,128 --causal 0,1 --dtypes fp16 --variants default \
-        --out "$out/clock_${slug}_early.csv"
-      peers "$out/peers_${slug}_clock_early.csv" --backends flash,cudnn --ns 512,1024,2048,4096,8192,16384 --ds 64,128 \
-        --dtypes fp16 ;;
+      bench --steps 07,08 --ns "$(target early ns)" --ds "$(target early ds)" --causal "$(target early causal)" \
+        --dtypes "$(target early dtypes)" --variants default --out "$out/clock_${slug}_early.csv"
+      peers "$out/peers_${slug}_clock_early.csv" --backends flash,cudnn --ns "$(target early ns)" --ds "$(target early ds)" \
+        --dtypes "$(target early dtypes)" ;;
     *) echo "$me: unknown phase '$ph' (decode, bwd, fwd, early)" >&2; exit 2 ;;
   esac
 done

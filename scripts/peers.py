@@ -20,28 +20,20 @@ Without PyTorch or without a GPU it prints why and exits 0 (a skipped step, not 
 """
 import argparse
 import csv
-import datetime
 import os
-import subprocess
 import sys
 import time
 
-
-def graph_or_none(clock, fn, notes, what):
-    """The graph time of fn, or None with a note where the backend cannot be captured."""
-    try:
-        return clock.graph_ms(fn)
-    except Exception as e:  # noqa: BLE001 — a capture a backend refuses is reported, not fatal
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
-        notes.append(f"{what} not captured in a CUDA graph: {first}")
-        return None
+sys.dont_write_bytecode = True  # clock.py imported from the source tree: no __pycache__ there
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clock import KERNEL_CLOCK, Clock, first_line, load_torch, run_commit, utc_date  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--quick", action="store_true", help="N = 1024 and 4096 only")
-    ap.add_argument("--commit", default=os.environ.get("FA_COMMIT", ""))
+    ap.add_argument("--commit", default="", help="the rows' commit (default: FA_COMMIT, else git's)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--ns", default="", help="comma-separated N values (default 512 ... 16384; --quick: 1024, 4096)")
     ap.add_argument("--backends", default="", help="comma-separated subset of flash,cudnn,efficient,math (default all)")
@@ -55,26 +47,19 @@ def main():
     if args.graph < 1 or args.reps < 1:
         print("peers.py: --graph and --reps must be at least 1", file=sys.stderr)
         return 2
+    torch = load_torch("peers.py")
+    if torch is None:
+        return 0
     try:
-        import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
         import torch.nn.functional as F
     except ImportError as e:
-        print(f"peers.py: skipped: PyTorch is not installed ({e})", file=sys.stderr)
-        return 0
-    if not torch.cuda.is_available():
-        print("peers.py: skipped: PyTorch sees no CUDA device", file=sys.stderr)
+        print(f"peers.py: skipped: this PyTorch has no torch.nn.attention ({e})", file=sys.stderr)
         return 0
 
-    commit = args.commit
-    if not commit:
-        try:
-            commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
-                                             stderr=subprocess.DEVNULL).strip()
-        except Exception:
-            commit = "unknown"
+    commit = run_commit(args.commit)
     gpu = torch.cuda.get_device_name(0)
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    date = utc_date()
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                 ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
     if args.backends:
@@ -86,8 +71,6 @@ def main():
         backends = [(n, be) for n, be in backends if n in want]
     ns = [int(x) for x in args.ns.split(",")] if args.ns else [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from clock import KERNEL_CLOCK, Clock
     clock = Clock(torch, reps=args.reps, graph_calls=args.graph)
 
     cols = ["date", "commit", "gpu", "torch", "cuda", "backend", "dtype", "causal", "d", "N", "B", "H",
@@ -131,16 +114,16 @@ def main():
                             try:
                                 with sdpa_kernel(be):
                                     fwd_fn()
-                                    fwd = clock.event_ms(fwd_fn)
-                                    kern, nk, fb = clock.kernel_ms(fwd_fn)
-                                    gms = graph_or_none(clock, fwd_fn, notes, "forward")
+                                    t = clock.time_call(fwd_fn, notes, "forward")
+                                    fwd, kern, nk, fb, gms = (t["event_ms"], t["kernel_ms"], t["kernels"], t["fallbacks"],
+                                                              t["graph_ms"])
                                     bwd = bkern = nbk = bgms = None
                                     if not args.fwd_only:
                                         bwd = max(clock.event_ms(both_fn) - fwd, 1e-6)  # events: fwd + bwd less fwd
                                         bkern, nbk, bfb = clock.kernel_ms(lambda out: torch.autograd.grad(out, (q, kk, v), do),
                                                                           before=fwd_fn)
                                         fb += bfb
-                                        both_g = graph_or_none(clock, both_fn, notes, "forward + backward")
+                                        both_g = clock.graph_or_none(both_fn, notes, "forward + backward")
                                         bgms = both_g - gms if both_g is not None and gms is not None else None
                                 if fb:
                                     notes.append(f"{fb} GPU records placed by their start (launch not in the trace)")
@@ -151,7 +134,7 @@ def main():
                                                   "; ".join(notes).replace(",", ";")])
                                 msg = f"{kern:.3f} ms fwd kernel" + (f", {bkern:.3f} ms bwd kernel" if bkern else "")
                             except Exception as e:  # a backend that does not support the shape, or OOM
-                                reason = str(e).strip().splitlines()[0][:160].replace(",", ";") if str(e).strip() else type(e).__name__
+                                reason = first_line(e, 160).replace(",", ";")
                                 w.writerow(row + ["", "", "", "", f"failed: {reason}"] + empty[4:])
                                 msg = f"failed: {reason[:80]}"
                                 torch.cuda.empty_cache()

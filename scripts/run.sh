@@ -1,20 +1,40 @@
 #!/usr/bin/env bash
 # Build one program and run it:   scripts/run.sh [stepNN|tour] [flags]
-#   scripts/run.sh                     the tour (step 01 until the tour exists)
+#   scripts/run.sh                     the tour: every step on one shape (a first run)
 #   scripts/run.sh step01 --causal     step 01 on the GPU if there is one, else its CPU blueprint
 #   scripts/run.sh step01 --help       every flag
+# It builds only what that program needs. With a GPU (nvidia-smi sees one) it builds in build/ for
+# that GPU's architecture alone; without one it builds the CPU parts only (no kernel is compiled:
+# nothing could run them) in build-cpu/, so a first run takes minutes, not a quarter of an hour.
+# scripts/test.sh is the other command: everything, every architecture, every test.
 set -euo pipefail
+FA_CMAKE_EXTRA=()
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  FA_BUILD="${FA_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build-cpu}"
+  FA_CMAKE_EXTRA=(-DFA_ENABLE_CUDA=OFF)
+  printf '[fa] no GPU visible: building the CPU blueprints only, in %s\n' "$FA_BUILD" >&2
+fi
 source "$(dirname "$0")/setup.sh"
 
 target="${1:-tour}"
 [ $# -gt 0 ] && shift
-if [ "$target" = "tour" ] && ! grep -q "^tour:" "$FA_BUILD/Makefile" 2>/dev/null; then
-  fa_say "no tour yet: running step01"
-  target=step01
-fi
 case "$target" in
   -*) fa_say "the first argument names a program (stepNN or tour); flags come after it"; exit 2 ;;
 esac
-make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory "$target" >"$FA_BUILD.make.log" 2>&1 \
-  || { cat "$FA_BUILD.make.log" >&2; fa_say "build of $target failed"; exit 1; }
+if ! grep -q "^$target:" "$FA_BUILD/Makefile" 2>/dev/null; then
+  fa_say "no program '$target' (programs: tour, step01 ... step18, bench, model)"
+  exit 2
+fi
+# make's own progress, one line per target built ("[ 40%] Built target fa_step07").
+fa_say "building $target (-j$FA_JOBS; full log: $FA_BUILD.make.log)"
+set +e
+make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory "$target" 2>&1 | tee "$FA_BUILD.make.log" \
+  | grep --line-buffered -E '^\[ *[0-9]+%\] Built target' | sed -u 's/^/[fa] /' >&2
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ]; then
+  grep -E -B2 -A12 'error|Error' "$FA_BUILD.make.log" | head -n 60 >&2
+  fa_say "build of $target failed (full log: $FA_BUILD.make.log)"
+  exit 1
+fi
 exec "$FA_BUILD/$target" "$@"

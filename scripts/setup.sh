@@ -2,7 +2,8 @@
 # Shared set-up for scripts/run.sh and scripts/test.sh (source it; do not run it):
 #   1. make sure the dependencies are there — Debian packages, or the carried .deps/ folder on an
 #      offline GPU machine (scripts/fetch_deps.sh makes it);
-#   2. configure CMake into build/ (the default Makefile generator, so `make step06` works there).
+#   2. configure CMake into build/ (the default Makefile generator, so `make step06` works there), or
+#      into FA_BUILD; FA_CMAKE_EXTRA (a bash array set before sourcing) adds CMake arguments.
 # Exits with a message (status 1) when something is missing that it may not install itself.
 
 FA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,14 +40,18 @@ fa_configure() {
   if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
     export CUDACXX=/usr/local/cuda/bin/nvcc
   fi
-  if [ ! -f "$FA_BUILD/Makefile" ] || [ ${#FA_CMAKE_ARGS[@]} -gt 0 ]; then
+  # Configure when the build folder is new or its arguments changed (kept beside its cache).
+  local args="${FA_CMAKE_ARGS[*]}"
+  if [ ! -f "$FA_BUILD/Makefile" ] || [ "$(cat "$FA_BUILD/.fa_cmake_args" 2>/dev/null)" != "$args" ]; then
+    mkdir -p "$FA_BUILD"
     cmake -S "$FA_ROOT" -B "$FA_BUILD" -DCMAKE_BUILD_TYPE=Release "${FA_CMAKE_ARGS[@]}" >"$FA_BUILD.configure.log" 2>&1 \
       || { cat "$FA_BUILD.configure.log" >&2; fa_say "CMake configuration failed"; exit 1; }
     grep -E "^-- CUDA:" "$FA_BUILD.configure.log" | sed 's/^-- /[fa] /' >&2
+    printf '%s' "$args" >"$FA_BUILD/.fa_cmake_args"
   fi
 }
 
-FA_CMAKE_ARGS=()
+FA_CMAKE_ARGS=("${FA_CMAKE_EXTRA[@]}")
 fa_deps
 fa_configure
 FA_JOBS="${FA_JOBS:-$(nproc 2>/dev/null || echo 2)}"

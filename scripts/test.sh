@@ -20,7 +20,7 @@ if [ "$skipped" -gt 0 ]; then
   fa_say "$skipped test(s) skipped — GPU tests need a CUDA device; they were not run, not passed:"
   grep '(Skipped)' "$log" | sed 's/^/    /' >&2
 fi
-# [arch] Combinations this GPU cannot run (common/arch.hpp): refused by the harness, not run.
+# [arch] Combinations this GPU cannot run (common/core/arch.hpp): refused by the harness, not run.
 refused=$(grep -h '^REFUSED: ' "$FA_BUILD/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u || true)
 if [ -n "$refused" ]; then
   fa_say "this GPU refused what it cannot run (checked to be refused before any launch; not run, not passed):"

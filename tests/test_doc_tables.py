@@ -1,5 +1,7 @@
-"""The one clock in the generated tables (scripts/doc_tables.py): a table that sets a step beside PyTorch's
-backends says how both sides were timed, and refuses to be written from rows timed two ways.
+"""The one clock in the generated tables (scripts/doc_tables.py, the package scripts/doctables/): a table that
+sets a step beside PyTorch's backends says how both sides were timed, and refuses to be written from rows
+timed two ways; the target matrices come from scripts/targets.txt; the first-run table says when nothing
+was measured.
 
 Run: python3 tests/test_doc_tables.py   (ctest runs it; no GPU, no torch)."""
 import os
@@ -8,8 +10,10 @@ import sys
 import unittest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import doc_tables as dt  # noqa: E402
+import doctables as dt  # noqa: E402
+from doctables import common, first_run  # noqa: E402
 
 OURS = {"clock": "cupti;l2-read-256MiB", "commit": "abc1234", "date": "2026-01-01T00:00Z"}
 PEER = {"clock": "kineto;l2-read-256MiB", "commit": "abc1234", "date": "2026-01-01T00:00Z"}
@@ -34,31 +38,106 @@ class Clock(unittest.TestCase):
             dt.kernel_clock([OURS, dict(OURS, clock="cupti;l2-warm")], "ours")
 
     def test_a_peer_table_from_event_timed_peers_is_not_written(self):
-        real = dt.rows
+        real = common.rows  # every module of the package reads the CSVs through common.rows
         try:  # the committed rows, with the peers' clock column taken away: an event-timed run
-            dt.rows = lambda pat: [dict(r, clock="") if "peers_" in pat else r for r in real(pat)]
+            common.rows = lambda pat: [dict(r, clock="") if "peers_" in pat else r for r in real(pat)]
             with self.assertRaises(dt.ClockError):
                 dt.TABLES["step12-target"]()
         finally:
-            dt.rows = real
+            common.rows = real
 
 
 class Captions(unittest.TestCase):
     def test_every_peer_table_in_the_docs_names_its_clock(self):
-        found = 0
-        for name in ["README.md"] + [os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")]:
-            text = open(os.path.join(ROOT, name), encoding="utf-8").read()
+        found, names = 0, set()
+        for path in dt.doc_files():  # README.md, docs/*.md, docs/labs/*.md, docs/labs/instructor/*.md
+            text = open(path, encoding="utf-8").read()
             for m in dt.BLOCK.finditer(text):
+                names.add(m.group(2))
                 if m.group(2) in dt.PEER_TABLES:
                     found += 1
-                    with self.subTest(file=name, table=m.group(2)):
+                    with self.subTest(file=os.path.relpath(path, ROOT), table=m.group(2)):
                         self.assertIn("_Timing (both sides): kernel time", m.group(3))
         # every table of PEER_TABLES appears somewhere (a renamed block would escape the check)
-        names = {m.group(2) for f in ["README.md"] + ["docs/" + x for x in os.listdir(os.path.join(ROOT, "docs"))
-                                                      if x.endswith(".md")]
-                 for m in dt.BLOCK.finditer(open(os.path.join(ROOT, f), encoding="utf-8").read())}
         self.assertEqual(set(dt.PEER_TABLES) - names, set())
         self.assertGreaterEqual(found, len(dt.PEER_TABLES))
+
+    def test_every_block_names_a_registered_table(self):
+        for path in dt.doc_files():
+            for m in dt.BLOCK.finditer(open(path, encoding="utf-8").read()):
+                with self.subTest(file=os.path.relpath(path, ROOT)):
+                    self.assertIn(m.group(2), dt.TABLES)
+
+
+class Targets(unittest.TestCase):
+    def test_the_matrices_come_from_the_targets_file(self):
+        t = common.read_targets()
+        for matrix in ("fwd", "bwd", "early"):
+            for axis in ("dtypes", "ds", "causal", "ns"):
+                self.assertIn((matrix, axis), t)
+        for axis in ("bs", "caches", "pages"):
+            self.assertIn(("decode", axis), t)
+        pts = common.target_points("bwd")
+        self.assertEqual(len(pts), len(set(pts)))
+        self.assertEqual(len(pts), len(t[("bwd", "dtypes")]) * len(t[("bwd", "ds")]) * len(t[("bwd", "causal")])
+                         * len(t[("bwd", "ns")]))
+        self.assertEqual(dt.peers.FWD_TARGET_POINTS, common.target_points("fwd"))
+
+    def test_a_malformed_line_is_refused(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("fwd ns 1024, 2048\n")
+        try:
+            with self.assertRaises(ValueError):
+                common.read_targets(f.name)
+        finally:
+            os.remove(f.name)
+
+    def test_bash_reads_the_same_values(self):
+        import shutil
+        import subprocess
+        if not shutil.which("bash"):
+            self.skipTest("no bash")
+        sh = os.path.join(ROOT, "scripts", "targets.sh")
+        for (matrix, axis), values in common.read_targets().items():
+            out = subprocess.run(["bash", "-c", f'source "{sh}" && target {matrix} {axis}'], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout.strip().split(","), list(values))
+
+
+class FirstRun(unittest.TestCase):
+    def table_from(self, rs):
+        real = common.rows
+        try:
+            common.rows = lambda pat: rs if pat.startswith("first_run") else real(pat)
+            return dt.TABLES["first-run"]()
+        finally:
+            common.rows = real
+
+    def test_no_csv_gives_one_sentence(self):
+        text = self.table_from([])
+        self.assertTrue(text.startswith("_Not measured yet"))
+        self.assertNotIn("\n", text)
+
+    def test_rows_give_a_table(self):
+        row = {"date": "2026-01-01", "commit": "abc1234", "machine": "a laptop", "cores": "2", "gpu": "",
+               "command": "scripts/run.sh", "build_s": "452", "run_s": "3.2", "total_s": "455.2"}
+        self.assertIn("| `scripts/run.sh` | a laptop | 2 | none | 7 min 32 s | 3 s | 7 min 35 s |", self.table_from([row]))
+        self.assertTrue(self.table_from([{"date": "x"}]).startswith("_Not measured yet"))
+
+
+class ScriptsNamed(unittest.TestCase):
+    def test_every_script_is_in_the_readme_layout_and_in_scripts_readme(self):
+        readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+        layout = readme[readme.index("## Layout"):]
+        guide = open(os.path.join(ROOT, "scripts", "README.md"), encoding="utf-8").read()
+        names = [f for f in os.listdir(os.path.join(ROOT, "scripts"))
+                 if f not in ("README.md", "__pycache__") and not f.startswith(".")]
+        self.assertIn("doc_tables.py", names)
+        for name in names:
+            with self.subTest(script=name):
+                self.assertIn(name, layout)
+                self.assertIn(f"`{name}", guide)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,259 @@
+"""The theory and the model: the closed-form traffic (docs/00, docs/03), the papers' fractions of peak
+(docs/12, README), the measured ceilings and the per-resource model (docs/model.md)."""
+import os
+import re
+
+from . import common
+from .common import ROOT, mb, provenance, spread, table
+
+
+# ------------------------------------------------------------------------------------------------
+# The theory the measurements stand on: the closed-form traffic of FlashAttention-1's loop order
+# against the naive one (docs/00, docs/03); the measured fraction of the tensor peak beside the
+# papers' A100 figures (docs/12, README).
+
+def traffic_model():
+    """traffic_model.csv's forward rows without the mask (./plot_traffic, no GPU): (step, d, N) -> bytes per head."""
+    out = {}
+    for r in common.rows("traffic_model.csv"):
+        if r["pass"] == "forward" and r["causal"] == "0":
+            out[(r["step"], int(r["d"]), int(r["N"]))] = int(r["gmem_read_bytes"]) + int(r["gmem_write_bytes"]) + int(r["gmem_atomic_bytes"])
+    return out
+
+
+def io_complexity(ns=(256, 1024, 4096, 16384, 32768)):
+    """Steps 01 (S and P through HBM), 03 (FlashAttention-1's K/V-outer loop) and 04 (FlashAttention-2's
+    Q-outer loop) from their closed-form ledgers, per head, d = 128 and 64: bytes, their ratios, and the
+    bytes per (query, key) pair. The closing line: the ratio of step 03 to step 01 over every N of the file."""
+    m = traffic_model()
+    if not m:
+        return "_no closed-form ledgers yet: run `./plot_traffic` (no GPU needed)_"
+    body, spans = [], {}
+    for d in (128, 64):
+        for n in ns:
+            a, b, c = m.get(("01", d, n)), m.get(("03", d, n)), m.get(("04", d, n))
+            if not (a and b and c):
+                continue
+            body.append([d, n, f"{a / 1e6:,.1f}", f"{b / 1e6:,.1f}", f"{c / 1e6:,.1f}", f"{b / a:.2f}", f"{c / a:.2f}",
+                         f"{a / n / n:.1f}", f"{b / n / n:.1f}", f"{c / n / n:.1f}"])
+        r = [m[("03", d, n)] / m[("01", d, n)] for (s_, dd, n) in m if s_ == "01" and dd == d and ("03", d, n) in m]
+        ns_all = sorted(n for (s_, dd, n) in m if s_ == "01" and dd == d and ("03", d, n) in m)
+        if r:
+            spans[d] = (min(r), max(r), ns_all[0], ns_all[-1])
+    head = ("_Closed-form ledgers, not a measurement: `plots/data/traffic_model.csv`, written by `./plot_traffic` on "
+            "the CPU from each step's `closed_form()` (a test holds each equal to its blueprint's count). Bytes requested "
+            "from global memory per head, read + written, fp16, N = Nk, no mask; MB = 10⁶ bytes; a pair is one (query, key)._")
+    t = table(["d", "N", "step 01 MB", "step 03 MB", "step 04 MB", "03 / 01", "04 / 01", "01 bytes per pair",
+               "03 bytes per pair", "04 bytes per pair"], body)
+    lines = []
+    for d, (lo, hi, n0, n1) in spans.items():
+        verdict = "more than step 01 at every N" if lo > 1 else ("less than step 01 at every N" if hi < 1 else "more at some N, less at others")
+        lines.append(f"d = {d}: step 03 moves {lo:.2f}–{hi:.2f}× step 01's bytes over N = {n0} … {n1} — {verdict}")
+    return head + "\n\n" + t + "\n\n" + "; ".join(lines) + "."
+
+
+def h200_tensor_peak():
+    """The H200's dense fp16/bf16 tensor rate as common/perf/roofline.cpp's h200_datasheet() gives it (FLOP/s)."""
+    src = open(os.path.join(ROOT, "common", "perf", "roofline.cpp"), encoding="utf-8").read()
+    body = src[src.index("DeviceSpec h200_datasheet()"):]
+    return float(re.search(r"tensor_flops\s*=\s*([0-9.eE+]+)", body).group(1))
+
+
+PEAK_ROWS = (  # (label, file pattern, match, TFLOP/s column)
+    # steps 03-05: their sweeps, timed by CUDA events (no peer stands beside them in this table's ratios)
+    ("step 03 (FlashAttention-1's loop order, split-K warps, WMMA)", "session_*_step03.csv", {"step": "03", "variant": "-"}, "tflops"),
+    ("step 04 (FlashAttention-2's loop order and grid, WMMA)", "session_*_step04.csv", {"step": "04", "variant": "grid=qtile"}, "tflops"),
+    ("step 05 (and FlashAttention-2's split-Q warps)", "session_*_step05.csv", {"step": "05", "variant": "split=q"}, "tflops"),
+    # step 12, FlashAttention-2 and step 16: the one-clock run (scripts/peer_tables.sh fwd), by kernel time
+    ("step 12 (`mma.sync`, FlashAttention-2's level)", "clock_*_fwd.csv", {"step": "12", "variant": "-"}, "kernel_tflops"),
+    ("FlashAttention-2 itself (PyTorch's flash backend)", "peers_*_clock_fwd.csv", {"backend": "flash"}, "kernel_tflops"),
+    ("step 16 (Hopper: `wgmma`, TMA, ping-pong)", "clock_*_fwd.csv", {"step": "16", "variant": "-"}, "kernel_tflops"),
+)
+
+
+def peak_points(n=16384):
+    """Per PEAK_ROWS entry: the latest H200 row at (fp16, no mask, d, N = n) for d = 128 and 64, and every
+    such row's TFLOP/s over N (for the range), from the named CSVs."""
+    out = []
+    for label, pattern, match, col in PEAK_ROWS:
+        rs = [r for r in common.rows(pattern) if all(r.get(k) == v for k, v in match.items()) and r["dtype"] == "fp16" and r["causal"] == "0"
+              and "H200" in (r.get("device") or r.get("gpu") or "") and r.get(col)
+              and r.get("pass", "1") == "1" and r.get("status", "ok") == "ok"]
+        at = {}
+        for r in sorted(rs, key=lambda r: r["date"]):
+            at[(int(r["d"]), int(r["N"]))] = r  # the latest run of a point
+        out.append((label, col, {d: at.get((d, n)) for d in (128, 64)}, [r for k, r in at.items() if k[0] in (64, 128)]))
+    return out
+
+
+def pct1(x):
+    """A percentage: one decimal, two below 1 % (step 03's are a few hundredths)."""
+    return f"{x:.2f}" if x < 1 else f"{x:.1f}"
+
+
+def paper_peaks():
+    """What the H200 measured at FlashAttention-2's benchmark shapes (B·N = 16k, H·d = 2048, fp16, no mask)
+    as a fraction of its dense fp16 tensor peak: each step at N = 16k, d = 128 and 64, and its range over N."""
+    peak = h200_tensor_peak()
+    pts = peak_points()
+    body, used = [], []
+    for label, col, at, every in pts:
+        cells = [label]
+        for d in (128, 64):
+            r = at[d]
+            if r:
+                used.append(r)
+                t = float(r[col])
+                cells += [f"{t:.1f}", pct1(100 * t / (peak / 1e12))]
+            else:
+                cells += ["–", "–"]
+        if every:
+            pct = [100 * float(r[col]) / (peak / 1e12) for r in every]
+            ns = sorted({int(r["N"]) for r in every})
+            cells.append(f"{pct1(min(pct))} – {pct1(max(pct))} (N = {ns[0]} … {ns[-1]})")
+        else:
+            cells.append("–")
+        runs = sorted({r["commit"] for r in (at[128], at[64]) if r})
+        cells.append(", ".join(f"`{c}`" for c in runs) or "–")
+        body.append(cells)
+    devices = sorted({r.get("device") or r.get("gpu") for r in used})
+    dates = sorted({r["date"] for r in used})
+    head = (f"_Measured on an {', '.join(devices)} ({dates[0]} … {dates[-1]}, the commits per row): the programs' own "
+            f"`--csv` rows and `scripts/peers.py`'s (how each file was made: `plots/data/README.md`). Timing: steps "
+            f"03–05 by CUDA events around each launch (their sweeps); step 12, FlashAttention-2 and step 16 by kernel "
+            f"time, one run, the same clock on both sides (docs/profiling.md, \"One clock\"). TFLOP/s on "
+            f"FlashAttention's convention, 4·B·H·N²·d; the peak: {peak / 1e12:.0f} TFLOP/s dense fp16/bf16, "
+            f"`h200_datasheet()` in `common/perf/roofline.cpp`. fp16, no mask, B·N = 16k, H·d = 2048._" if used else
+            "_no measurements yet: run `scripts/gpu_session.sh` on a GPU machine_")
+    return head + "\n\n" + table(["kernel", "d = 128 TFLOP/s, N = 16k", "% of peak", "d = 64 TFLOP/s, N = 16k", "% of peak",
+                                    "% of peak over N, both d", "commit"], body)
+
+
+def paper_peaks_line():
+    """One sentence for the README: step 12, FlashAttention-2 and step 16 at N = 16k as % of the H200's peak."""
+    peak = h200_tensor_peak() / 1e12
+    pts = {label.split(" (")[0]: (col, at) for label, col, at, _ in peak_points()}
+
+    def pct(name):
+        col, at = pts.get(name, (None, None))
+        if not at or not at[128] or not at[64]:
+            return None
+        return f"{100 * float(at[128][col]) / peak:.0f} % (d = 128) and {100 * float(at[64][col]) / peak:.0f} % (d = 64)"
+    names = ("step 12", "FlashAttention-2 itself", "step 16")
+    parts = [pct(n) for n in names]
+    if not all(parts):
+        return "_no measurements yet: run `scripts/gpu_session.sh` on a GPU machine_"
+    used = [r for n in names for r in pts[n][1].values()]
+    device = ", ".join(sorted({r.get("device") or r.get("gpu") for r in used}))
+    commits = ", ".join(f"`{c}`" for c in sorted({r["commit"] for r in used}))
+    return (f"On an {device} (commits {commits}), at N = 16k without the mask (fp16, B·N = 16k, H·d = 2048), step 12 "
+            f"reaches {parts[0]} of the {peak:.0f} TFLOP/s dense fp16 peak, FlashAttention-2 (PyTorch's flash backend) "
+            f"{parts[1]}, and step 16 {parts[2]}.")
+
+
+# ---- the per-resource model (docs/model.md) ---------------------------------------------------
+PEAK_WHAT = {
+    "hbm-read": "HBM, streaming read", "hbm-write": "HBM, streaming write", "l2-read": "L2, reads of a resident buffer",
+    "smem-read": "shared memory, 16-byte loads", "smem-write": "shared memory, 16-byte stores",
+    "ldmatrix": "ldmatrix.x4", "wmma-f16": "WMMA m16n16k16, fp16", "mma-sync-f16": "mma.sync m16n8k16, fp16",
+    "wgmma-f16": "wgmma m64n128k16, fp16", "fp32-fma": "fp32 FMA (2 FLOPs)", "ex2": "ex2.approx (special-function unit)",
+    "barrier": "__syncthreads, whole GPU", "barrier-latency": "__syncthreads, one block alone",
+    "atomic-f32": "fp32 atomicAdd (RED), in L2", "hbm-latency": "dependent load, HBM", "l2-latency": "dependent load, L2",
+    "launch": "empty kernel, back to back",
+}
+
+
+def fmt_value(v, unit):
+    v = float(v)
+    unit = {"bytes/s": "B/s", "flops/s": "FLOP/s"}.get(unit, unit)
+    if unit.endswith("/s"):
+        for scale, pre in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+            if v >= scale:
+                return f"{v / scale:.3g} {pre}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def ceilings():
+    rs = common.rows("peaks_*.csv")
+    if not rs:
+        return provenance([], "bench --peaks")
+    body = [[f"`{r['peak']}`", PEAK_WHAT.get(r["peak"], ""), fmt_value(r["value"], r["unit"])] for r in rs]
+    return provenance(rs, "bench --peaks") + " _One launch of each microbenchmark takes at least 1 ms; the median of 10._\n\n" + table(
+        ["ceiling", "what it measures", "measured"], body)
+
+
+def model_rows(name):
+    return [r for r in common.rows(name) if r["ratio"]]
+
+
+def model_tour():
+    rs = [r for r in model_rows("model_h200.csv") if r["file"].startswith("tour")]
+    src = common.rows("tour_*.csv")
+    if not rs:
+        return provenance([], "scripts/gpu_session.sh")
+    body = []
+    for r in rs:
+        ratio = float(r["ratio"])
+        ok = "yes" if 1 / 1.5 <= ratio <= 1.5 else "**no**"
+        meas = f"{float(r['measured_ms']):.3g} ({float(r['ms_min']):.3g}–{float(r['ms_max']):.3g})"
+        body.append([r["step"], r["variant"], r["pass_of"], meas, f"{float(r['model_ms']):.3g}", f"{ratio:.2f}", ok,
+                     r["bound_by"]])
+    return provenance(src) + (" _The tour's shape; measured: median of three timed runs (min–max); model: computed in the same "
+                              "run before the timing; ratio = measured / model; the goal: within 1.5× either side._\n\n") + table(
+        ["step", "variant", "pass", "measured ms", "model ms", "ratio", "within 1.5×", "bound by"], body)
+
+
+def model_summary(name="model_h200.csv", how="validation"):
+    rs = model_rows(name)
+    if not rs:
+        return "_no data_"
+    by = {}
+    for r in rs:
+        by.setdefault(r["step"], []).append(float(r["ratio"]))
+    body = []
+    for step in sorted(by):
+        xs = by[step]
+        inside = sum(1 / 1.5 <= x <= 1.5 for x in xs)
+        body.append([step, len(xs), inside, f"{100 * inside / len(xs):.0f} %", f"{min(xs):.2f}", f"{max(xs):.2f}"])
+    total = sum(len(v) for v in by.values())
+    inside = sum(1 / 1.5 <= x <= 1.5 for v in by.values() for x in v)
+    body.append(["all", total, inside, f"{100 * inside / total:.0f} %", f"{min(min(v) for v in by.values()):.2f}",
+                 f"{max(max(v) for v in by.values()):.2f}"])
+    files = sorted({r["file"] for r in rs})
+    src = [x for f in files for x in common.rows(f)]
+    return provenance(src) + (f" _The {how} run's passes (forward and backward; {', '.join('`' + f + '`' for f in files)}), "
+                              "re-modelled by `model` from the recorded launches and the same run's ceilings._\n\n") + table(
+        ["step", "passes", "within 1.5×", "share", "lowest ratio", "highest ratio"], body)
+
+
+def step08_stored():
+    rs = [r for r in common.rows("tour_*.csv") if r["step"] == "08" and r.get("model_ms")]
+    if not rs:
+        return provenance([], "the tour")
+    body = []
+    for r in rs:
+        save = f"{float(r['bwd_save_ms']):.3g}" if r.get("bwd_save_ms") else "–"
+        body.append([r["variant"].replace("bwd=", ""), spread(r, "bwd_ms"), save, f"{int(r['bwd_matmul_flops']) / 1e9:,.0f}",
+                     mb(int(r["bwd_gmem_read_bytes"])), mb(int(r["bwd_gmem_write_bytes"])), mb(int(r["bwd_workspace_bytes"])),
+                     f"{float(r['bwd_model_ms']):.3g}", r["bwd_bound_by"]])
+    return provenance(rs) + (" _The tour's shape; backward: median of three timed runs (min–max); writing P: the forward's "
+                             "extra kernel for `stored`, timed alone._\n\n") + table(
+        ["backward", "backward ms", "writing P ms", "tensor GFLOP", "read MB", "written MB", "workspace MB", "model ms",
+         "bound by"], body)
+
+
+def model_step(step):
+    """One step's passes of the model's validation run (docs/NN's "The per-resource model")."""
+    rs = [r for r in model_rows("model_h200.csv") if r["step"] == step]
+    if not rs:
+        return "_This step was not in the model's validation run (its sweep's budget ended before it)._"
+    src = [x for x in common.rows("tour_*.csv") + common.rows("model_sweep_*.csv") if x["step"] == step]
+    body = []
+    for r in rs:
+        ratio = float(r["ratio"])
+        where = "tour" if r["file"].startswith("tour") else "sweep"
+        body.append([where, r["variant"], r["pass_of"], r["N"], r["d"], "yes" if r["causal"] == "1" else "no",
+                     f"{float(r['measured_ms']):.3g} ({float(r['ms_min']):.3g}–{float(r['ms_max']):.3g})",
+                     f"{float(r['model_ms']):.3g}", f"{ratio:.2f}", r["bound_by"]])
+    return provenance(src) + " _Measured: median of three timed runs (min–max); ratio = measured / model ([model.md](model.md))._\n\n" + table(
+        ["run", "variant", "pass", "N", "d", "causal", "measured ms", "model ms", "ratio", "bound by"], body)

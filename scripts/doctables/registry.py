@@ -1,0 +1,110 @@
+"""TABLES: every generated block's name and the function that writes it. A plain dict: another module may
+add its own (`from doctables import TABLES; TABLES["my-table"] = my_function`) before main() runs."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/, for step_diff
+import step_diff  # noqa: E402  (each step's kernel diff, lines per anchor)
+
+from .decode import decode_clocks, decode_merge, decode_probe, decode_splits, decode_target
+from .first_run import first_run
+from .model import (ceilings, io_complexity, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
+                    step08_stored)
+from .peers import bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
+from .ring import ring_line, ring_nccl, ring_overlap, ring_table
+from .steps import (ablation, bwd_first, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
+                    ncu_on_chip, ncu_stalls, step12_dropout, step_backward, step_dtype, step_ncu, step_sweep, tour)
+
+
+TABLES = {
+    "step01-sweep": lambda: step_sweep("01"),
+    "step01-dtype": lambda: step_dtype("01"),
+    "step01-ncu": lambda: step_ncu("01"),
+    "step02-sweep": lambda: step_sweep("02"),
+    "step02-ncu": lambda: step_ncu("02"),
+    "step02-vs-01": lambda: compare("01", "02", speedup=False),
+    "step03-sweep": lambda: step_sweep("03"),
+    "step03-ncu": lambda: step_ncu("03"),
+    "step04-sweep": lambda: step_sweep("04"),
+    "step04-ncu": lambda: step_ncu("04"),
+    "step05-sweep": lambda: step_sweep("05"),
+    "step05-ncu": lambda: step_ncu("05"),
+    "step05-q-vs-k": lambda: compare("05", "05", ("split=k",), ("split=q",), "split-K", "split-Q"),
+    "step06-sweep": lambda: step_sweep("06"),
+    "step06-ncu": lambda: step_ncu("06"),
+    "step06-vs-05": lambda: compare("05", "06", ("split=q",), ("-",), "step 05 (split-Q)", "step 06"),
+    "step07-sweep": lambda: step_sweep("07"),
+    "step07-ncu": lambda: step_ncu("07"),
+    "step07-vs-06": lambda: compare("06", "07"),
+    "step08-backward": lambda: step_backward("08"),
+    "step09-sweep": lambda: step_sweep("09"),
+    "step10-sweep": lambda: step_sweep("10"),
+    "step11-sweep": lambda: step_sweep("11"),
+    "step12-sweep": lambda: step_sweep("12"),
+    "step09-vs-07": lambda: compare("07", "09", both=True),
+    "step10-vs-09": lambda: compare("09", "10", ("-",), ("-",), speedup=False, both=True),
+    "step09-10-ncu": lambda: ncu_on_chip(("07", "09", "10")),
+    "step11-vs-10": lambda: compare("10", "11", ("-",), ("-",), both=True),
+    "step10-11-ncu": lambda: ncu_stalls(("10", "11")),
+    "step09-11-ncu": lambda: ncu_stalls(("09", "10", "11")),
+    "step12-vs-11": lambda: compare("11", "12", ("-",), ("-",), both=True),
+    "step11-12-ncu": lambda: ncu_stalls(("11", "12")),
+    "step12-ablation": lambda: ablation("12"),
+    "step12-target": lambda: target("12"),
+    "step13-target": bwd_target,
+    "step14-sweep": lambda: step_sweep("14"),
+    "step15-sweep": lambda: step_sweep("15"),
+    "step14-tiles": lambda: ablation("14", "--tiles"),
+    "step15-tiles": lambda: ablation("15", "--tiles"),
+    "step14-target": lambda: fwd_target("14"),
+    "step15-target": lambda: fwd_target("15"),
+    "step15-ncu": lambda: ncu_stalls(("14", "15")),
+    "step16-target": fwd16_target,
+    "step17-target": decode_target,
+    "step17-clocks": decode_clocks,
+    "step17-merge": decode_merge,
+    "step17-probe": decode_probe,
+    "step17-splits": decode_splits,
+    "step18-ring": ring_table,
+    "step18-ring-line": ring_line,
+    "step18-overlap": ring_overlap,
+    "step18-priority": lambda: ring_overlap("priority_timeline"),
+    "step18-nccl": ring_nccl,
+    "step16-d256": fwd16_wide,
+    "step16-ablation": lambda: ablation("16", only="ablate"),
+    "step16-tiles": lambda: ablation("16", "--tiles", only="tiles"),
+    "step16-ncu": lambda: ncu_stalls(("15", "16"), pattern="ncu16_*.csv"),
+    "step13-ledger": bwd_ledger,
+    "step13-first": bwd_first,
+    "step13-ncu": lambda: ncu_stalls(("13",)),
+    "step13-ncu-bytes": lambda: step_ncu("13"),
+    "step12-dropout": step12_dropout,
+    "step13-variants": bwd_variants,
+    "step13-tiles": bwd_tiles,
+    "all-steps-ncu": lambda: ncu_stalls(tuple(f"{i:02d}" for i in range(1, 13))),
+    "step08-ncu": lambda: step_ncu("08"),
+    "step08-ncu-extra": lambda: ncu_extra("08"),
+    "versus-peers": versus_peers,
+    "loop-and-grid": loop_and_grid,
+    "tour": tour,
+    # The README's first run: how long scripts/run.sh and scripts/test.sh take (plots/data/first_run*.csv).
+    "first-run": first_run,
+    # The theory: IO complexity (docs/03); the papers' fractions of peak beside the H200's (docs/12, README).
+    "io-complexity": io_complexity,
+    "peak-fraction": paper_peaks,
+    "peak-fraction-line": paper_peaks_line,
+    # The per-resource model (docs/model.md), and step 08's stored P (docs/08).
+    "ceilings": ceilings,
+    "model-tour": model_tour,
+    "model-summary": model_summary,
+    "model-dev-summary": lambda: model_summary("model_dev_h200.csv", "development"),
+    "step08-stored": step08_stored,
+    **{f"model-step{i:02d}": (lambda i=i: model_step(f"{i:02d}")) for i in range(1, 18)},
+    # Each step's kernel diff against the step its doc is written against, lines per anchor (scripts/step_diff.py).
+    **{f"changes-{i:02d}": (lambda i=i: step_diff.table(i)) for i in step_diff.PREV},
+}
+
+
+# The tables that set a step beside PyTorch's backends: each must carry CLOCK_CAPTION (tests/test_doc_tables.py).
+PEER_TABLES = ("step12-target", "step13-target", "step14-target", "step15-target", "step16-target", "step16-d256",
+               "step17-target", "step17-clocks", "versus-peers")

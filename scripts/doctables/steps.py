@@ -1,0 +1,430 @@
+"""The tables of one step or a few: the sweeps, the Nsight rows, one step against another, the ablations,
+step 13's own experiments, the tour."""
+import glob
+import os
+
+from . import common
+from .common import ROOT, geomean, mb, point, provenance, spread, table
+
+
+def step_sweep(step):
+    """Per (d, causal, N): each variant's median time and TFLOP/s, and the ledger's prediction."""
+    rs = [r for r in common.rows("session_*.csv") if r["step"] == step and r["dtype"] == "fp16"]
+    if not rs:
+        return provenance(rs)
+    defaults = ("-", "gemm=wmma", "grid=qtile")  # each step's default variant comes first
+    variants = sorted({r["variant"] for r in rs}, key=lambda v: (v not in defaults, v))
+    by = {}
+    for r in rs:
+        by[(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"])] = r
+    keys = sorted({(d, c, n) for (d, c, n, _) in by}, key=lambda k: (-k[0], k[1], k[2]))
+    header = ["d", "causal", "N", "B×H"]
+    for v in variants:
+        name = v.split("=")[-1] if v != "-" else "kernel"
+        header += [f"{name} ms", f"{name} TFLOP/s"]
+    header += ["ledger MB (read+write)", "predicted ms"]
+    body = []
+    for d, c, n in keys:
+        first = next((by[(d, c, n, v)] for v in variants if (d, c, n, v) in by), None)
+        row = [d, "yes" if c else "no", n, f"{first['B']}×{first['H']}" if first else ""]
+        for v in variants:
+            r = by.get((d, c, n, v))
+            row += [f"{float(r['ms']):.3f}", f"{float(r['tflops']):.1f}"] if r else ["–", "–"]
+        row += [mb(int(first["gmem_read_bytes"]) + int(first["gmem_write_bytes"])), f"{float(first['predicted_ms']):.3f}"]
+        body.append(row)
+    return provenance(rs) + "\n\n" + table(header, body)
+
+
+def step_dtype(step):
+    rs = [r for r in common.rows("session_*.csv") if r["step"] == step and r["d"] == "128" and r["causal"] == "0"]
+    by = {(r["variant"], int(r["N"]), r["dtype"]): r for r in rs}
+    body = []
+    for (v, n) in sorted({(v, n) for (v, n, _) in by}):
+        a, b = by.get((v, n, "fp16")), by.get((v, n, "bf16"))
+        if a and b:
+            body.append([v, n, f"{float(a['ms']):.3f}", f"{float(b['ms']):.3f}", f"{float(a['max_abs_err']):.1e}",
+                         f"{float(b['max_abs_err']):.1e}"])
+    return provenance(rs) + "\n\n" + table(["variant", "N", "fp16 ms", "bf16 ms", "fp16 max abs err", "bf16 max abs err"], body)
+
+
+def step_ncu(step):
+    rs = [r for r in common.rows("ncu_*.csv") if r["step"] == step]
+    if not rs:
+        return provenance(rs)
+    header = ["variant", "N", "causal", "kernel", "ledger read MB", "requested read MB", "L2 read MB", "DRAM read MB",
+              "ledger write MB", "requested write MB", "DRAM write MB", "kernel ms", "DRAM GB/s"]
+    body = []
+    for r in rs:
+        dram = int(r["dram_read"]) + int(r["dram_write"])
+        ms = float(r["ncu_ms"])
+        body.append([r["variant"].split("=")[-1], r["N"], "yes" if r["causal"] == "1" else "no", r["kernel"][:28],
+                     mb(r["ledger_read"]), mb(r["req_read"]), mb(r["l2_read"]), mb(r["dram_read"]), mb(r["ledger_write"]),
+                     mb(r["req_write"]), mb(r["dram_write"]), f"{ms:.3f}", f"{dram / (ms * 1e-3) / 1e9:,.0f}" if ms else "–"])
+    return provenance(rs) + "\n\n" + table(header, body)
+
+
+def step_backward(step):
+    """Per (d, causal, N): the backward's median time and TFLOP/s (2.5x forward FLOPs) for each --bwd
+    schedule, the forward's time in the same run, and each schedule's ledger bytes and workspace."""
+    rs = [r for r in common.rows("session_*.csv") if r["step"] == step and r["dtype"] == "fp16" and r.get("bwd_ms")]
+    if not rs:
+        return provenance(rs)
+    variants = sorted({r["variant"] for r in rs}, key=lambda v: (not v.endswith("fused"), v))
+    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"]): r for r in rs}
+    keys = sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2]))
+    header = ["d", "causal", "N", "B×H", "forward ms"]
+    for v in variants:
+        name = v.split("=")[-1]
+        header += [f"{name} ms", f"{name} TFLOP/s", f"{name} ledger MB", f"{name} workspace MB"]
+    body = []
+    for d, c, n in keys:
+        first = next(by[(d, c, n, v)] for v in variants if (d, c, n, v) in by)
+        row = [d, "yes" if c else "no", n, f"{first['B']}×{first['H']}", f"{float(first['ms']):.3f}"]
+        for v in variants:
+            r = by.get((d, c, n, v))
+            if r:
+                led = int(r["bwd_gmem_read_bytes"]) + int(r["bwd_gmem_write_bytes"]) + int(r.get("bwd_gmem_atomic_bytes") or 0)
+                ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
+                row += [f"{float(r['bwd_ms']):.3f}{ok}", f"{float(r['bwd_tflops']):.1f}", mb(led), mb(r["bwd_workspace_bytes"])]
+            else:
+                row += ["–"] * 4
+        body.append(row)
+    return provenance(rs) + "\n\n" + table(header, body)
+
+
+def ncu_extra(step):
+    """Nsight's atomics, bank conflicts, occupancy, registers and shared memory per kernel."""
+    rs = [r for r in common.rows("ncu-extra_*.csv") if r["step"] == step]
+    if not rs:
+        return provenance(rs)
+    body = []
+    for r in rs:
+        smem = int(r["smem_static"] or 0) + int(r["smem_dynamic"] or 0)
+        body.append([r["kernel"], f"{r['B']}×{r['H']}", r["N"], r["d"], mb(r["ledger_atomic"]), mb(r["red_bytes"]),
+                     f"{int(r['bank_conflicts']):,}", r["occupancy_pct"], r["registers"], f"{smem:,}"])
+    return provenance(rs) + "\n\n" + table(
+        ["kernel", "B×H", "N", "d", "ledger atomic MB", "Nsight reduction MB", "shared-memory bank conflicts",
+         "achieved occupancy %", "registers / thread", "shared memory / block (B)"], body)
+
+
+def compare(a, b, va=("-", "gemm=wmma"), vb=("-",), label_a=None, label_b=None, speedup=True, both=False):
+    """Step b against step a (the variants va and vb), d = 128 and 64, fp16, with and without the mask.
+    The provenance line names step b's runs, or with both=True the runs of both sides (two sessions)."""
+    label_a, label_b = label_a or f"step {a}", label_b or f"step {b}"
+    pick = {}
+    for r in common.rows("session_*.csv"):
+        if r["dtype"] != "fp16":
+            continue
+        for side, st, vs in (("a", a, va), ("b", b, vb)):
+            if r["step"] == st and r["variant"] in vs:
+                pick[(side, int(r["d"]), int(r["causal"]), int(r["N"]))] = r
+    body = []
+    for (side, d, c, n) in sorted(pick, key=lambda k: (-k[1], k[2], k[3])):
+        if side != "a" or ("b", d, c, n) not in pick:
+            continue
+        ra, rb = pick[("a", d, c, n)], pick[("b", d, c, n)]
+        ba = int(ra["gmem_read_bytes"]) + int(ra["gmem_write_bytes"])
+        bb = int(rb["gmem_read_bytes"]) + int(rb["gmem_write_bytes"])
+        body.append([d, "yes" if c else "no", n, mb(ba), mb(bb), f"{float(ra['ms']):.3f}", f"{float(rb['ms']):.3f}",
+                     f"{float(ra['ms']) / float(rb['ms']):.2f}" if speedup else f"{float(rb['ms']) / float(ra['ms']):.2f}"])
+    used = [pick[k] for k in pick if k[0] == "b" or (both and ("b",) + k[1:] in pick)]
+    return provenance(used) + "\n\n" + table(
+        ["d", "causal", "N", f"{label_a} ledger MB", f"{label_b} ledger MB", f"{label_a} ms", f"{label_b} ms",
+         f"speedup {label_a} / {label_b}" if speedup else f"time ratio {b}/{a}"], body)
+
+
+def ncu_on_chip(steps, ns=("1024", "4096")):
+    """Nsight per kernel for the given steps at the given N (d = 128): ledger and requested bytes, time,
+    shared-memory bank conflicts (in total and per head), achieved occupancy, registers, shared memory.
+    A step whose own Nsight run predates the on-chip columns (step 07) gets a second row: its forward
+    kernel as profiled with them in ncu-extra_*.csv, where a later step (08) runs it."""
+    rs = [r for r in common.rows("ncu_*.csv") if r["step"] in steps and r["N"] in ns]
+    if not rs:
+        return provenance(rs)
+    kernels = {r["kernel"]: r["step"] for r in rs if not r["occupancy_pct"]}
+    extra = [r for r in common.rows("ncu-extra_*.csv") if r["kernel"] in kernels]
+    num = lambda x: float(x) if x not in ("", None) else 0.0
+
+    def line(r, step, order):
+        bh = int(r["B"]) * int(r["H"])
+        led = int(r["ledger_read"]) + int(r["ledger_write"])
+        req = int(r["req_read"]) + int(r["req_write"])
+        smem = int(r["smem_static"] or 0) + int(r["smem_dynamic"] or 0)
+        bank = r["bank_conflicts"]
+        return ((int(r["N"]), int(r["causal"]), r["step"], order),
+                [step, r["kernel"], f"{r['B']}×{r['H']}", r["N"], "yes" if r["causal"] == "1" else "no", mb(led),
+                 mb(req) if req else "–", f"{num(r['ncu_ms']):.3f}" if num(r["ncu_ms"]) else "–",
+                 f"{int(bank):,}" if bank else "–", f"{int(bank) / bh:,.0f}" if bank else "–",
+                 r["occupancy_pct"] or "–", r["registers"] or "–", f"{smem:,}" if r["smem_static"] else "–"])
+
+    body = [line(r, r["step"], 0) for r in rs]
+    body += [line(dict(r, step=kernels[r["kernel"]]), f"{kernels[r['kernel']]} (run by {r['step']})", 1) for r in extra]
+    body = [b for _, b in sorted(body)]
+    note = ""
+    if extra:
+        note = (" _Rows marked \"run by\": the same kernel profiled with the on-chip metrics in "
+                "`ncu-extra_*.csv`, at that run's smaller shape and without its time; its own Nsight run above "
+                "predates those columns._")
+    return provenance(rs + extra) + note + "\n\n" + table(
+        ["step", "kernel", "B×H", "N", "causal", "ledger MB", "Nsight requested MB", "kernel ms",
+         "shared-memory bank conflicts", "bank conflicts per head", "achieved occupancy %", "registers / thread",
+         "shared memory / block (B)"], body)
+
+
+def ablation(step, label="without", only=None):
+    """The step with each of its changes taken out alone (bench --variants ablations -> ablation_*_stepNN.csv):
+    per (d, causal, N), the full step's time and, per ablation, its time over the full step's (above 1:
+    the change helped). Closing line: per ablation, the geometric mean of that ratio over the points
+    and its range. `label` heads each column ("without" a change; "--tiles" for a step whose only
+    experiment is another tile: above 1, the default tile is faster)."""
+    rs = [r for r in common.rows(f"ablation_*_step{step}.csv") if r["step"] == step]
+    if only:  # the default and the variants of one flag ("tiles", "ablate")
+        rs = [r for r in rs if r["variant"] == "-" or r["variant"].startswith(only + "=")]
+    if not rs:
+        return provenance(rs)
+    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"]): r for r in rs}
+    names = sorted({r["variant"] for r in rs if r["variant"] != "-"}, key=lambda v: [r["variant"] for r in rs].index(v))
+    keys = sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2]))
+    header = ["d", "causal", "N", "step ms"] + [f"{label} `{v.split('=')[-1]}`" for v in names]
+    body, ratios = [], {v: [] for v in names}
+    for d, c, n in keys:
+        full = by.get((d, c, n, "-"))
+        if not full:
+            continue
+        row = [d, "yes" if c else "no", n, f"{float(full['ms']):.3f}"]
+        for v in names:
+            r = by.get((d, c, n, v))
+            if r and r["pass"] == "1":
+                x = float(r["ms"]) / float(full["ms"])
+                ratios[v].append(x)
+                row.append(f"{x:.2f}")
+            else:
+                row.append("FAIL" if r else "–")
+        body.append(row)
+    fails = sum(r["pass"] != "1" for r in rs)
+    summary = "Geometric mean over the points (range): " + "; ".join(
+        f"`{v.split('=')[-1]}` **{geomean(x):.2f}** ({min(x):.2f}–{max(x):.2f})"
+        for v, x in ratios.items() if x) + (f". {fails} run(s) FAILED the check." if fails else
+                                            ". Every run passed its check against the reference.")
+    return provenance(rs) + "\n\n" + table(header, body) + "\n\n" + summary
+
+
+def ncu_stalls(steps, n="4096", pattern="ncu_*.csv"):
+    """Nsight per kernel at one N (both masks), with the per-operation shared-memory counters: time,
+    registers, occupancy, tensor-pipe share, bank conflicts of plain loads (LDS; the hardware counter
+    also counts ldmatrix's wavefronts), stores (STS), ldmatrix (LDSM) and cp.async (LDGSTS), all
+    load and ldmatrix wavefronts, and the main warp stall reasons (warps stalled per issued
+    instruction). Rows without the per-operation columns (older runs) are left out."""
+    rs = [r for r in common.rows(pattern) if r["step"] in steps and r["N"] == n and r.get("wavefronts_ld")]
+    if not rs:
+        return provenance(rs)
+    stalls = ["long_scoreboard", "wait", "math_pipe_throttle", "dispatch_stall", "not_selected",
+              "short_scoreboard", "barrier"]
+    count = lambda x: f"{int(x):,}" if x not in ("", None) else "–"
+    shapes = sorted({(r["B"], r["H"], r["d"]) for r in rs})
+    shape = "; ".join(f"B×H = {b}×{h}, d = {d}" for b, h, d in shapes)
+    body = []
+    for r in sorted(rs, key=lambda r: (int(r["causal"]), r["step"], r["variant"])):
+        label = r["step"] + (f" ({r['variant']})" if r["variant"] not in ("", "-") else "")
+        body.append([label, r["kernel"], "yes" if r["causal"] == "1" else "no",
+                     f"{float(r['ncu_ms']):.3f}", r["registers"] or "–", r["occupancy_pct"] or "–",
+                     r["tensor_pct"] or "–", count(r["bank_conflicts_ld"]), count(r["bank_conflicts_st"]),
+                     count(r["bank_conflicts_ldsm"]), count(r.get("bank_conflicts_cp_async")),
+                     count(r["wavefronts_ld"]), count(r["wavefronts_ldsm"])]
+                    + [r[f"stall_{s}"] or "–" for s in stalls])
+    return provenance(rs) + f" _N = {n}, {shape}. Bank conflicts: wavefronts beyond the minimum the access " \
+        "needs — LDS from the hardware counter of shared-memory loads (its wavefronts include ldmatrix's), " \
+        "LDSM for ldmatrix alone, LDGSTS for cp.async's writes. Stalls: warps stalled for that reason per " \
+        "issued instruction._\n\n" + table(
+        ["step", "kernel", "causal", "kernel ms", "registers / thread", "achieved occupancy %",
+         "tensor pipe %", "conflicts LDS", "conflicts STS", "conflicts LDSM", "conflicts LDGSTS",
+         "wavefronts LDS", "wavefronts LDSM"] + [f"stall `{s}`" for s in stalls], body)
+
+
+def step13_rows(variant="deterministic=off", pattern="target_*_step13.csv"):
+    """Step 13's rows of a file with the given variant (the default: racing dQ, no dropout)."""
+    return [r for r in common.rows(pattern) if r["step"] == "13" and r["variant"] == variant and r.get("bwd_ms")]
+
+
+def step12_dropout():
+    """Step 12's forward with --dropout against the same run without it (dropout_*_step12.csv, written by
+    scripts/bwd_target.sh): per point, both times and their ratio (above 1: dropout costs that much)."""
+    rs = [r for r in common.rows("dropout_*_step12.csv") if r["step"] == "12" and r.get("ms")]
+    base = {point(r): r for r in rs if "dropout" not in r["variant"]}
+    body, used = [], []
+    for r in rs:
+        if "dropout" not in r["variant"]:
+            continue
+        key = point(r)
+        b = base.get(key)
+        if not b:
+            continue
+        used += [b, r]
+        ok = "" if r["pass"] == "1" else " (FAIL)"
+        body.append([r["variant"], key[0], key[1], "yes" if key[2] else "no", key[3], f"{r['B']}×{r['H']}",
+                     f"{float(b['ms']):.3f}", f"{float(r['ms']):.3f}{ok}", f"{float(r['ms']) / float(b['ms']):.2f}"])
+    if not body:
+        return provenance([], "scripts/bwd_target.sh")
+    return provenance(used) + "\n\n" + table(
+        ["variant", "dtype", "d", "causal", "N", "B×H", "forward ms", "with dropout ms", "time ratio"], body)
+
+
+def bwd_first():
+    """Step 13's first kernel (each warp owning 16 keys and every query, Pᵀ and dSᵀ from registers;
+    history/target_*_step13_<commit>.csv) against the kernel as built (target_*_step13.csv), per point
+    of the target matrix both measured: TFLOP/s and their ratio."""
+    old = [r for r in common.rows(os.path.join("history", "target_*_step13_*.csv"))
+           if r["step"] == "13" and r["variant"] == "deterministic=off" and r.get("bwd_ms")]
+    new = step13_rows()
+    if not (old and new):
+        return provenance([], "scripts/bwd_target.sh")
+    by_old = {point(r): r for r in old}
+    body, xs = [], []
+    for r in new:
+        key = point(r)
+        o = by_old.get(key)
+        if not o or (o["B"], o["H"]) != (r["B"], r["H"]):
+            continue
+        x = float(o["bwd_ms"]) / float(r["bwd_ms"])
+        xs.append(x)
+        body.append([key[0], key[1], "yes" if key[2] else "no", key[3], f"{float(o['bwd_tflops']):.1f}",
+                     f"{float(r['bwd_tflops']):.1f}", f"{x:.3f}"])
+    head = provenance(old + new) + (" _The first kernel's rows: `plots/data/history/`; a ratio is the first "
+                                    "kernel's time over the kernel's as built (above 1: faster now)._")
+    geo = geomean(xs) if xs else float("nan")
+    return (head + "\n\n" + table(["dtype", "d", "causal", "N", "first kernel bwd TFLOP/s",
+                                    "as built bwd TFLOP/s", "speed-up"], body)
+            + f"\n\nOver the {len(xs)} points both runs measured: geometric mean speed-up {geo:.3f}, "
+              f"range {min(xs):.3f}–{max(xs):.3f}.")
+
+
+def bwd_ledger(step08="08", d=128, n=4096):
+    """The backward's ledger beside step 08's fused one at one shape (fp16, no mask), both from the
+    CSVs' ledger columns (the closed forms, as the programs report them with their measured rows)."""
+    a = next((r for r in common.rows("session_*.csv") if r["step"] == step08 and r["variant"] == "bwd=fused"
+              and r["dtype"] == "fp16" and r["causal"] == "0" and int(r["d"]) == d and int(r["N"]) == n), None)
+    b = next((r for r in step13_rows() if r["dtype"] == "fp16" and r["causal"] == "0" and int(r["d"]) == d
+              and int(r["N"]) == n), None)
+    if not (a and b):
+        return provenance([], "scripts/bwd_target.sh")
+    body = []
+    for label, r in ((f"step {step08} (fused)", a), ("step 13", b)):
+        atom = int(r.get("bwd_gmem_atomic_bytes") or 0)
+        rd, wr = int(r["bwd_gmem_read_bytes"]), int(r["bwd_gmem_write_bytes"])
+        body.append([label, mb(rd), mb(wr), mb(atom) if r.get("bwd_gmem_atomic_bytes") else "–", mb(rd + wr + atom),
+                     f"{int(r['bwd_matmul_flops']) / 1e9:,.0f}", mb(r["bwd_workspace_bytes"]),
+                     f"{float(r['bwd_predicted_ms']):.2f}", f"{float(r['bwd_ms']):.2f}"])
+    return provenance([b, a]) + f" _B×H = {b['B']}×{b['H']}, N = {n}, d = {d}, fp16, no mask; the ledger's columns " \
+        "(bytes requested before L2; predicted ms is their roofline) are the same for every run of the shape, only " \
+        "measured ms is measured._\n\n" + table(
+        ["backward", "read MB", "write MB", "fp32 atomics MB", "total MB", "tensor-core GFLOP", "workspace MB",
+         "predicted ms", "measured ms"], body)
+
+
+def bwd_variants():
+    """--deterministic and --dropout against the racing, undropped backward at the same point
+    (target_*_step13.csv): time ratio (above 1: slower)."""
+    base = {point(r): r for r in step13_rows()}
+    other = [r for r in common.rows("target_*_step13.csv") if r["step"] == "13" and r.get("bwd_ms")
+             and r["variant"] != "deterministic=off"]
+    body, used = [], []
+    for r in sorted(other, key=lambda r: (r["variant"], r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"]))):
+        key = point(r)
+        b = base.get(key)
+        if not b:
+            continue
+        used += [r, b]
+        ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
+        body.append([r["variant"].replace(";", ", "), key[0], key[1], "yes" if key[2] else "no", key[3],
+                     f"{float(b['bwd_ms']):.3f}", f"{float(r['bwd_ms']):.3f}{ok}",
+                     f"{float(r['bwd_ms']) / float(b['bwd_ms']):.2f}", mb(r["bwd_workspace_bytes"])])
+    if not body:
+        return provenance([], "scripts/bwd_target.sh")
+    return provenance(used) + "\n\n" + table(
+        ["variant", "dtype", "d", "causal", "N", "default bwd ms", "variant bwd ms", "time ratio", "workspace MB"], body)
+
+
+def bwd_tiles():
+    """Step 13's experiments (bench --steps 13 --variants ablations -> ablation_*_step13.csv): per
+    point, the default's backward time and each --tiles or --experiment choice's time over it (above
+    1: slower than the default)."""
+    rs = [r for r in common.rows("ablation_*_step13.csv") if r["step"] == "13" and r.get("bwd_ms")]
+
+    def choice(v):  # "tiles 64x64", "experiment red32", or "default"
+        for part in v.split(";"):
+            flag, _, value = part.partition("=")
+            if flag in ("tiles", "experiment") and value not in ("auto", "none"):
+                return f"{flag} {value}"
+        return "default"
+    by = {(int(r["d"]), int(r["causal"]), int(r["N"]), choice(r["variant"])): r for r in rs}
+    order = [f"tiles {t}" for t in ("64x128", "128x128", "32x128", "64x64")] + \
+            [f"experiment {x}" for x in ("dq-end", "red64", "red32")]
+    names = [t for t in order if any(k[3] == t for k in by)]
+    body = []
+    for d, c, n in sorted({k[:3] for k in by}, key=lambda k: (-k[0], k[1], k[2])):
+        full = by.get((d, c, n, "default"))
+        if not full:
+            continue
+        row = [d, "yes" if c else "no", n, f"{float(full['bwd_ms']):.3f}"]
+        for t in names:
+            r = by.get((d, c, n, t))
+            row.append("–" if not r else "FAIL" if r["bwd_pass"] != "1" else f"{float(r['bwd_ms']) / float(full['bwd_ms']):.2f}")
+        body.append(row)
+    if not body:
+        return provenance([], "bench --steps 13 --variants ablations")
+    return provenance(rs) + "\n\n" + table(["d", "causal", "N", "default bwd ms"] + [f"`--{t}`" for t in names], body)
+
+
+def loop_and_grid():
+    """Step 03 (K/V outer, a block per (b, h)), step 04 with the same grid, step 04 with a block per Q tile."""
+    rs = common.rows("session_*.csv")
+    pick = {}
+    for r in rs:
+        if r["dtype"] == "fp16" and r["causal"] == "0" and r["step"] in ("03", "04"):
+            pick[(r["step"], r["variant"], int(r["d"]), int(r["N"]))] = r
+    body = []
+    for (d, n) in sorted({(k[2], k[3]) for k in pick}, key=lambda k: (-k[0], k[1])):
+        a, b, c = pick.get(("03", "-", d, n)), pick.get(("04", "grid=bh", d, n)), pick.get(("04", "grid=qtile", d, n))
+        if not (a and b and c):
+            continue
+        la = int(a["gmem_read_bytes"]) + int(a["gmem_write_bytes"])
+        lb = int(b["gmem_read_bytes"]) + int(b["gmem_write_bytes"])
+        ta, tb, tc = float(a["ms"]), float(b["ms"]), float(c["ms"])
+        body.append([d, n, f"{a['B']}×{a['H']}", mb(la), mb(lb), f"{ta:.2f}", f"{tb:.2f}", f"{tc:.2f}", f"{ta / tb:.2f}", f"{tb / tc:.1f}"])
+    used = [r for k, r in pick.items()]
+    return provenance(used) + "\n\n" + table(
+        ["d", "N", "B×H", "step 03 ledger MB", "step 04 ledger MB", "03 ms (B·H blocks)", "04 ms, --grid bh",
+         "04 ms, --grid qtile", "loop order: 03/04-bh", "grid: bh/qtile"], body)
+
+
+def tour(prefix=""):
+    """The tour's rows, every step on one shape; its links are relative to docs/ (docs/results.md holds it),
+    or to the root with docs="docs/"."""
+    rs = common.rows("tour_*.csv")
+    docs = {os.path.basename(p)[:2]: os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "docs", "[0-9][0-9]_*.md"))}
+    body = []
+    for r in rs:
+        doc = docs.get(r["step"])
+        step = f"[{r['step']}]({prefix}{doc})" if doc else r["step"]
+        led = int(r["gmem_read_bytes"]) + int(r["gmem_write_bytes"])
+        bwd = f"{float(r['bwd_ms']):.2f}" if r.get("bwd_ms") else "–"
+        ok = r["pass"] == "1" and r.get("bwd_pass", "1") in ("1", "")
+        if r.get("model_ms"):  # [model] the per-resource model's time and bound, and the runs' spread
+            bwd = spread(r, "bwd_ms") if r.get("bwd_ms") else "–"
+            bwd_model = f"{float(r['bwd_model_ms']):.3g}" if r.get("bwd_model_ms") else "–"
+            body.append([step, r["variant"], "PASS" if ok else "FAIL", mb(led), f"{float(r['predicted_ms']):.3g}",
+                         f"{float(r['model_ms']):.3g}", r["bound_by"], spread(r), f"{float(r['tflops']):.1f}", bwd, bwd_model])
+        else:
+            body.append([step, r["variant"], "PASS" if ok else "FAIL", mb(led), f"{float(r['predicted_ms']):.2f}",
+                         f"{float(r['ms']):.2f}", f"{float(r['tflops']):.1f}", bwd])
+    shape = f"B={rs[0]['B']}, H={rs[0]['H']}, N={rs[0]['N']}, d={rs[0]['d']}, {rs[0]['dtype']}, no mask" if rs else ""
+    if rs and rs[0].get("model_ms"):
+        runs = rs[0].get("runs", "1")
+        return provenance(rs) + (f" _The tour's shape: {shape}. Measured: the median of {runs} timed runs, their min–max in "
+                                 f"brackets. Roofline: bytes and tensor FLOPs over the datasheet-style peaks; model: the "
+                                 f"per-resource model ([{prefix}model.md]({prefix}model.md)) over the ceilings measured in the same "
+                                 f"run, computed before the timing._\n\n") + table(
+            ["step", "variant", "check", "ledger MB", "roofline ms", "model ms", "bound by", "measured ms", "TFLOP/s",
+             "backward ms", "bwd model ms"], body)
+    return provenance(rs) + f" _The tour's shape: {shape}._\n\n" + table(
+        ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s", "backward ms"], body)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The check every change to a kernel (.cu) gets on a GPU machine before it is called done:
+#   1. build everything (this GPU's architecture; CMake reads it from nvidia-smi);
+#   2. the whole GPU test suite: `ctest -L gpu` (every test labelled gpu, not test_gpu alone);
+#   3. compute-sanitizer on every step: memcheck on every variant (`bench --list --variants all`),
+#      racecheck, synccheck and initcheck on each step's default variant, at a small ragged shape
+#      with the mask (our kernels only: a cuBLAS variant gets memcheck alone).
+# Usage: scripts/gpu_check.sh [OUTDIR]      (default: $OUT if set, else build/gpu_check)
+#   FA_SANITIZE="12 17"   only these steps' sanitizer runs (the tests still run in full)
+#   FA_SANITIZE_TOOLS="memcheck"   the tools of step 3's default-variant runs
+#   FA_CTEST_JOBS=4       ctest's parallelism
+# Writes into OUTDIR: gpu_check.txt (the summary: GPU, commit, ctest's counts, one line per
+# sanitizer run), ctest_gpu.log, sanitizer.log. Exits 0 only when every test passed, none was
+# skipped, and every sanitizer run reported no error. Progress goes to stderr.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-${OUT:-$root/build/gpu_check}}"
+mkdir -p "$out"
+say() { printf '[gpu_check] %s\n' "$*" >&2; printf '%s\n' "$*" >>"$out/gpu_check.txt"; }
+: >"$out/gpu_check.txt"
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+[ -n "$gpu" ] || { say "no GPU visible (nvidia-smi): this check is for a GPU machine"; exit 2; }
+command -v compute-sanitizer >/dev/null || { say "compute-sanitizer not found (it ships with the CUDA Toolkit)"; exit 2; }
+say "GPU $gpu; commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+
+# ---- 1. build ------------------------------------------------------------------------------------
+source "$root/scripts/setup.sh"
+say "build: $FA_BUILD (-j$FA_JOBS)"
+t0=$SECONDS
+make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory >"$out/build.log" 2>&1 \
+  || { tail -n 40 "$out/build.log" >&2; say "build failed (build.log)"; exit 1; }
+say "built in $((SECONDS - t0)) s"
+B="$FA_BUILD"
+
+# ---- 2. every GPU test ---------------------------------------------------------------------------
+t0=$SECONDS
+(cd "$B" && ctest -L gpu -j"${FA_CTEST_JOBS:-4}" --output-on-failure) >"$out/ctest_gpu.log" 2>&1
+test_rc=$?
+listed=$(cd "$B" && ctest -N -L gpu | sed -n 's/^Total Tests: *//p')
+skipped=$(grep -c '(Skipped)' "$out/ctest_gpu.log" || true)
+say "ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest_gpu.log" | tail -n1) of $listed labelled gpu; $skipped skipped (rc $test_rc, $((SECONDS - t0)) s)"
+grep -E '^\s*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)\)' "$out/ctest_gpu.log" | sed 's/^/  FAILED /' | while read -r l; do say "$l"; done
+[ "$skipped" -gt 0 ] && { say "skipped on a GPU machine (not passed):"; grep '(Skipped)' "$out/ctest_gpu.log" | while read -r l; do say "  $l"; done; }
+
+# ---- 3. compute-sanitizer on every step ----------------------------------------------------------
+: >"$out/sanitizer.log"
+small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
+steps=""
+[ -n "${FA_SANITIZE:-}" ] && steps="--steps $(echo $FA_SANITIZE | tr ' ' ',')"
+san_runs=0 san_fail=0
+sanitize() {  # tool prog flags...
+  local tool=$1 prog=$2; shift 2
+  echo "=== $prog $* ($tool)" >>"$out/sanitizer.log"
+  local t=$SECONDS
+  compute-sanitizer --tool "$tool" --error-exitcode 99 "$B/$prog" $small "$@" >"$out/one.log" 2>&1
+  local rc=$?
+  cat "$out/one.log" >>"$out/sanitizer.log"
+  local summary
+  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/one.log" | tail -n1)
+  san_runs=$((san_runs + 1))
+  if [ $rc -ne 0 ]; then san_fail=$((san_fail + 1)); summary="FAIL rc $rc: ${summary:-$(tail -n1 "$out/one.log")}"; fi
+  say "  $tool $prog $*: ${summary:-no summary} ($((SECONDS - t)) s)"
+}
+t0=$SECONDS
+say "compute-sanitizer (shape: $small)"
+declare -A seen
+while read -r prog vflags; do
+  # shellcheck disable=SC2086
+  sanitize memcheck "$prog" $vflags
+  if [ -z "${seen[$prog]:-}" ]; then  # a step's first variant is its default (bench --list's order)
+    seen[$prog]=1
+    for tool in ${FA_SANITIZE_TOOLS:-racecheck synccheck initcheck}; do
+      [[ "$vflags" == *cublas* ]] && continue
+      # shellcheck disable=SC2086
+      sanitize "$tool" "$prog" $vflags
+    done
+  fi
+done < <("$B/bench" --list --variants all $steps)
+rm -f "$out/one.log"
+say "compute-sanitizer: $san_runs runs over ${#seen[@]} steps, $san_fail with errors ($((SECONDS - t0)) s)"
+
+ok=1
+[ "$test_rc" -eq 0 ] && [ "$skipped" -eq 0 ] && [ "$san_fail" -eq 0 ] && [ "${#seen[@]}" -gt 0 ] || ok=0
+say "gpu_check: $([ $ok = 1 ] && echo PASS || echo FAIL)"
+[ $ok = 1 ]
