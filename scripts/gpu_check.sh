@@ -4,11 +4,13 @@
 #   2. the whole GPU test suite: `ctest -L gpu` (every test labelled gpu, not test_gpu alone);
 #   3. compute-sanitizer on every step: memcheck on every variant (`bench --list --variants all`),
 #      racecheck, synccheck and initcheck on each step's default variant, at a small ragged shape
-#      with the mask (our kernels only: a cuBLAS variant gets memcheck alone).
+#      with the mask, a small decode for a decoding step (our kernels only: a cuBLAS variant gets
+#      memcheck alone).
 # Usage: scripts/gpu_check.sh [OUTDIR]      (default: $OUT if set, else build/gpu_check)
 #   FA_SANITIZE="12 17"   only these steps' sanitizer runs (the tests still run in full)
 #   FA_SANITIZE_TOOLS="memcheck"   the tools of step 3's default-variant runs
 #   FA_CTEST_JOBS=4       ctest's parallelism
+#   FA_COMMIT=abc1234     the commit the summary names (else git's HEAD here)
 # Writes into OUTDIR: gpu_check.txt (the summary: GPU, commit, ctest's counts, one line per
 # sanitizer run), ctest_gpu.log, sanitizer.log. Exits 0 only when every test passed, none was
 # skipped, and every sanitizer run reported no error. Progress goes to stderr.
@@ -22,7 +24,7 @@ say() { printf '[gpu_check] %s\n' "$*" >&2; printf '%s\n' "$*" >>"$out/gpu_check
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
 [ -n "$gpu" ] || { say "no GPU visible (nvidia-smi): this check is for a GPU machine"; exit 2; }
 command -v compute-sanitizer >/dev/null || { say "compute-sanitizer not found (it ships with the CUDA Toolkit)"; exit 2; }
-say "GPU $gpu; commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+say "GPU $gpu; commit ${FA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')}"
 
 # ---- 1. build ------------------------------------------------------------------------------------
 source "$root/scripts/setup.sh"
@@ -46,14 +48,19 @@ grep -E '^\s*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|
 # ---- 3. compute-sanitizer on every step ----------------------------------------------------------
 : >"$out/sanitizer.log"
 small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
+# A decoding step (its --help has --qlen: a few new tokens against a cache) gets a small decode:
+# GQA, ragged cache lengths, a few new tokens.
+decode="--b 2 --h 4 --hkv 2 --qlen 3 --nk 300 --cache-lens 200,77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
+shape_of() { "$B/$1" --help 2>/dev/null | grep -q -- '--qlen' && echo "$decode" || echo "$small"; }
 steps=""
 [ -n "${FA_SANITIZE:-}" ] && steps="--steps $(echo $FA_SANITIZE | tr ' ' ',')"
 san_runs=0 san_fail=0
 sanitize() {  # tool prog flags...
   local tool=$1 prog=$2; shift 2
-  echo "=== $prog $* ($tool)" >>"$out/sanitizer.log"
+  echo "=== $prog $(shape_of "$prog") $* ($tool)" >>"$out/sanitizer.log"
   local t=$SECONDS
-  compute-sanitizer --tool "$tool" --error-exitcode 99 "$B/$prog" $small "$@" >"$out/one.log" 2>&1
+  # shellcheck disable=SC2046
+  compute-sanitizer --tool "$tool" --error-exitcode 99 "$B/$prog" $(shape_of "$prog") "$@" >"$out/one.log" 2>&1
   local rc=$?
   cat "$out/one.log" >>"$out/sanitizer.log"
   local summary
@@ -63,7 +70,7 @@ sanitize() {  # tool prog flags...
   say "  $tool $prog $*: ${summary:-no summary} ($((SECONDS - t)) s)"
 }
 t0=$SECONDS
-say "compute-sanitizer (shape: $small)"
+say "compute-sanitizer (shape: $small; a decoding step: $decode)"
 declare -A seen
 while read -r prog vflags; do
   # shellcheck disable=SC2086

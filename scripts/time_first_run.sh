@@ -6,7 +6,9 @@
 #   date,commit,machine,cores,gpu,command,build_s,run_s,total_s
 # build_s + run_s: the first call (from nothing) and a second one right after (the build already
 # there: the run alone); test.sh has its total only.
-# Usage: scripts/time_first_run.sh [--tests] [OUT]     FA_MACHINE="2-core CPU machine" names the row
+# Usage: scripts/time_first_run.sh [--tests] [OUT]     FA_MACHINE="2-core CPU machine" names the row;
+#   FA_COMMIT=abc1234 copies this tree's files instead of cloning, and names the row with it (for a
+#   copy of a tree whose .git is not its commit)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tests=0
@@ -16,11 +18,11 @@ say() { printf '[first-run] %s\n' "$*" >&2; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if git -C "$root" rev-parse HEAD >/dev/null 2>&1; then
+if [ -z "${FA_COMMIT:-}" ] && git -C "$root" rev-parse HEAD >/dev/null 2>&1; then
   commit=$(git -C "$root" rev-parse --short HEAD)
   git -C "$root" diff --quiet HEAD || say "uncommitted changes are not in the clone: it is commit $commit"
   git clone -q "$root" "$tmp/fa"
-else  # a copy without git (a GPU machine's): its files as they are
+else  # FA_COMMIT given, or no git (a GPU machine's copy of a tree): the files as they are, named FA_COMMIT
   commit=${FA_COMMIT:-unknown}
   mkdir -p "$tmp/fa"
   (cd "$root" && tar --exclude=./build --exclude='./build-*' --exclude=./.deps -cf - .) | tar -xf - -C "$tmp/fa"
