@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build one program and run it:   scripts/run.sh [stepNN|tour] [flags]
-#   scripts/run.sh                     the tour: every step on one shape (a first run)
+#   scripts/run.sh                     the tour: every step on one shape (a first run; on a GPU at
+#                                      N = 1024 with five timed reps, to be quick)
 #   scripts/run.sh step01 --causal     step 01 on the GPU if there is one, else its CPU blueprint
 #   scripts/run.sh step01 --help       every flag
 # It builds only what that program needs. With a GPU (nvidia-smi sees one) it builds in build/ for
@@ -18,6 +19,13 @@ source "$(dirname "$0")/setup.sh"
 
 target="${1:-tour}"
 [ $# -gt 0 ] && shift
+quick=()
+if [ "$target" = tour ] && [ $# -eq 0 ] && [ -z "${FA_CMAKE_EXTRA[*]}" ]; then
+  # A first look on a GPU: N = 1024, so that the reference on the CPU checks each step in a moment
+  # (`scripts/run.sh tour` alone, with any flag, runs the tour's own benchmark shape, N = 4096).
+  quick=(--n 1024 --reps 5)
+  fa_say "the tour at N = 1024, five timed reps (a quick first look; 'scripts/run.sh tour --n 4096' for the benchmark shape)"
+fi
 case "$target" in
   -*) fa_say "the first argument names a program (stepNN or tour); flags come after it"; exit 2 ;;
 esac
@@ -37,4 +45,4 @@ if [ "$rc" -ne 0 ]; then
   fa_say "build of $target failed (full log: $FA_BUILD.make.log)"
   exit 1
 fi
-exec "$FA_BUILD/$target" "$@"
+exec "$FA_BUILD/$target" "${quick[@]}" "$@"
