@@ -1,3 +1,4 @@
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...)
 # [arch] CMD --grade --track both --json under FA_FAKE_CC (set by the test), with or without a GPU:
 # the GPU track must refuse every case the CPU track checked — the same shape matrix, counted from
 # the report itself, never typed here — each refusal naming NEEDS, and the grade must fail (a track
@@ -8,7 +9,7 @@ if(NOT rc EQUAL 1)
 endif()
 string(JSON ok GET "${out}" ok)
 string(JSON refused GET "${out}" counts refused)
-string(JSON n GET "${out}" checks LENGTH)
+string(JSON n LENGTH "${out}" checks)
 if(ok OR n EQUAL 0)
   message(FATAL_ERROR "ok=${ok} with ${n} checks:\n${out}")
 endif()
