@@ -46,7 +46,7 @@ fa_configure() {
     mkdir -p "$FA_BUILD"
     cmake -S "$FA_ROOT" -B "$FA_BUILD" -DCMAKE_BUILD_TYPE=Release "${FA_CMAKE_ARGS[@]}" >"$FA_BUILD.configure.log" 2>&1 \
       || { cat "$FA_BUILD.configure.log" >&2; fa_say "CMake configuration failed"; exit 1; }
-    grep -E "^-- CUDA:" "$FA_BUILD.configure.log" | sed 's/^-- /[fa] /' >&2
+    grep -E "^-- CUDA:" "$FA_BUILD.configure.log" | sed 's/^-- /[fa] /' >&2 || true
     printf '%s' "$args" >"$FA_BUILD/.fa_cmake_args"
   fi
 }
