@@ -44,7 +44,10 @@ foreach(step_dir IN LISTS FA_STEPS)
   set_target_properties(step${nn} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 
   set(lab ${FA_LAB_DIR}/${step_dir})
-  if(EXISTS ${lab}/blueprint.cpp AND EXISTS ${lab}/schedule.hpp)
+  if(FA_HAVE_CUDA AND EXISTS ${lab}/blueprint.cpp AND NOT EXISTS ${lab}/kernel.cu AND EXISTS ${dir}/kernel.cu)
+    # A CPU-track lab (scripts/lab.sh start NN --cpu) has no kernel: it builds where CUDA is off.
+    message(STATUS "lab: ${lab} is a CPU-track lab (no kernel.cu): build lab${nn} in build-cpu/ (CUDA off)")
+  elseif(EXISTS ${lab}/blueprint.cpp AND EXISTS ${lab}/schedule.hpp)
     set(lab_srcs ${lab}/blueprint.cpp)
     if(FA_HAVE_CUDA AND EXISTS ${lab}/kernel.cu)
       list(APPEND lab_srcs ${lab}/kernel.cu)

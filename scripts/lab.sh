@@ -2,8 +2,10 @@
 # Labs: every step is also an exercise, generated from the step itself (docs/labs/README.md).
 #
 #   scripts/lab.sh start NN [--cpu|--gpu]   write lab/NN_name/: the step's files with the regions that
-#                                           carry its idea blanked (--cpu: blueprint.cpp, the default
-#                                           without nvcc; --gpu: kernel.cu); then `cd build && make labNN`
+#                                           carry its idea blanked. --cpu (the default without a GPU):
+#                                           blueprint.cpp, no kernel.cu, built in build-cpu/ without CUDA
+#                                           (no kernel is compiled); --gpu:
+#                                           kernel.cu, built in build/. It says the make line to use.
 #   scripts/lab.sh reset NN                 the same again, over your work (asks first)
 #   scripts/lab.sh diff NN                  your files against the step's own
 #   scripts/lab.sh list                     every step's lab regions (name: hint)
@@ -62,7 +64,7 @@ case "$cmd" in
     nn=$2; src=$(step_dir "$nn"); name=$(basename "$src")
     track=${3:-}
     if [ -z "$track" ]; then
-      if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then track=--gpu; else track=--cpu; fi
+      if nvidia-smi -L >/dev/null 2>&1; then track=--gpu; else track=--cpu; fi
     fi
     case "$track" in --cpu|--gpu) ;; *) die "the track is --cpu or --gpu, not '$track'" ;; esac
     dst="$root/lab/$name"
@@ -75,8 +77,11 @@ case "$cmd" in
     fi
     mkdir -p "$dst"
     cp "$src/schedule.hpp" "$dst/"
+    rm -f "$dst/kernel.cu"
     for f in blueprint.cpp kernel.cu; do
       [ -f "$src/$f" ] || continue
+      # The CPU track builds without CUDA: the kernel (the GPU track's answer) is not handed out.
+      [ "$f" = kernel.cu ] && [ "$track" = --cpu ] && continue
       if { [ "$f" = blueprint.cpp ] && [ "$track" = --cpu ]; } || { [ "$f" = kernel.cu ] && [ "$track" = --gpu ]; }; then
         blank "$src/$f" >"$dst/$f"
         n=$(grep -c '// TODO(lab)' "$dst/$f" || true)
@@ -87,11 +92,20 @@ case "$cmd" in
       fi
     done
     echo "${track#--}" >"$dst/TRACK"
-    # The build picks lab/ up at configure time: reconfigure an existing build folder.
-    if [ -f "$root/build/CMakeCache.txt" ]; then
-      cmake -S "$root" -B "$root/build" >/dev/null || die "CMake could not reconfigure build/"
+    jobs=$(nproc 2>/dev/null || echo 2)
+    if [ "$track" = --cpu ]; then
+      # The CPU track's own build folder, configured without CUDA (scripts/setup.sh: the dependencies too).
+      say "configuring build-cpu/ without CUDA (the CPU track compiles no kernel)"
+      ( FA_BUILD="$root/build-cpu"; FA_CMAKE_EXTRA=(-DFA_ENABLE_CUDA=OFF); source "$root/scripts/setup.sh"
+        cmake -S "$root" -B "$FA_BUILD" >/dev/null ) || die "CMake could not configure build-cpu/"
+      say "now: read docs/labs/$name.md, edit lab/$name/, then: cd build-cpu && make -j$jobs lab$nn && ./lab$nn --grade"
+    else
+      # The build picks lab/ up at configure time: reconfigure an existing build folder.
+      if [ -f "$root/build/CMakeCache.txt" ]; then
+        cmake -S "$root" -B "$root/build" >/dev/null || die "CMake could not reconfigure build/"
+      fi
+      say "now: read docs/labs/$name.md, edit lab/$name/, then: cd build && make -j$jobs lab$nn && ./lab$nn --grade"
     fi
-    say "now: read docs/labs/$name.md, edit lab/$name/, then: cd build && make lab$nn && ./lab$nn --grade"
     ;;
   diff)
     [ $# -eq 2 ] || die "usage: scripts/lab.sh diff NN"
@@ -99,13 +113,13 @@ case "$cmd" in
     [ -d "$dst" ] || die "no lab/$name yet: scripts/lab.sh start $nn"
     rc=0
     for f in schedule.hpp blueprint.cpp kernel.cu; do
-      [ -f "$src/$f" ] || continue
+      [ -f "$src/$f" ] && [ -f "$dst/$f" ] || continue
       diff -u --label "steps/$name/$f (the step's)" --label "lab/$name/$f (yours)" "$src/$f" "$dst/$f" || rc=1
     done
     exit $rc
     ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = --help ] || exit 2
     ;;
 esac

@@ -120,6 +120,18 @@ inline std::vector<Case> gqa_window_matrix() {
 inline bool takes_case(const StepInfo& st, const Shape& s) {
   return (s.hkv() == s.H || st.supports_gqa) && (s.window == 0 || st.supports_window);
 }
+// [dropout] A few cases of the shape matrix with dropout, for the steps that take --dropout: ragged,
+// Nk != N, both masks and dtypes, two probabilities and seeds (the reference draws the same mask).
+inline std::vector<Case> dropout_matrix() {
+  std::vector<Case> cs = {make_case(1, 2, 113, 255, 64, true, DType::f16), make_case(2, 3, 64, 64, 32, false, DType::bf16),
+                          make_case(1, 2, 255, 113, 128, false, DType::f16), make_case(2, 3, 17, 17, 16, true, DType::bf16)};
+  for (size_t k = 0; k < cs.size(); ++k) {
+    cs[k].shape.dropout = k % 2 ? 0.25 : 0.1;
+    cs[k].shape.dropout_seed = 1000 + k;
+  }
+  return cs;
+}
+
 // The steps gqa_window_matrix is for: those that take --hkv or --window, except a decoding step
 // (supports_decode: its own matrix, decode_matrix, and at most max_n query rows).
 inline bool takes_gqa_window(const StepInfo& st) { return (st.supports_gqa || st.supports_window) && !st.supports_decode; }

@@ -102,6 +102,7 @@ std::string usage(const StepInfo& step) {
      << "                   Exit status: 0 every check passed, 1 one failed, 2 bad flags.\n"
      << "  --track T        cpu, gpu or both (default: both with a GPU, else cpu)\n"
      << "  --json           the report as one JSON object (for an autograder)\n"
+     << "  --fails-only     print only the checks that did not pass (the verdict and the advice as always)\n"
      << "  --min-speedup X  also time the step against the previous step at one shape (the shape flags,\n"
      << "                   default the GPU one) and require X times its speed (GPU; default off)\n"
      << "  --timeout S      seconds per case before it counts as hung (default 60 on the CPU, 30 on the GPU)\n";
@@ -199,6 +200,7 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     else if (a == "--ledger-csv") { o.ledger_csv = next(); if (o.ledger_csv.empty()) throw CliError("--ledger-csv needs a file name"); }
     else if (a == "--grade") o.grade = true;
     else if (a == "--json") o.grade_json = true;
+    else if (a == "--fails-only") o.grade_fails_only = true;
     else if (a == "--track") {
       const std::string v = next();
       if (v != "cpu" && v != "gpu" && v != "both") throw CliError("--track must be cpu, gpu or both (got '" + v + "')");
@@ -261,7 +263,8 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
   // --grade's own flags need it, and it picks backends and prints its own report.
   if (!o.grade && o.grade_case < 0) {
     for (const auto& [given, flag] : {std::pair{o.grade_json, "--json"}, {!o.grade_track.empty(), "--track"},
-                                      {o.min_speedup > 0, "--min-speedup"}, {o.grade_timeout > 0, "--timeout"}})
+                                      {o.min_speedup > 0, "--min-speedup"}, {o.grade_timeout > 0, "--timeout"},
+                                      {o.grade_fails_only, "--fails-only"}})
       if (given) throw CliError(std::string(flag) + " goes with --grade");
   } else if (!o.help) {
     for (const auto& [given, flag] : {std::pair{o.backend_given, "--backend (use --track cpu|gpu)"},

@@ -53,6 +53,7 @@ struct CliOptions {
   // --grade (common/harness/grade.hpp): every check of the step, one line each, exit 0 only when all pass.
   bool grade = false;
   bool grade_json = false;    // --json: the report as one JSON object (for an autograder)
+  bool grade_fails_only = false;  // --fails-only: print only the checks that did not pass
   std::string grade_track;    // --track cpu|gpu|both; "": cpu without a GPU, else both
   double min_speedup = 0;     // --min-speedup X: the GPU time against the previous step's; 0 = off
   double grade_timeout = 0;   // --timeout S: per case; 0 = the default (60 s CPU, 30 s GPU)

@@ -20,7 +20,13 @@ bool gpu_available(std::string& why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    why = std::string("no CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+    // Without a driver the runtime says "driver version is insufficient", which reads as "upgrade
+    // the driver"; what it means is that there is no GPU here to run on.
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    if (e == cudaErrorNoDevice) why = "no CUDA device (no NVIDIA GPU found)";
+    else if (e == cudaErrorInsufficientDriver && driver == 0) why = "no CUDA device (no NVIDIA driver on this machine: no GPU found)";
+    else why = std::string("no CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
     cudaGetLastError();  // clear the sticky error so later calls are not confused by it
     return false;
   }

@@ -1,4 +1,5 @@
-// Built when there is no CUDA compiler: the GPU is never available, and the runner uses blueprints.
+// Built without CUDA (no CUDA compiler, or -DFA_ENABLE_CUDA=OFF): the GPU is never available, and
+// the runner uses blueprints.
 #include <stdexcept>
 
 #include "harness/gpu.hpp"
@@ -6,7 +7,7 @@
 namespace fa {
 
 bool gpu_available(std::string& why) {
-  why = "this build has no CUDA (no CUDA compiler was found when CMake configured it)";
+  why = "this build has no CUDA (configured without it)";
   return false;
 }
 DeviceSpec gpu_device_spec() { throw std::runtime_error("built without CUDA"); }

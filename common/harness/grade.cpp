@@ -31,12 +31,17 @@ class Grader {
   const std::vector<GradeCase>& cases() const { return cases_; }
 
   void add(Line l) {
-    if (!o_.grade_json) print_line(std::cout, l);
+    if (!o_.grade_json && !(o_.grade_fails_only && (l.status == "PASS" || l.status == "REFUSED"))) print_line(std::cout, l);
     lines_.push_back(std::move(l));
   }
   void note(const std::string& label, const std::string& text) {
     notes_.push_back(label + ": " + text);
-    if (!o_.grade_json) std::cout << std::left << std::setw(10) << label << text << "\n" << std::flush;
+    if (!o_.grade_json) {
+      std::ostringstream first;
+      first << std::left << std::setw(10) << label;
+      print_wrapped(std::cout, first.str(), std::string(10, ' '), text);
+      std::cout << std::flush;
+    }
   }
 
   // Runs cases [first, last) of one track, a child at a time.
@@ -223,8 +228,9 @@ int run_grade(const StepInfo& step, const StepInfo* previous, const CliOptions& 
   const auto [c0, c1] = range(Track::Cpu);
   const size_t n_vars = grade_variants(step, o).size();
   if (!o.grade_json) {
-    std::cout << step.program() << " --grade: step " << step.id << ", " << step.title << "\n";
-    std::cout << "files     " << dir << " (the handout: docs/labs/" << step.id << "_" << step.slug << ".md)\n";
+    const std::string indent(10, ' ');
+    print_wrapped(std::cout, "", indent, step.program() + " --grade: step " + step.id + ", " + step.title);
+    print_wrapped(std::cout, "files     ", indent, dir + " (the handout: docs/labs/" + step.id + "_" + step.slug + ".md)");
   }
   std::ostringstream cpu_what, gpu_what;
   cpu_what << "the blueprint" << (step.has_backward() ? "s (forward and backward)" : "") << " over " << (c1 - c0) / n_vars

@@ -1,6 +1,7 @@
 // --grade: every check of a step, one line each, for a student (or an autograder, --json) to act
 // on; exit 0 only when all pass (docs/labs/). The checks are the tests' own:
-//   cpu    the blueprint over the shape matrix (common/core/shapes.hpp) against the Eigen reference, and
+//   cpu    the blueprint over the shape matrix (common/core/shapes.hpp; with the GQA/window, dropout
+//          and decoding matrices of the features the step takes) against the Eigen reference, and
 //          its counted ledger against closed_form() on each case (the backward's too, for a step
 //          with one);
 //   gpu    the kernels over the same matrix inside NaN-padded buffers (no stray writes allowed);

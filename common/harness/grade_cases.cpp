@@ -109,6 +109,13 @@ std::vector<GradeCase> all_cases(const StepInfo& st, const CliOptions& o) {
   std::vector<test::Case> matrix = test::shape_matrix(false);
   if (st.supports_decode)  // [cache-lens] a decoding step: decoding's matrix too (GQA, caches, windows)
     for (const test::Case& c : test::decode_matrix()) matrix.push_back(c);
+  // Every feature the step takes is graded: GQA and the sliding window (the tests' own matrix, the
+  // cases this step takes), and dropout.
+  if (test::takes_gqa_window(st))
+    for (const test::Case& c : test::gqa_window_matrix())
+      if (test::takes_case(st, c.shape)) matrix.push_back(c);
+  if (st.supports_dropout)
+    for (const test::Case& c : test::dropout_matrix()) matrix.push_back(c);
   for (Track t : {Track::Cpu, Track::Gpu})
     for (const StepOptions& v : vars)
       for (const test::Case& c : matrix) cs.push_back({t, c, v});
@@ -285,6 +292,13 @@ std::string reproduce(const std::string& argv0, const GradeCase& g) {
   os << argv0 << " --backend " << (g.track == Track::Cpu ? "cpu" : "gpu") << " --b " << s.B << " --h " << s.H << " --n "
      << s.N << " --nk " << s.Nk << " --d " << s.d << (s.causal ? " --causal" : "") << " --dtype " << dtype_name(s.dtype)
      << " --seed " << g.c.inputs.seed;
+  if (s.Hkv > 0 && s.Hkv != s.H) os << " --hkv " << s.Hkv;
+  if (s.window > 0) os << " --window " << s.window;
+  if (s.dropout > 0.0) os << " --dropout " << s.dropout << " --dropout-seed " << s.dropout_seed;
+  if (s.decode()) {
+    os << " --cache-lens ";
+    for (size_t b = 0; b < s.cache_lens.size(); ++b) os << (b ? "," : "") << s.cache_lens[b];
+  }
   for (const auto& [f, v] : g.opt) os << " --" << f << " " << v;
   if (g.track == Track::Gpu) os << " --reps 0";
   return os.str();

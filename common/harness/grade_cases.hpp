@@ -62,6 +62,9 @@ void run_speed_case(const StepInfo& st, const StepInfo& prev, const GradeCase& g
 // The command line that runs one case's shape as the step program does.
 std::string reproduce(const std::string& argv0, const GradeCase& g);
 
+// The report's width: every printed line fits it (wrapped under the check's columns).
+inline constexpr int kReportWidth = 100;
+
 // One line of the report: a check of a case, or a note about a group of cases (k = -1).
 struct Line {
   Track track;
@@ -70,6 +73,9 @@ struct Line {
 };
 
 void print_line(std::ostream& os, const Line& l);
+// `text` wrapped at word boundaries within kReportWidth: the first line after `first`, the others
+// after `indent`.
+void print_wrapped(std::ostream& os, const std::string& first, const std::string& indent, const std::string& text);
 
 // The verdict over every line, the advice, and the exit status (0 or 1); --json prints it as one
 // object instead.

@@ -1,5 +1,6 @@
 // --grade's report: the verdict over every line, "look at" (the pattern of the failing cases), and
 // --json (harness/grade_cases.hpp).
+#include <algorithm>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -68,31 +69,56 @@ std::vector<std::string> look_at(const std::vector<GradeCase>& cases, const std:
          [](const GradeCase& g) { return g.c.inputs.qk_spread > 1.0; }},
         {"cases with B or H above 1: the offsets of a batch and a head",
          [](const GradeCase& g) { return g.c.shape.B > 1 || g.c.shape.H > 1; }},
+        {"GQA cases (Hkv < H): which key/value head a query head reads ([gqa])",
+         [](const GradeCase& g) { return g.c.shape.hkv() != g.c.shape.H; }},
+        {"sliding-window cases: the band's lower edge, and the tiles before it ([window])",
+         [](const GradeCase& g) { return g.c.shape.window > 0; }},
+        {"dropout cases: the mask's word for each (row, key) and the 1/(1 - P) factor ([dropout])",
+         [](const GradeCase& g) { return g.c.shape.dropout > 0.0; }},
     };
-    // The most specific traits every failing case shares (with three or more failing cases).
-    std::vector<std::pair<size_t, std::string>> only;
-    for (const Pred& p : preds) {
-      bool all = true;
-      size_t share = 0;
-      for (long k : failed) all = all && p.f(cases[size_t(k)]);
-      for (long k : ran) share += p.f(cases[size_t(k)]) ? 1 : 0;
-      if (all && share < ran.size()) only.emplace_back(share, p.what);
-    }
+    // The traits every failing case shares, named only where the cases without them passed — and
+    // enough of them (three, and a tenth of the track) to tell: a trait nearly every case has says
+    // nothing. Traits that hold for exactly the same cases of this matrix are named together, as
+    // the same evidence; a trait implied by a more specific one named already is left out.
+    struct Found { std::set<long> with; std::string what, same; };
+    std::vector<Found> found;
+    const size_t enough = std::max<size_t>(3, ran.size() / 10);
+    auto add_trait = [&](const std::string& what, const std::function<bool(const GradeCase&)>& f) {
+      std::set<long> with;
+      for (long k : ran)
+        if (f(cases[size_t(k)])) with.insert(k);
+      for (long k : failed)
+        if (!with.count(k)) return;  // a failing case without it
+      if (ran.size() - with.size() < enough) return;
+      for (Found& x : found)
+        if (x.with == with) { x.same += (x.same.empty() ? "" : "; ") + what; return; }
+      found.push_back({with, what, ""});
+    };
+    for (const Pred& p : preds) add_trait(p.what, p.f);
     std::set<int64_t> ds;
     for (long k : failed) ds.insert(cases[size_t(k)].c.shape.d);
-    if (ds.size() == 1) {
-      size_t share = 0;
-      for (long k : ran) share += cases[size_t(k)].c.shape.d == *ds.begin() ? 1 : 0;
-      if (share < ran.size()) only.emplace_back(share, "d = " + std::to_string(*ds.begin()) + ": the loops over the head dimension");
+    if (ds.size() == 1)
+      add_trait("d = " + std::to_string(*ds.begin()) + ": the loops over the head dimension",
+                [d = *ds.begin()](const GradeCase& g) { return g.c.shape.d == d; });
+    std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.with.size() < b.with.size(); });
+    std::vector<std::string> only;
+    std::vector<const Found*> named;
+    for (const Found& x : found) {
+      bool implied = false;  // every case of a trait named already has this one too
+      for (const Found* n : named)
+        implied = implied || std::includes(x.with.begin(), x.with.end(), n->with.begin(), n->with.end());
+      if (implied || named.size() == 2) continue;
+      named.push_back(&x);
+      only.push_back(x.same.empty() ? x.what
+                                    : x.what + " (in this matrix the same cases as: " + x.same + "; either may be the cause)");
     }
-    std::stable_sort(only.begin(), only.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     if (failed.size() < 3) only.clear();
-    if (only.size() > 2) only.resize(2);
     std::ostringstream os;
     os << tn << ": " << failed.size() << " of " << ran.size() << " cases fail";
     if (!only.empty()) {
       os << "; all of them are ";
-      for (size_t i = 0; i < only.size(); ++i) os << (i ? "; and " : "") << only[i].second;
+      for (size_t i = 0; i < only.size(); ++i) os << (i ? "; and " : "") << only[i];
+      os << ", and the cases without " << (only.size() > 1 ? "these" : "it") << " pass";
     }
     out.push_back(os.str());
   }
@@ -107,13 +133,32 @@ std::vector<std::string> look_at(const std::vector<GradeCase>& cases, const std:
 
 }  // namespace
 
+// A check's line: its track, status and check name in columns, then the case, the numbers and the
+// hint wrapped at word boundaries under one another, every line within kReportWidth columns.
 void print_line(std::ostream& os, const Line& l) {
   const std::string st = l.status == "NOT_CHECKED" ? "NOT CHECKED" : l.status == "NOT_RUN" ? "NOT RUN" : l.status;
-  os << std::left << std::setw(6) << track_name(l.track) << std::setw(12) << st << std::setw(11) << l.check;
-  if (!l.case_name.empty()) os << l.case_name << ": ";
-  os << l.detail;
-  if (!l.hint.empty() && l.status != "PASS") os << "  -> look at: " << l.hint;
-  os << "\n" << std::flush;
+  std::ostringstream head;
+  head << std::left << std::setw(6) << track_name(l.track) << std::setw(12) << st << std::setw(11) << l.check;
+  const std::string prefix = head.str(), indent(prefix.size(), ' ');
+  print_wrapped(os, prefix, indent, (l.case_name.empty() ? "" : l.case_name + ": ") + l.detail);
+  if (!l.hint.empty() && l.status != "PASS") print_wrapped(os, indent, indent, "-> look at: " + l.hint);
+  os << std::flush;
+}
+
+void print_wrapped(std::ostream& os, const std::string& first, const std::string& indent, const std::string& text) {
+  std::istringstream words(text);
+  std::string line = first;
+  bool empty = true;
+  for (std::string w; words >> w;) {
+    if (!empty && line.size() + 1 + w.size() > size_t(kReportWidth)) {
+      os << line << "\n";
+      line = indent;
+      empty = true;
+    }
+    line += (empty ? "" : " ") + w;
+    empty = false;
+  }
+  os << line << "\n";
 }
 
 int report(const StepInfo& st, const CliOptions& o, const std::vector<GradeCase>& cases, const std::vector<Line>& lines,
@@ -185,8 +230,18 @@ int report(const StepInfo& st, const CliOptions& o, const std::vector<GradeCase>
     js << "]}\n";
     std::cout << js.str();
   } else {
-    std::cout << "\ngrade     " << verdict.str() << "\n";
-    for (size_t i = 0; i < advice.size(); ++i) std::cout << (i ? "          " : "look at   ") << advice[i] << "\n";
+    const std::string indent(10, ' ');
+    std::cout << "\n";
+    print_wrapped(std::cout, "grade     ", indent, verdict.str());
+    // The advice wrapped, but a command to rerun stays whole on a line of its own (to copy).
+    for (size_t i = 0; i < advice.size(); ++i) {
+      const std::string& a = advice[i];
+      const std::string mark = "alone: ";  // look_at's last line: the smallest failing case's command
+      const size_t cmd = a.find(mark);
+      print_wrapped(std::cout, i ? indent : "look at   ", indent,
+                    cmd == std::string::npos ? a : a.substr(0, cmd + mark.size() - 1));
+      if (cmd != std::string::npos) std::cout << indent << "  " << a.substr(cmd + mark.size()) << "\n";
+    }
     if (!ok) std::cout << "          the handout: docs/labs/" << st.id << "_" << st.slug << ".md\n";
   }
   return ok ? 0 : 1;

@@ -89,7 +89,7 @@ std::string Check::summary() const {
   os << (pass ? "PASS" : "FAIL") << "  max|ΔO| " << std::scientific << max_abs << " (tol " << atol << ")"
      << "  rel-L2 " << rel_l2 << "  max|ΔL| " << lse_max_abs;
   if (worst.b >= 0)
-    os << "  worst O at (b=" << worst.b << ", h=" << worst.h << ", i=" << worst.i << ", j=" << worst.j
+    os << "  worst O at (b=" << worst.b << ", h=" << worst.h << ", i=" << worst.i << ", c=" << worst.j
        << "): got " << worst_got << ", want " << worst_want;
   if (nonfinite_o) os << "  non-finite O: " << nonfinite_o;
   if (bad_lse) os << "  L out of tolerance in " << bad_lse << " rows (worst at b=" << lse_worst.b
@@ -241,7 +241,9 @@ std::string BackwardCheck::summary() const {
       os << "  worst |Δ|/tol " << std::defaultfloat << g->max_ratio << std::scientific
          << (g->naive < 0.0 ? "" : " (the naive backward overflowed: the error-scale rule decides)");
     if (g->worst.b >= 0) {
-      os << "  worst at (b=" << g->worst.b << ", h=" << g->worst.h << ", i=" << g->worst.i << ", j=" << g->worst.j
+      // dQ's rows are queries (i), dK's and dV's keys (j); c is the head dimension's column.
+      os << "  worst at (b=" << g->worst.b << ", h=" << g->worst.h << (g->name == "dQ" ? ", i=" : ", j=") << g->worst.i
+         << ", c=" << g->worst.j
          << "): got " << g->worst_got << ", want " << g->worst_want;
       if (!g->by_naive) os << ", tol " << g->worst_tol;
     }

@@ -15,7 +15,7 @@ struct Where { int64_t b = -1, h = -1, i = -1, j = -1; };
 struct Check {
   // O against the reference on the checked rows.
   double max_abs = 0.0, rel_l2 = 0.0, atol = 0.0;
-  Where worst;                   // where max_abs occurs (j = column of O)
+  Where worst;                   // where max_abs occurs (j holds the column of O: printed as c)
   double worst_got = 0.0, worst_want = 0.0;
   // L (log-sum-exp) against the reference on the checked rows.
   double lse_max_abs = 0.0, lse_atol = 0.0;

@@ -129,8 +129,8 @@ int main(int argc, char** argv) {
   std::cout << "\nroofline: the ledger's bytes and FLOPs over " << (on_gpu ? "this GPU's queried peaks" : "an H200's datasheet peaks")
             << (on_gpu ? "; kernel ms: every kernel of a call summed, on a cold L2 (docs/profiling.md, \"One clock\")"
                        : ";\n          CPU ms is the blueprint's own time, not a GPU figure")
-            << "\nmodel: every resource's term over the ceilings ("
-            << (records.empty() ? std::string("-") : records.front().model.ceilings_source)
-            << "),\n          with the launch's occupancy and coverage; bound by = its busiest resource (./stepNN prints every term)\n";
+            << "\nmodel: every resource's term over the ceilings, with the launch's occupancy and coverage;\n"
+            << "          bound by = its busiest resource (./stepNN prints every term); ceilings:\n          "
+            << (records.empty() ? std::string("-") : records.front().model.ceilings_source) << "\n";
   return failed ? 1 : 0;
 }

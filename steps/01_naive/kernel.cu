@@ -254,7 +254,9 @@ void cublas_pv(const AttnParams& p, const void* P, cudaStream_t st) {
 template <class T, int D>
 void launch_typed(const AttnParams& p, bool use_cublas, cudaStream_t st) {
   float* S = static_cast<float*>(p.workspace);
-  T* P = reinterpret_cast<T*>(static_cast<char*>(p.workspace) + s_bytes_aligned(Shape{p.B, p.H, p.N, p.Nk, p.d}));
+  Shape shape;  // the sizes that place P after S in the workspace
+  shape.B = p.B, shape.H = p.H, shape.N = p.N, shape.Nk = p.Nk, shape.d = p.d;
+  T* P = reinterpret_cast<T*>(static_cast<char*>(p.workspace) + s_bytes_aligned(shape));
   const int BH = p.B * p.H;
   if (use_cublas) {
     cublas_scores(p, S, st);
