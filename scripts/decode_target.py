@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # clock.py imported from the source tree: no __pycache__ there
 sys.path.insert(0, HERE)
 from clock import KERNEL_CLOCK, Clock, first_line, load_torch, run_commit, utc_date  # noqa: E402
+from doctables.common import read_targets  # noqa: E402  (scripts/targets.txt, the one definition)
 
 H, HKV, D = 32, 8, 128
 FIELDS = ["date", "commit", "device", "kind", "backend", "B", "cache_len", "page_size", "us", "cache_bytes",
@@ -65,29 +66,18 @@ def step_row(build, step, args):
     return t, int(row["pass"]), "" if rc == 0 else "exit %d" % rc
 
 
-def decode_targets():
-    """The decode matrix of scripts/targets.txt: {"bs": "1,4,...", "caches": ..., "pages": ...}."""
-    out = {}
-    with open(os.path.join(HERE, "targets.txt"), encoding="utf-8") as f:
-        for line in f:
-            words = line.split("#", 1)[0].split()
-            if len(words) == 3 and words[0] == "decode":
-                out[words[1]] = words[2]
-    return out
-
-
 def parse_args(argv=None):
-    t = decode_targets()
+    t = {axis: ",".join(v) for (m, axis), v in read_targets().items() if m == "decode"}
     ap = argparse.ArgumentParser(description="Step 17's target run: step 17, step 12 as prefill and every SDPA "
                                              "backend on the decode matrix, one CSV row each.")
     ap.add_argument("paths", nargs="+", metavar="OUT.csv", help="the CSV to write (older spelling: BUILD_DIR OUT.csv)")
     ap.add_argument("--build", default="", help="the build folder holding step17, step12 and bench "
                     "(default: FA_BUILD, else build/)")
     ap.add_argument("--quick", action="store_true", help="B = 1 and 16, L = 4k and 64k, one page size")
-    ap.add_argument("--bs", default=t.get("bs", "1,4,16,64"), help="comma-separated batch sizes (default: scripts/targets.txt)")
-    ap.add_argument("--caches", default=t.get("caches", "4096,8192,16384,32768,65536,131072"),
+    ap.add_argument("--bs", default=t["bs"], help="comma-separated batch sizes (default: scripts/targets.txt)")
+    ap.add_argument("--caches", default=t["caches"],
                     help="comma-separated cache lengths in tokens (default: scripts/targets.txt)")
-    ap.add_argument("--pages", default=t.get("pages", "16,64,256"),
+    ap.add_argument("--pages", default=t["pages"],
                     help="comma-separated page sizes of the paged runs, empty for none (default: scripts/targets.txt)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--graph", type=int, default=10, help="calls per CUDA graph (default 10)")

@@ -10,6 +10,7 @@
 #   FA_SANITIZE="12 17"   only these steps' sanitizer runs (the tests still run in full)
 #   FA_SANITIZE_TOOLS="memcheck"   the tools of step 3's default-variant runs
 #   FA_CTEST_JOBS=4       ctest's parallelism
+#   FA_CTEST_ARGS="-L gpu"  which tests (default the GPU ones; "" the whole suite: scripts/gpu_session.sh)
 #   FA_COMMIT=abc1234     the commit the summary names (else git's HEAD here)
 # Writes into OUTDIR: gpu_check.txt (the summary: GPU, commit, ctest's counts, one line per
 # sanitizer run), ctest_gpu.log, sanitizer.log. Exits 0 only when every test passed, none was
@@ -37,11 +38,14 @@ B="$FA_BUILD"
 
 # ---- 2. every GPU test ---------------------------------------------------------------------------
 t0=$SECONDS
-(cd "$B" && ctest -L gpu -j"${FA_CTEST_JOBS:-4}" --output-on-failure) >"$out/ctest_gpu.log" 2>&1
+ctest_args="${FA_CTEST_ARGS--L gpu}"
+# shellcheck disable=SC2086
+(cd "$B" && ctest $ctest_args -j"${FA_CTEST_JOBS:-4}" --output-on-failure) >"$out/ctest_gpu.log" 2>&1
 test_rc=$?
-listed=$(cd "$B" && ctest -N -L gpu | sed -n 's/^Total Tests: *//p')
+# shellcheck disable=SC2086
+listed=$(cd "$B" && ctest -N $ctest_args | sed -n 's/^Total Tests: *//p')
 skipped=$(grep -c '(Skipped)' "$out/ctest_gpu.log" || true)
-say "ctest -L gpu: $(grep -E 'tests passed|tests failed' "$out/ctest_gpu.log" | tail -n1) of $listed labelled gpu; $skipped skipped (rc $test_rc, $((SECONDS - t0)) s)"
+say "ctest ${ctest_args:-(every test)}: $(grep -E 'tests passed|tests failed' "$out/ctest_gpu.log" | tail -n1) of $listed listed; $skipped skipped (rc $test_rc, $((SECONDS - t0)) s)"
 grep -E '^\s*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)\)' "$out/ctest_gpu.log" | sed 's/^/  FAILED /' | while read -r l; do say "$l"; done
 [ "$skipped" -gt 0 ] && { say "skipped on a GPU machine (not passed):"; grep '(Skipped)' "$out/ctest_gpu.log" | while read -r l; do say "  $l"; done; }
 

@@ -3,8 +3,9 @@
 # own programs — the build, ctest, compute-sanitizer, the tour, `bench` (the sweeps), Nsight Compute
 # through scripts/ncu_profile.sh and scripts/ncu_ledger.py (which holds the metric list), and
 # scripts/peers.py. How to run it, and what to bring back: docs/gpu_session.md.
-#   1. build everything;  2. the whole test suite, GPU tests included;
-#   3. compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step at a small shape;
+#   1. build everything;  2-3. scripts/gpu_check.sh over the whole test suite (GPU tests included)
+#      and compute-sanitizer on every step (memcheck on every variant, racecheck, synccheck and
+#      initcheck on each default, a small decode for a decoding step);
 #   4. the GPU's measured ceilings (`bench --peaks`: HBM, L2, shared memory, tensor cores, FMA,
 #      ex2, barriers, atomics, latencies, launch), the tour, and every step over N = 512 ... 16k on
 #      FlashAttention's benchmark shapes (B·N = 16k, H·d = 2048) with `bench`;
@@ -23,10 +24,10 @@
 #   ablation_<gpu>_step12.csv  FA_ABLATIONS=1: step 12 with each of its changes taken out
 #   bench_<gpu>_step12.csv     FA_TARGET=1: step 12 over the FlashAttention-2 target matrix
 #   peers_<gpu>.csv            FA_PEERS=1: PyTorch SDPA's backends on the same shapes
-#   session.log, ctest.log, sanitizer.log
+#   session.log; check/: gpu_check.txt, ctest_gpu.log (the whole suite here), sanitizer.log
 # Usage: scripts/gpu_session.sh [OUTDIR]
 #   FA_STEPS="02 03"          measure only these steps (ids; tests and sanitizers still cover every step)
-#   FA_SANITIZE="05"          run compute-sanitizer on these steps only (default: every step)
+#   FA_SANITIZE="05"          run compute-sanitizer on these steps only (default: every step; gpu_check.sh)
 #   FA_NCU_STEPS="05"         profile these steps with Nsight (default: the measured ones)
 #   FA_NS="1024,4096"         the sweep's N values (default 512 ... 16384)
 #   FA_TOUR=0  FA_TESTS=0  FA_SWEEP=0  FA_NCU=0   skip the tour / the tests and sanitizer / the
@@ -78,32 +79,13 @@ say "steps: $all_ids; measured: $measure"
 csv_list() { echo "$*" | tr ' ' ','; }
 
 test_rc=0
-san_fail=0
 if [ "${FA_TESTS:-1}" = 1 ]; then
-# ---- 2. tests --------------------------------------------------------------------------------
-say "test suite"
-(cd "$B" && ctest --output-on-failure) >"$out/ctest.log" 2>&1
+# ---- 2-3. the whole suite and compute-sanitizer on every step: scripts/gpu_check.sh, the one place
+# that does both (its build is a no-op after step 1). Its logs go to OUTDIR/check/.
+say "tests and compute-sanitizer: scripts/gpu_check.sh over the whole suite"
+FA_CTEST_ARGS="" bash "$root/scripts/gpu_check.sh" "$out/check" 2>>"$log"
 test_rc=$?
-say "ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n1) (rc $test_rc)"
-grep -q '(Skipped)' "$out/ctest.log" && say "WARNING: tests were skipped on a GPU machine: $(grep -c '(Skipped)' "$out/ctest.log")"
-
-# ---- 3. compute-sanitizer ----------------------------------------------------------------------
-say "compute-sanitizer"
-: >"$out/sanitizer.log"
-small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
-# Every variant of every chosen step (bench --list: "stepNN --flag value"); memcheck on all of them,
-# the other tools on our own kernels (not cuBLAS's).
-while read -r prog vflags; do
-  for tool in memcheck racecheck synccheck initcheck; do
-    [ "$tool" != memcheck ] && [[ "$vflags" == *cublas* ]] && continue
-    echo "=== $prog $vflags $tool" >>"$out/sanitizer.log"
-    compute-sanitizer --tool "$tool" --error-exitcode 99 "$B/$prog" $small $vflags >>"$out/sanitizer.log" 2>&1
-    rc=$?
-    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" | tail -n1)
-    say "  $prog $vflags $tool: rc $rc, $summary"
-    [ $rc -ne 0 ] && san_fail=1
-  done
-done < <("$B/bench" --list --variants ${FA_SANITIZE_VARIANTS:-all} ${FA_SANITIZE:+--steps $(csv_list $FA_SANITIZE)})
+say "gpu_check: $(tail -n1 "$out/check/gpu_check.txt" 2>/dev/null) (rc $test_rc; $out/check/gpu_check.txt)"
 fi
 
 # ---- 4. the ceilings, the tour and the sweep -------------------------------------------------
@@ -184,8 +166,8 @@ if [ "${FA_PEERS:-0}" = 1 ]; then
 fi
 
 if [ "${FA_TESTS:-1}" = 1 ]; then
-  say "finished in $(( $(date +%s) - t0 ))s: tests rc $test_rc, sanitizer $([ $san_fail = 0 ] && echo clean || echo ERRORS)"
+  say "finished in $(( $(date +%s) - t0 ))s: tests and sanitizer $([ $test_rc = 0 ] && echo PASS || echo FAIL) (check/gpu_check.txt)"
 else
   say "finished in $(( $(date +%s) - t0 ))s: FA_TESTS=0, no tests or sanitizer ran"
 fi
-[ $test_rc -eq 0 ] && [ $san_fail -eq 0 ]
+[ $test_rc -eq 0 ]
