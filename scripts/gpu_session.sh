@@ -52,7 +52,7 @@ log="$out/session.log"
 : >"$log"
 t0=$(date +%s)
 if [ "${FA_BUNDLE:-0}" = 1 ]; then
-  bundle() { (cd "$out" && files=$(ls | grep -v '^session.tgz$') && tar czf session.tgz $files && rm -f $files); }
+  bundle() { (cd "$out" && files=$(ls | grep -v '^session.tgz$') && tar czf session.tgz $files && rm -rf $files); }
   trap bundle EXIT
 fi
 say() { printf '[session %4ds] %s\n' "$(( $(date +%s) - t0 ))" "$*" | tee -a "$log" >&2; }
