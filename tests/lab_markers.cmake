@@ -1,10 +1,11 @@
 # A step is a lab (docs/labs/): its blueprint.cpp and kernel.cu each carry at least one region
-#     // lab:begin NAME: one-line hint
+#     // lab:begin NAME: one-line hint       or      // lab:begin NAME {TAGS}: one-line hint
 #     ...
 #     // lab:end
 # that `scripts/lab.sh blank` (SCRIPT) accepts (balanced, not nested), each marker line at most
 # 120 bytes, about 110 characters (a hint longer than a line belongs in the handout, under the region's name), and
-# its handout DOC exists and names every region.
+# its handout DOC exists and names every region. TAGS ([lab-region], cmake/lab_regions.cmake) are
+# words the grader knows: the outputs a mistake shows in, ledger, and case traits.
 set(missing "")
 set(regions "")
 foreach(f blueprint.cpp kernel.cu)
@@ -19,7 +20,7 @@ foreach(f blueprint.cpp kernel.cu)
     string(APPEND missing "\n  ${f}: no lab regions ('// lab:begin NAME: hint' ... '// lab:end')")
     continue()
   endif()
-  string(REGEX MATCHALL "(^|\n)[ \t]*// lab:begin [A-Za-z0-9_.-]+: [^\n]*[^ \t\n]" named "${text}")
+  string(REGEX MATCHALL "(^|\n)[ \t]*// lab:begin [A-Za-z0-9_.-]+( {[^}]*})?: [^\n]*[^ \t\n]" named "${text}")
   list(LENGTH named m)
   if(NOT m EQUAL n)
     string(APPEND missing "\n  ${f}: a region begins '// lab:begin NAME: hint' (a name, a colon, a hint)")
@@ -32,6 +33,14 @@ foreach(f blueprint.cpp kernel.cu)
       string(APPEND missing "\n  ${f}: '${region}' is ${len} bytes long: keep the line to 120, the full hint in the handout")
     endif()
     string(REPLACE "lab:begin " "" region "${region}")
+    if(b MATCHES "lab:begin [A-Za-z0-9_.-]+ {([^}]*)}:")
+      string(REPLACE " " ";" tags "${CMAKE_MATCH_1}")
+      foreach(t IN LISTS tags)  # the words of grade_report.cpp's region_advice and look_at's traits
+        if(NOT t MATCHES "^(O|L|dQ|dK|dV|ledger|causal|nomask|ragged|nk|bf16|fp16|logits|bh|gqa|window|dropout|[a-z-]+=[A-Za-z0-9_.-]+)$")
+          string(APPEND missing "\n  ${f}: '${region}' has the tag '${t}', which the grader does not know")
+        endif()
+      endforeach()
+    endif()
     list(APPEND regions "${region}")
   endforeach()
   execute_process(COMMAND bash ${SCRIPT} blank ${STEP}/${f} RESULT_VARIABLE rc OUTPUT_VARIABLE blanked ERROR_VARIABLE err)

@@ -149,7 +149,13 @@ DeferredBlock make_deferred_block(const Layout& sc, const Shape& s, Smem& smem) 
 // [tile-update] One (Q tile i, K/V tile j) pair, split by rows (step 05): warp w owns rows
 // [16w, 16w + 16) and all Bc keys; two lanes share a row. Õ is rescaled by alpha = exp(m_old − m_new)
 // and accumulates P·V — and is not divided by l here.
-void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64_t i0, int64_t j0, bool masked, Ledger& led) {
+RowStats deferred_stats(float m_old, float l_old, float m_new, float tile_sum) {
+  const float alpha = rescale_factor(m_old, m_new);
+  return {alpha, m_new, alpha * l_old + tile_sum};
+}
+
+void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64_t i0, int64_t j0, bool masked, Ledger& led,
+                     DeferredStats stats) {
   const int64_t d = s.d, W = sc.warps(), half = sc.Bc / 2;
   const float scale = static_cast<float>(s.softmax_scale());
   for (int64_t w = 0; w < W; ++w) {
@@ -194,11 +200,10 @@ void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64
       const int64_t r = 16 * w + t / 2;
       const float m_old = mold[static_cast<size_t>(t)], l_old = lold[static_cast<size_t>(t)];
       const float m_new = std::max(m_old, std::max(mpart[static_cast<size_t>(t)], mpart[static_cast<size_t>(t + 1)]));
-      const float alpha = rescale_factor(m_old, m_new);
-      const float l_new = alpha * l_old + (lpart[static_cast<size_t>(t)] + lpart[static_cast<size_t>(t + 1)]);
-      blk.cold.write(0, r, alpha);  // [deferred] Õ moves to the new maximum; no l in it
-      blk.mi.write(0, r, m_new);
-      blk.li.write(0, r, l_new);
+      const RowStats rs = stats(m_old, l_old, m_new, lpart[static_cast<size_t>(t)] + lpart[static_cast<size_t>(t + 1)]);
+      blk.cold.write(0, r, rs.alpha);  // [deferred] Õ moves to the new maximum; no l in it
+      blk.mi.write(0, r, rs.m);
+      blk.li.write(0, r, rs.l);
       led.nonmatmul_ops += 5;
       led.exps += m_old == -kInf ? 0 : 1;  // [rescale-guard]: no exp on a row's first tile
     }

@@ -42,6 +42,13 @@ struct DeferredBlock {
 DeferredBlock make_deferred_block(const Layout& sc, const Shape& s, Smem& smem);
 // One pair of the deferred update; `masked` says whether the tile needs the per-element causal or
 // ragged-edge mask (step 06 always masks; step 07 only on diagonal and ragged tiles).
-void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64_t i0, int64_t j0, bool masked, Ledger& led);
+// [deferred] A row's statistics after one tile: alpha = exp(m_old − m_new) for Õ, and the new m and l
+// from the tile's row max m_new (already including m_old) and its sum of p. `stats` computes them:
+// step 06 passes its own (its lab region), step 07 the shared deferred_stats.
+struct RowStats { float alpha, m, l; };
+using DeferredStats = RowStats (*)(float m_old, float l_old, float m_new, float tile_sum);
+RowStats deferred_stats(float m_old, float l_old, float m_new, float tile_sum);
+void deferred_update(const Layout& sc, const Shape& s, DeferredBlock& blk, int64_t i0, int64_t j0, bool masked, Ledger& led,
+                     DeferredStats stats = deferred_stats);
 
 }  // namespace fa::wmma_bp

@@ -45,6 +45,15 @@ struct BackwardBlueprintResult {
   LedgerSet saved;
 };
 
+// [lab-region] A lab region of the step's files (// lab:begin NAME {TAGS}: hint), read by CMake at
+// configure time: where a mistake in it shows (O, L, dQ, dK, dV, ledger) and the cases it is about
+// (causal, ragged, gqa, window, dropout, or a flag's value), for --grade's "look at".
+struct LabRegion {
+  std::string file;  // "blueprint.cpp" (the CPU track's) or "kernel.cu" (the GPU track's)
+  std::string name;  // "dq-atomic"
+  std::string tags;  // "dQ", "O L ledger", "" (no tags: it may show anywhere)
+};
+
 struct StepInfo {
   std::string id;       // "01"
   std::string slug;     // "naive" (the folder is steps/01_naive)
@@ -143,6 +152,7 @@ struct StepInfo {
   void (*launch_save)(const BwdParams&, const StepOptions&, void* stream) = nullptr;
 
   std::string program_name;  // set only by tools that are not a step (the tour)
+  std::vector<LabRegion> lab_regions;  // [lab-region] set by the generated main (cmake/steps.cmake)
   std::string program() const { return program_name.empty() ? "step" + id : program_name; }
   // Every option at its default value.
   StepOptions default_options() const {

@@ -107,7 +107,8 @@ Grader::Outcome Grader::run_child(size_t k, double timeout_s) {
       const size_t at = std::stoul(f[1]);
       if (at < cases_.size()) {
         last_check = f[3];
-        add({cases_[at].track, long(at), f[2], f[3], cases_[at].name(), f[4], f.size() > 5 ? f[5] : ""});
+        add({cases_[at].track, long(at), f[2], f[3], cases_[at].name(), f[4], f.size() > 5 ? f[5] : "",
+             f.size() > 6 ? f[6] : ""});
       }
     }
     return false;

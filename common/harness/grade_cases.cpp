@@ -61,6 +61,20 @@ std::string ledger_hint(const std::string& diff) {
   return what;
 }
 
+// [lab-region] What a failed check shows: the outputs that were wrong.
+std::string forward_shows(const Check& c, int64_t stray) {
+  std::string s;
+  if (c.nonfinite_o || c.max_abs > c.atol || stray) s += "O";
+  if (c.bad_lse || c.lse_max_abs > c.lse_atol) s += s.empty() ? "L" : " L";
+  return s;
+}
+std::string backward_shows(const BackwardCheck& c, int64_t stray) {
+  std::string s;
+  for (const GradCheck* g : {&c.dq, &c.dk, &c.dv})
+    if (!g->pass || stray) s += (s.empty() ? "" : " ") + g->name;
+  return s;
+}
+
 // ---- the child ---------------------------------------------------------------------------------
 
 std::string one_line(std::string s) {
@@ -129,9 +143,9 @@ std::vector<GradeCase> all_cases(const StepInfo& st, const CliOptions& o) {
 }
 
 void Out::rec(size_t k, const std::string& status, const std::string& check, const std::string& detail,
-              const std::string& hint) {
-  std::fprintf(f, "R\t%zu\t%s\t%s\t%s\t%s\n", k, status.c_str(), check.c_str(), one_line(detail).c_str(),
-               one_line(hint).c_str());
+              const std::string& hint, const std::string& shows) {
+  std::fprintf(f, "R\t%zu\t%s\t%s\t%s\t%s\t%s\n", k, status.c_str(), check.c_str(), one_line(detail).c_str(),
+               one_line(hint).c_str(), one_line(shows).c_str());
   std::fflush(f);
 }
 void Out::end(size_t k) {
@@ -151,11 +165,13 @@ bool run_cpu_case(const StepInfo& st, const GradeCase& g, size_t k, Out& out) {
     const Reference ref = reference_forward(s, in);
     const BlueprintResult bp = st.blueprint(s, in, g.opt);
     const Check chk = check_forward(s, in, ref, bp.out);
-    out.rec(k, chk.pass ? "PASS" : "FAIL", "forward", strip_status(chk.summary()), forward_hint(chk, 0, false));
+    out.rec(k, chk.pass ? "PASS" : "FAIL", "forward", strip_status(chk.summary()), forward_hint(chk, 0, false),
+            chk.pass ? "" : forward_shows(chk, 0));
     stage = "ledger";
     const std::string diff = trim(bp.ledger.diff(st.closed_form(s, g.opt)));
     out.rec(k, diff.empty() ? "PASS" : "FAIL", "ledger",
-            diff.empty() ? "the counted ledger equals closed_form()" : "counted vs closed form: " + diff, ledger_hint(diff));
+            diff.empty() ? "the counted ledger equals closed_form()" : "counted vs closed form: " + diff, ledger_hint(diff),
+            diff.empty() ? "" : "ledger");
     bool ok = chk.pass && diff.empty();
     if (!st.has_backward()) return ok;
     stage = "backward";
@@ -163,12 +179,13 @@ bool run_cpu_case(const StepInfo& st, const GradeCase& g, size_t k, Out& out) {
     const Gradients refg = reference_backward(s, in, dO);
     const BackwardBlueprintResult bb = st.backward_blueprint(s, in, bp.out, dO, g.opt);
     const BackwardCheck bc = check_backward(s, in, dO, refg, bb.grads);
-    out.rec(k, bc.pass ? "PASS" : "FAIL", "backward", strip_status(bc.summary()), backward_hint(bc, 0));
+    out.rec(k, bc.pass ? "PASS" : "FAIL", "backward", strip_status(bc.summary()), backward_hint(bc, 0),
+            bc.pass ? "" : backward_shows(bc, 0));
     stage = "bwd ledger";
     const std::string bdiff = trim(bb.ledger.diff(st.backward_closed_form(s, g.opt)));
     out.rec(k, bdiff.empty() ? "PASS" : "FAIL", "bwd ledger",
             bdiff.empty() ? "the counted ledger equals backward_closed_form()" : "counted vs closed form: " + bdiff,
-            ledger_hint(bdiff));
+            ledger_hint(bdiff), bdiff.empty() ? "" : "ledger");
     return ok && bc.pass && bdiff.empty();
   } catch (const std::exception& e) {
     out.rec(k, "FAIL", stage, std::string("threw: ") + e.what(),
@@ -209,7 +226,8 @@ bool run_gpu_case(const StepInfo& st, const GradeCase& g, size_t k, Out& out) {
     const bool fwd_ok = chk.pass && r.stray_writes == 0;
     std::string detail = strip_status(chk.summary());
     if (r.stray_writes) detail += "  stray writes into the NaN padding: " + std::to_string(r.stray_writes);
-    out.rec(k, fwd_ok ? "PASS" : "FAIL", "forward", detail, forward_hint(chk, r.stray_writes, true));
+    out.rec(k, fwd_ok ? "PASS" : "FAIL", "forward", detail, forward_hint(chk, r.stray_writes, true),
+            fwd_ok ? "" : forward_shows(chk, r.stray_writes));
     if (!st.has_backward()) return fwd_ok;
     stage = "backward";
     if (const std::string why = unsupported_reason(st, s, g.opt, caps, true); !why.empty()) {
@@ -222,7 +240,8 @@ bool run_gpu_case(const StepInfo& st, const GradeCase& g, size_t k, Out& out) {
     const bool bwd_ok = bc.pass && b.stray_writes == 0;
     detail = strip_status(bc.summary());
     if (b.stray_writes) detail += "  stray writes into the NaN padding: " + std::to_string(b.stray_writes);
-    out.rec(k, bwd_ok ? "PASS" : "FAIL", "backward", detail, backward_hint(bc, b.stray_writes));
+    out.rec(k, bwd_ok ? "PASS" : "FAIL", "backward", detail, backward_hint(bc, b.stray_writes),
+            bwd_ok ? "" : backward_shows(bc, b.stray_writes));
     return fwd_ok && bwd_ok;
   } catch (const Unsupported& e) {
     out.rec(k, "REFUSED", stage, e.what());

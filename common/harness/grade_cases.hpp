@@ -39,12 +39,12 @@ std::vector<GradeCase> all_cases(const StepInfo& st, const CliOptions& o);
 
 inline constexpr const char* kTimeoutNote = "--timeout S waits longer";
 
-// Records: "R<TAB>k<TAB>status<TAB>check<TAB>detail<TAB>hint" per check, "E<TAB>k" when case k is
-// done, "Q" when the child stops on purpose.
+// Records: "R<TAB>k<TAB>status<TAB>check<TAB>detail<TAB>hint<TAB>shows" per check ("shows": what
+// failed, of O L dQ dK dV ledger), "E<TAB>k" when case k is done, "Q" when the child stops on purpose.
 struct Out {
   FILE* f = stdout;
   void rec(size_t k, const std::string& status, const std::string& check, const std::string& detail,
-           const std::string& hint = "");
+           const std::string& hint = "", const std::string& shows = "");
   void end(size_t k);
   void quit();
 };
@@ -70,6 +70,7 @@ struct Line {
   Track track;
   long k = -1;  // the case, or -1
   std::string status, check, case_name, detail, hint;
+  std::string shows;  // a failed check: which of O L dQ dK dV ledger were wrong (space-separated)
 };
 
 void print_line(std::ostream& os, const Line& l);

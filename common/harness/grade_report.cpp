@@ -27,16 +27,91 @@ std::string json_str(const std::string& s) {
 }
 
 // "what to look at": the pattern of the failing cases of one track, and the first one to reproduce.
-std::vector<std::string> look_at(const std::vector<GradeCase>& cases, const std::vector<Line>& lines, Track t,
-                                 const std::string& argv0) {
+std::set<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::set<std::string> w;
+  for (std::string x; in >> x;) w.insert(x);
+  return w;
+}
+
+// [lab-region] The region of the track's file whose tags fit the failures best: every output that
+// failed is one its mistakes show in, every case trait it is about is shared by all failing cases;
+// then the most of those traits, the fewest outputs beyond the failing ones, a tagged region before
+// an untagged one. Ties are all named: the grader cannot tell them apart.
+std::string region_advice(const StepInfo& st, Track t, const std::set<std::string>& shown, bool ledger_fail,
+                          const std::set<std::string>& shared) {
+  const std::string file = t == Track::Cpu ? "blueprint.cpp" : "kernel.cu";
+  static const std::set<std::string> outputs = {"O", "L", "dQ", "dK", "dV"};
+  std::vector<std::pair<long, const LabRegion*>> fit, near;
+  for (const LabRegion& r : st.lab_regions) {
+    if (r.file != file) continue;
+    const std::set<std::string> tags = words(r.tags);
+    std::set<std::string> outs, traits;
+    for (const std::string& x : tags) (outputs.count(x) ? outs : traits).insert(x);
+    const bool ledger = traits.erase("ledger") > 0;
+    const bool untagged = tags.empty();
+    long overlap = 0, extra = 0, matched = 0;
+    bool ok = true;
+    for (const std::string& o : shown) {
+      if (outs.count(o)) ++overlap;
+      else ok = ok && untagged;
+    }
+    for (const std::string& o : outs) extra += !shown.count(o);
+    if (shown.empty() && ledger_fail) ok = ok && (ledger || untagged);
+    for (const std::string& tr : traits) {
+      if (shared.count(tr)) ++matched;
+      else ok = false;
+    }
+    if (ok) fit.push_back({matched * 100 - extra * 2 - (untagged ? 1 : 0), &r});
+    else near.push_back({overlap, &r});
+  }
+  auto names = [](std::vector<std::pair<long, const LabRegion*>>& v) {
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<std::string> out;
+    for (const auto& x : v)
+      if (x.first == v.front().first) out.push_back(x.second->name);
+    return out;
+  };
+  std::vector<std::string> best;
+  std::string how;
+  if (shown.empty() && !ledger_fail) {  // only throws, crashes or timeouts: no output to tell by
+    std::string all;
+    for (const auto& x : fit) all += (all.empty() ? "" : ", ") + x.second->name;
+    if (fit.size() < 2) return "";
+    return track_name(t) + std::string(": the failures (a throw, a crash, a timeout) do not say which region: any of ") +
+           all + " in " + file;
+  }
+  if (!fit.empty()) {
+    best = names(fit);
+    how = best.size() == 1 ? "the region this points at: " : "one of the regions this points at (they fail alike): ";
+  } else if (!near.empty()) {
+    best = names(near);
+    how = "no region's tags fit these failures exactly; the nearest: ";
+  } else {
+    return "";
+  }
+  std::string s = track_name(t) + std::string(": ") + how;
+  for (size_t i = 0; i < best.size(); ++i) s += (i ? ", " : "") + best[i];
+  std::string what;
+  for (const char* o : {"O", "L", "dQ", "dK", "dV"})
+    if (shown.count(o)) what += (what.empty() ? "" : " ") + std::string(o);
+  if (ledger_fail) what += what.empty() ? "the ledger" : " and the ledger";
+  return s + " in " + file + " (what failed: " + what + ")";
+}
+
+std::vector<std::string> look_at(const StepInfo& st, const std::vector<GradeCase>& cases, const std::vector<Line>& lines,
+                                 Track t, const std::string& argv0) {
   std::set<long> ran, failed;
   bool value_fail = false, ledger_fail = false;
   std::string first_ledger;
+  std::set<std::string> shown;  // the outputs the failing checks found wrong
   for (const Line& l : lines) {
     if (l.track != t || l.k < 0) continue;
     if (l.status == "PASS" || l.status == "FAIL") ran.insert(l.k);
     if (l.status != "FAIL") continue;
     failed.insert(l.k);
+    for (const std::string& w : words(l.shows))
+      if (w != "ledger") shown.insert(w);
     if (l.check.find("ledger") != std::string::npos) {
       ledger_fail = true;
       if (first_ledger.empty()) first_ledger = l.detail;
@@ -47,35 +122,48 @@ std::vector<std::string> look_at(const std::vector<GradeCase>& cases, const std:
   std::vector<std::string> out;
   if (failed.empty()) return out;
   const std::string tn = track_name(t);
+  std::set<std::string> shared;  // the keys of the traits every failing case shares (and enough without pass)
   if (!value_fail && ledger_fail)
     out.push_back(tn + ": the numbers are right but the ledger differs from the closed form (" + first_ledger +
                   "): count what your code loads, stores and computes against the doc's formula");
   if (failed.size() == ran.size()) {
     out.push_back(tn + ": every case fails: the heart of the step (the TODO(lab) regions), on the smallest case first");
   } else {
-    struct Pred { std::string what; std::function<bool(const GradeCase&)> f; };
-    const std::vector<Pred> preds = {
-        {"causal cases: the mask (common/kernel/causal.hpp, [causal-mask]) or the tiles a causal row skips",
+    struct Pred { std::string key, what; std::function<bool(const GradeCase&)> f; };
+    std::vector<Pred> preds = {
+        {"causal", "causal cases: the mask (common/kernel/causal.hpp, [causal-mask]) or the tiles a causal row skips",
          [](const GradeCase& g) { return g.c.shape.causal; }},
-        {"cases without the mask", [](const GradeCase& g) { return !g.c.shape.causal; }},
-        {"cases with a ragged last tile (N or Nk not a multiple of 64): the bounds at the edges",
+        {"nomask", "cases without the mask", [](const GradeCase& g) { return !g.c.shape.causal; }},
+        {"ragged", "cases with a ragged last tile (N or Nk not a multiple of 64): the bounds at the edges",
          [](const GradeCase& g) { return g.c.shape.N % 64 != 0 || g.c.shape.Nk % 64 != 0; }},
-        {"cases with Nk != N: the lengths of Q and of K/V are different loops",
+        {"nk", "cases with Nk != N: the lengths of Q and of K/V are different loops",
          [](const GradeCase& g) { return g.c.shape.N != g.c.shape.Nk; }},
-        {"bf16 cases: rounding to the storage type where the kernel rounds",
+        {"bf16", "bf16 cases: rounding to the storage type where the kernel rounds",
          [](const GradeCase& g) { return g.c.shape.dtype == DType::bf16; }},
-        {"fp16 cases", [](const GradeCase& g) { return g.c.shape.dtype == DType::f16; }},
-        {"large-logit cases: the running max (exp without it overflows)",
+        {"fp16", "fp16 cases", [](const GradeCase& g) { return g.c.shape.dtype == DType::f16; }},
+        {"logits", "large-logit cases: the running max (exp without it overflows)",
          [](const GradeCase& g) { return g.c.inputs.qk_spread > 1.0; }},
-        {"cases with B or H above 1: the offsets of a batch and a head",
+        {"bh", "cases with B or H above 1: the offsets of a batch and a head",
          [](const GradeCase& g) { return g.c.shape.B > 1 || g.c.shape.H > 1; }},
-        {"GQA cases (Hkv < H): which key/value head a query head reads ([gqa])",
+        {"gqa", "GQA cases (Hkv < H): which key/value head a query head reads ([gqa])",
          [](const GradeCase& g) { return g.c.shape.hkv() != g.c.shape.H; }},
-        {"sliding-window cases: the band's lower edge, and the tiles before it ([window])",
+        {"window", "sliding-window cases: the band's lower edge, and the tiles before it ([window])",
          [](const GradeCase& g) { return g.c.shape.window > 0; }},
-        {"dropout cases: the mask's word for each (row, key) and the 1/(1 - P) factor ([dropout])",
+        {"dropout", "dropout cases: the mask's word for each (row, key) and the 1/(1 - P) factor ([dropout])",
          [](const GradeCase& g) { return g.c.shape.dropout > 0.0; }},
     };
+    // A swept flag's value is a trait too ("--splits 1"): a mistake on one variant's path.
+    std::map<std::string, std::set<std::string>> values;
+    for (long k : ran)
+      for (const auto& [flag, v] : cases[size_t(k)].opt) values[flag].insert(v);
+    for (const auto& [flag, vs] : values)
+      if (vs.size() > 1)
+        for (const std::string& v : vs)
+          preds.push_back({flag + "=" + v, "cases with --" + flag + " " + v,
+                           [flag = flag, v](const GradeCase& g) {
+                             const auto it = g.opt.find(flag);
+                             return it != g.opt.end() && it->second == v;
+                           }});
     // The traits every failing case shares, named only where the cases without them passed — and
     // enough of them (three, and a tenth of the track) to tell: a trait nearly every case has says
     // nothing. Traits that hold for exactly the same cases of this matrix are named together, as
@@ -83,22 +171,23 @@ std::vector<std::string> look_at(const std::vector<GradeCase>& cases, const std:
     struct Found { std::set<long> with; std::string what, same; };
     std::vector<Found> found;
     const size_t enough = std::max<size_t>(3, ran.size() / 10);
-    auto add_trait = [&](const std::string& what, const std::function<bool(const GradeCase&)>& f) {
+    auto add_trait = [&](const std::string& key, const std::string& what, const std::function<bool(const GradeCase&)>& f) {
       std::set<long> with;
       for (long k : ran)
         if (f(cases[size_t(k)])) with.insert(k);
       for (long k : failed)
         if (!with.count(k)) return;  // a failing case without it
       if (ran.size() - with.size() < enough) return;
+      shared.insert(key);
       for (Found& x : found)
         if (x.with == with) { x.same += (x.same.empty() ? "" : "; ") + what; return; }
       found.push_back({with, what, ""});
     };
-    for (const Pred& p : preds) add_trait(p.what, p.f);
+    for (const Pred& p : preds) add_trait(p.key, p.what, p.f);
     std::set<int64_t> ds;
     for (long k : failed) ds.insert(cases[size_t(k)].c.shape.d);
     if (ds.size() == 1)
-      add_trait("d = " + std::to_string(*ds.begin()) + ": the loops over the head dimension",
+      add_trait("d=" + std::to_string(*ds.begin()), "d = " + std::to_string(*ds.begin()) + ": the loops over the head dimension",
                 [d = *ds.begin()](const GradeCase& g) { return g.c.shape.d == d; });
     std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.with.size() < b.with.size(); });
     std::vector<std::string> only;
@@ -122,6 +211,7 @@ std::vector<std::string> look_at(const std::vector<GradeCase>& cases, const std:
     }
     out.push_back(os.str());
   }
+  if (const std::string r = region_advice(st, t, shown, ledger_fail, shared); !r.empty()) out.push_back(r);
   // The smallest failing case, to rerun alone.
   long best = *failed.begin();
   auto size = [&](long k) { const Shape& s = cases[size_t(k)].c.shape; return s.B * s.H * s.N * s.Nk * s.d; };
@@ -180,7 +270,7 @@ int report(const StepInfo& st, const CliOptions& o, const std::vector<GradeCase>
   }
   std::vector<std::string> advice;
   for (Track t : {Track::Cpu, Track::Gpu})  // the speed line says what it needs itself
-    for (const std::string& a : look_at(cases, lines, t, argv0)) advice.push_back(a);
+    for (const std::string& a : look_at(st, cases, lines, t, argv0)) advice.push_back(a);
   // A track that ran and checked nothing (every case refused) is not a pass.
   std::vector<std::string> empty_tracks;
   for (const std::string& tn : tracks) {

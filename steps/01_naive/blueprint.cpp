@@ -39,7 +39,7 @@ void scores_block(const Schedule& sc, const Shape& s, const GlobalMat& Q, const 
     for (int n = 0; n < sc.Bc / 16; ++n) {
       store_frag(St, 16 * w, 0, acc[static_cast<size_t>(n)], [&](float x) { return x * scale; });
       led.nonmatmul_ops += 16 * 16;  // the scale, on every fragment element
-      // lab:begin s-to-hbm: write the warp's staged tile St to S in HBM, only the entries inside N × Nk …
+      // lab:begin s-to-hbm {O L}: write the warp's staged tile St to S in HBM, only the entries inside N × Nk …
       for (int r = 0; r < 16; ++r)
         for (int c = 0; c < 16; ++c) {
           const int64_t i = i0 + 16 * w + r, j = j0 + 16 * n + c;
@@ -100,7 +100,7 @@ void softmax_row(const Shape& s, const GlobalMat& S, GlobalMat& P, Tensor4& lse,
   led.exps += nv;  // pass 2's exp, on the visible keys only (the loop stops at nv)
   const float l = block_reduce(fadd);
 
-  // lab:begin p-to-hbm: pass 3 of [softmax]: P = exp(S - m) / l for the nv visible keys, 0 for masked ones …
+  // lab:begin p-to-hbm {O}: pass 3 of [softmax]: P = exp(S - m) / l for the nv visible keys, 0 for masked ones …
   const float inv = 1.0f / l;  // pass 3: P = exp(S - m) / l, zeros for masked keys
   for (int64_t j = 0; j < s.Nk; ++j) P.store(i, j, j < nv ? std::exp(S.load(i, j) - m) * inv : 0.0f);
   // lab:end

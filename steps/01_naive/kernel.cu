@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) step01_scores(AttnParams p, float* _
     for (int t = 0; t < acc[n].num_elements; ++t) acc[n].x[t] *= p.scale;
     wmma::store_matrix_sync(&St[warp][0][0], acc[n], 16, wmma::mem_row_major);
     __syncwarp();
-    // lab:begin s-to-hbm: the warp's lanes copy St[warp] to S in HBM (row stride Nk), only inside N × Nk …
+    // lab:begin s-to-hbm {O L}: the warp's lanes copy St[warp] to S in HBM (row stride Nk), only inside N × Nk …
     for (int e = lane; e < 256; e += 32) {  // only the part inside N × Nk reaches HBM
       const int r = e / 16, c = e % 16, i = i0 + 16 * warp + r, j = j0 + 16 * n + c;
       if (i < p.N && j < p.Nk) Sbh[int64_t(i) * p.Nk + j] = St[warp][r][c];
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads) step01_softmax(AttnParams p, 
   float l = 0.0f;
   for (int j = threadIdx.x; j < nv; j += blockDim.x) l += expf(s[j] - m);
   l = block_reduce(l, red, [](float x, float y) { return x + y; });
-  // lab:begin p-to-hbm: pass 3 of [softmax]: every thread writes P = exp(S - m) / l for its keys j < nv …
+  // lab:begin p-to-hbm {O}: pass 3 of [softmax]: every thread writes P = exp(S - m) / l for its keys j < nv …
   const float inv = 1.0f / l;
   for (int j = threadIdx.x; j < p.Nk; j += blockDim.x) prow[j] = from_f32<T>(j < nv ? expf(s[j] - m) * inv : 0.0f);
   // lab:end

@@ -52,7 +52,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
         for (int64_t i = 0; i < Tr; ++i) {
           const int64_t i0 = i * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
           blk.Qs.load_from(Q, i0, 0);  // Q_i: re-read for every K/V tile
-          // lab:begin hbm-state-in: [hbm-state]: the Q tile's O_i, m_i, l_i into shared memory …
+          // lab:begin hbm-state-in {O L ledger}: [hbm-state]: the Q tile's O_i, m_i, l_i into shared memory …
           if (j == 0) {              // first visit: O_i = 0, m_i = -inf, l_i = 0 (nothing read)
             for (int64_t r = 0; r < sc.Br; ++r) {
               for (int64_t c = 0; c < d; ++c) blk.Os.write(r, c, 0.0f);
@@ -70,7 +70,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           led.tiles_computed += 1;
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
-          // lab:begin hbm-state-out: [hbm-state]: O_i, m_i, l_i back to HBM; after the last visit, O, L …
+          // lab:begin hbm-state-out {O L ledger}: [hbm-state]: O_i, m_i, l_i to HBM; after the last visit, O, L …
           if (j + 1 < Tc) {          // ... and go back to HBM
             blk.Os.store_to(Oacc, i0, 0);
             blk.mi.store_to(M, 0, i0);

@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) step03_kv_outer(AttnParams p, float*
     for (int i = 0; i < Tr; ++i) {
       const int i0 = i * Br, rows = min(Br, p.N - i0);
       load_rows<T, Br, D>(&sm.Qs[0][0], Q, p.q_sn, i0, p.N);
-      // lab:begin hbm-state-in: [hbm-state]: sm.Os, sm.mi, sm.li: initial values, or from oacc, mws, lws …
+      // lab:begin hbm-state-in {O L}: [hbm-state]: sm.Os, sm.mi, sm.li: initial values, or from oacc, mws, lws …
       if (j == 0) {  // first visit: O_i = 0, m_i = -inf, l_i = 0
         for (int e = tid; e < Br * D; e += kThreads) sm.Os[e / D][e % D] = 0.0f;
         if (tid < Br) { sm.mi[tid] = -INFINITY; sm.li[tid] = 0.0f; }
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) step03_kv_outer(AttnParams p, float*
       // lab:end
       __syncthreads();
       tile_update<T, D>(sm, p, i0, j0);
-      // lab:begin hbm-state-out: [hbm-state]: O_i, m_i, l_i out to oacc, mws, lws; at the end, O and L …
+      // lab:begin hbm-state-out {O L}: [hbm-state]: O_i, m_i, l_i out to oacc, mws, lws; at the end, O and L …
       if (j + 1 < Tc) {  // ... and back to HBM
         for (int e = tid; e < rows * D / 4; e += kThreads) {
           const int r = e / (D / 4), c = (e % (D / 4)) * 4;

@@ -51,7 +51,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
         }
         for (int64_t j = 0; j < Tc; ++j) {
           const int64_t j0 = j * sc.Bc;
-          // lab:begin kv-per-q-tile: [q-outer]: K_j, V_j into shared memory, once per (Q tile, K/V tile) …
+          // lab:begin kv-per-q-tile {O L ledger}: [q-outer]: K_j, V_j into shared memory, once per tile pair …
           blk.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
           blk.Vs.load_from(V, j0, 0);
           // lab:end
@@ -61,7 +61,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
         }
-        // lab:begin write-once: [q-outer]: after the last K/V tile, O_i and L to HBM, once …
+        // lab:begin write-once {O L ledger}: [q-outer]: after the last K/V tile, O_i and L to HBM, once …
         blk.Os.store_to(O, i0, 0);  // O in the storage type and L = m + log(l), once
         for (int64_t r = 0; r < rows; ++r) {
           const float m = blk.mi.read(0, r), l = blk.li.read(0, r);

@@ -194,14 +194,14 @@ __global__ void __launch_bounds__(kThreads) step04_q_outer(AttnParams p) {
     if (tid < Br) { sm.mi[tid] = -INFINITY; sm.li[tid] = 0.0f; }
     for (int j = 0; j < Tc; ++j) {
       const int j0 = j * Bc;
-      // lab:begin kv-per-q-tile: [q-outer]: load K_j, V_j into sm.Ks, sm.Vs (load_rows), once per Q tile …
+      // lab:begin kv-per-q-tile {O L}: [q-outer]: load K_j, V_j into sm.Ks, sm.Vs (load_rows), once per Q tile …
       load_rows<T, Bc, D>(&sm.Ks[0][0], K, p.k_sn, j0, p.Nk);  // K_j, V_j, once per Q tile
       load_rows<T, Bc, D>(&sm.Vs[0][0], V, p.v_sn, j0, p.Nk);
       // lab:end
       __syncthreads();
       tile_update<T, D>(sm, p, i0, j0);  // ends with a barrier: K_j, V_j may be overwritten
     }
-    // lab:begin write-once: [q-outer]: after the K/V loop, write O_i and L = m + log l, once …
+    // lab:begin write-once {O L}: [q-outer]: after the K/V loop, write O_i and L = m + log l, once …
     for (int e = tid; e < rows * D; e += kThreads)  // O in the storage type and L = m + log(l), once
       O[int64_t(i0 + e / D) * p.o_sn + e % D] = from_f32<T>(sm.Os[e / D][e % D]);
     if (tid < rows) {

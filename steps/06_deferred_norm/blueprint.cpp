@@ -5,8 +5,8 @@
 // non-matmul count and shared-memory traffic show the per-tile normalization pass that is gone.
 //
 // The per-tile update is wmma_bp::deferred_update (common/blueprint/wmma_blueprint.cpp), shared with
-// the steps that run the same update; this file holds what is this step's own: the loops
-// around it and the ledger.
+// the steps that run the same update; this file holds what is this step's own: the row statistics
+// it runs the update with (row_stats), the loops around it, and the ledger.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -23,6 +23,19 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // The step's tiles for the shared update (common/blueprint/wmma_blueprint.hpp).
 wmma_bp::Layout layout(const Schedule& sc) { return {sc.Br, sc.Bc, sc.warps(), kPad, kPadS, kPadO}; }
+
+// [deferred] A row after one K/V tile (lane 2q of the row, as in kernel.cu): m_new is the new row max
+// (already max(m_old, the tile's)), tile_sum = Σ exp(s − m_new) over the tile's keys. Õ is rescaled
+// by the alpha returned; l keeps the sum. No division anywhere: that waits for the end.
+wmma_bp::RowStats row_stats(float m_old, float l_old, float m_new, float tile_sum) {
+  wmma_bp::RowStats r{0.0f, 0.0f, 0.0f};
+  // lab:begin deferred-stats {O L}: [deferred]: alpha = rescale_factor(m_old, m_new); m, l updated …
+  r.alpha = wmma_bp::rescale_factor(m_old, m_new);
+  r.m = m_new;
+  r.l = r.alpha * l_old + tile_sum;
+  // lab:end
+  return r;
+}
 
 }  // namespace
 
@@ -54,13 +67,13 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc) 
           blk.Ks.load_from(K, j0, 0);  // K_j, V_j: re-read for every Q tile
           blk.Vs.load_from(V, j0, 0);
           barrier(led);
-          wmma_bp::deferred_update(layout(sc), s, blk, i0, j0, true, led);  // step 06 masks every tile
+          wmma_bp::deferred_update(layout(sc), s, blk, i0, j0, true, led, row_stats);  // step 06 masks every tile
           led.tiles_computed += 1;
           led.tiles_masked += classify_tile(i0, i0 + rows, j0, std::min(j0 + sc.Bc, s.Nk), s.N, s.Nk, s.causal) !=
                             TileKind::Visible;
         }
         // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
-        // lab:begin final-divide: [final-divide]: O = Õ / l_i for the tile's rows inside N (0 where l = 0) …
+        // lab:begin final-divide {O}: [final-divide]: O = Õ / l_i for the tile's rows inside N (0 where l = 0) …
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < d; ++c) {
             const float l = blk.li.read(0, r), o = blk.Os.read(r, c);

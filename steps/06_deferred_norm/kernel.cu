@@ -110,7 +110,7 @@ __device__ inline void tile_update(Shared<T, D>& sm, const AttnParams& p, int i0
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   if (lane % 2 == 0) {
-    // lab:begin deferred-stats: [deferred]: alpha = rescale_factor(m_i, m_new) kept for Õ; m_i, l_i updated …
+    // lab:begin deferred-stats {O L}: [deferred]: alpha = rescale_factor(m_i, m_new) kept for Õ; m_i, l_i updated …
     const float alpha = rescale_factor(m_old, m_new);
     sm.alpha[r] = alpha;  // [deferred] Õ moves to the new maximum; no l in it
     sm.mi[r] = m_new;
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) step06_deferred(AttnParams p) {
       tile_update<T, D>(sm, p, i0, j0);  // ends with a barrier: K_j, V_j may be overwritten
     }
     // [final-divide] O = Õ / l in the storage type, and L = m + log(l): the one normalization.
-    // lab:begin final-divide: [final-divide]: O = Õ / l_i (0 where l = 0) for the tile's rows, written once …
+    // lab:begin final-divide {O}: [final-divide]: O = Õ / l_i (0 where l = 0) for the tile's rows, written once …
     for (int e = tid; e < rows * D; e += kThreads) {
       const float l = sm.li[e / D], o = sm.Os[e / D][e % D];
       O[int64_t(i0 + e / D) * p.o_sn + e % D] = from_f32<T>(l > 0.0f ? o / l : 0.0f);

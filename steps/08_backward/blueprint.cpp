@@ -112,7 +112,7 @@ BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const 
           barrier(Lkv);
           // [softmax-grad] P = exp(scale·S − L) (0 where masked), dS = P ∘ (dP − D).
           const bool masked = needs_mask(i0, i0 + rows, j0, s.N, s.Nk, sc.Bc, s.causal);
-          // lab:begin softmax-grad: [softmax-grad]: Ps = exp(scale·S − L_i), dSs = P ∘ (dP − D_i) …
+          // lab:begin softmax-grad {dQ dK dV}: [softmax-grad]: Ps = exp(scale·S − L_i), dSs = P ∘ (dP − D_i) …
           for (int64_t r = 0; r < sc.Br; ++r)
             for (int64_t c = 0; c < sc.Bc; ++c) {
               float pv = std::exp(scale * Ss.read(r, c) - Li.read(0, r));
@@ -125,7 +125,7 @@ BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const 
           Lkv.exps += sc.Br * sc.Bc;  // the recompute of P: every entry, masked ones too (zeroed after the exp)
           barrier(Lkv);
           // [dkdv] dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i.
-          // lab:begin dkdv: [dkdv]: per output fragment: dv += Pᵀ dO_i, dk += dSᵀ Q_i …
+          // lab:begin dkdv {dK dV}: [dkdv]: per output fragment: dv += Pᵀ dO_i, dk += dSᵀ Q_i …
           for (int64_t fm = 0; fm < KF; ++fm)
             for (int64_t fn = 0; fn < DF; ++fn)
               for (int64_t kk = 0; kk < sc.Br; kk += 16) {
@@ -141,7 +141,7 @@ BackwardBlueprintResult blueprint_fused(const Shape& s, const Inputs& in, const 
               store_frag(Stage, 16 * fm, 16 * fn, a, [](float x) { return x; });
             }
           barrier(Lkv);
-          // lab:begin dq-atomic: [dq-atomic]: add the staged dS K_j (Stage) into the fp32 dQ accumulator A …
+          // lab:begin dq-atomic {dQ}: [dq-atomic]: add the staged dS K_j (Stage) into the fp32 dQ accumulator A …
           for (int64_t r = 0; r < rows; ++r)  // [dq-atomic]
             for (int64_t c = 0; c < d; ++c) A.atomic_add(i0 + r, c, Stage.read(r, c));
           // lab:end

@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) step08_bwd_kv(BwdParams p) {
     // [softmax-grad] P = exp(scale·S − L), 0 where masked; dS = P ∘ (dP − D). Both rounded to the
     // storage type: they are the A operands of the products below.
     const bool masked = needs_mask(i0, i0 + rows, j0, f.N, f.Nk, Bc, f.causal);
-    // lab:begin softmax-grad: [softmax-grad]: sm.Ps = P = exp(scale·S − L_i), sm.dSs = P ∘ (dP − D_i) …
+    // lab:begin softmax-grad {dQ dK dV}: [softmax-grad]: sm.Ps = exp(scale·S − L_i), sm.dSs = P ∘ (dP − D_i) …
     for (int e = tid; e < Br * Bc; e += kThreads) {
       const int r = e / Bc, c = e % Bc;
       float pv = expf(f.scale * sm.Ss[r][c] - sm.Li[r]);
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) step08_bwd_kv(BwdParams p) {
     __syncthreads();
 
     // [dkdv] dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i, into the warp's own accumulators.
-    // lab:begin dkdv: [dkdv]: per output fragment of the warp: dv[t] += Pᵀ dO_i, dk[t] += dSᵀ Q_i …
+    // lab:begin dkdv {dK dV}: [dkdv]: per output fragment of the warp: dv[t] += Pᵀ dO_i, dk[t] += dSᵀ Q_i …
 #pragma unroll
     for (int t = 0; t < kPerWarp; ++t) {
       const int fr = warp + W * t, fm = fr / (D / 16), fn = fr % (D / 16);  // key fragment, dimension fragment
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) step08_bwd_kv(BwdParams p) {
     __syncthreads();
     // [dq-atomic] ... and added into the fp32 accumulator: every K/V tile's block adds to the same
     // dQ_i rows, in an order nobody controls (the last bits of dQ may differ from run to run).
-    // lab:begin dq-atomic: [dq-atomic]: atomicAdd the staged share sm.Stage into dQacc …
+    // lab:begin dq-atomic {dQ}: [dq-atomic]: atomicAdd the staged share sm.Stage into dQacc …
     for (int e = tid; e < rows * D; e += kThreads) atomicAdd(&dQacc[int64_t(i0 + e / D) * D + e % D], sm.Stage[e / D][e % D]);
     // lab:end
   }

@@ -19,7 +19,7 @@ mf::BFrag k_frag(const SmemTile& Ks, int64_t n, int64_t kk) {
   mf::BFrag b(32);
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
-      // lab:begin k-frag: B fragment of K_jᵀ by hand: b_elem(lane, i) names (k, n) = (c.row …
+      // lab:begin k-frag {O L}: B fragment of K_jᵀ by hand: b_elem(lane, i) names (k, n) = (c.row …
       const mf::Coord c = mf::b_elem(lane, i);
       b[size_t(lane)][size_t(i)] = Ks.read(8 * n + c.col, 16 * kk + c.row);
       // lab:end
@@ -31,7 +31,7 @@ mf::BFrag v_frag(const SmemTile& Vs, int64_t kk, int64_t n) {
   mf::BFrag b(32);
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
-      // lab:begin v-frag: B fragment of V_j by hand: b_elem(lane, i) names (k, n) = (c.row …
+      // lab:begin v-frag {O}: B fragment of V_j by hand: b_elem(lane, i) names (k, n) = (c.row …
       const mf::Coord c = mf::b_elem(lane, i);
       b[size_t(lane)][size_t(i)] = Vs.read(16 * kk + c.row, 8 * n + c.col);
       // lab:end

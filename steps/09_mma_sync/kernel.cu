@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kb[2];
-        // lab:begin k-frag: [s-regs]: kb[r] = B elements 2r, 2r + 1 (b_elem) of K_jᵀ …
+        // lab:begin k-frag {O L}: [s-regs]: kb[r] = B elements 2r, 2r + 1 (b_elem) of K_jᵀ …
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const m16n8k16::Coord c = m16n8k16::b_elem(lane, 2 * r);  // (k, n) -> K_j[8n + c.col][16kk + c.row]
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; ++kk) {
       uint32_t pa[4];
-      // lab:begin c-to-a: [c-to-a]: the A fragment of P for keys 16kk.. from the S accumulators …
+      // lab:begin c-to-a {O}: [c-to-a]: the A fragment of P for keys 16kk.. from the S accumulators …
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[r] = pack2<T>(s[2 * kk + r / 2][2 * (r % 2)], s[2 * kk + r / 2][2 * (r % 2) + 1]);
       // lab:end
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads) step09_mma(AttnParams p) {
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t vb[2];
-        // lab:begin v-frag: [pv]: vb[r] = B elements 2r, 2r + 1 (b_elem) of V_j …
+        // lab:begin v-frag {O}: [pv]: vb[r] = B elements 2r, 2r + 1 (b_elem) of V_j …
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const m16n8k16::Coord c = m16n8k16::b_elem(lane, 2 * r);

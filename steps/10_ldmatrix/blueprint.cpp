@@ -18,7 +18,7 @@ namespace mf = fa::m16n8k16;
 // K_j as stored: blocks (keys 8n.., dims 16kk..) and (keys 8n.., dims 16kk + 8..), no .trans.
 mf::BFrag k_frag(const SmemTile& Ks, int64_t n, int64_t kk) {
   mf::BFrag b(32);
-  // lab:begin ldmatrix-k: K's B fragment of keys 8n.., dims 16kk.. as ldmatrix.x2 gives it …
+  // lab:begin ldmatrix-k {O L}: K's B fragment of keys 8n.., dims 16kk.. as ldmatrix.x2 gives it …
   b = mf::ldmatrix_x2(Ks, 8 * n, 16 * kk, 16 * kk + 8, false);
   // lab:end
   return b;
@@ -26,7 +26,7 @@ mf::BFrag k_frag(const SmemTile& Ks, int64_t n, int64_t kk) {
 // V_j: blocks (keys 16kk.., dims 8n..) and (keys 16kk + 8.., dims 8n..), .trans.
 mf::BFrag v_frag(const SmemTile& Vs, int64_t kk, int64_t n) {
   mf::BFrag b(32);
-  // lab:begin ldmatrix-v: V's B fragment of keys 16kk.., dims 8n.. through ldmatrix.x2 …
+  // lab:begin ldmatrix-v {O}: V's B fragment of keys 16kk.., dims 8n.. through ldmatrix.x2 …
   b = mf::ldmatrix_x2(Vs, 16 * kk, 8 * n, 8 * n, true);
   // lab:end
   return b;

@@ -55,7 +55,7 @@ __device__ inline void load_rows(T* __restrict__ sm, const T* __restrict__ g, in
     const int r = c / kVecPerRow, col = (c % kVecPerRow) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r0 + r < rows) v = *reinterpret_cast<const uint4*>(g + int64_t(r0 + r) * ld + col);
-    // lab:begin swizzle: [swizzle]: store the 16-byte chunk v of (row r …
+    // lab:begin swizzle {O L}: [swizzle]: store the 16-byte chunk v of (row r …
     *reinterpret_cast<uint4*>(sm + swizzle(r, col, D)) = v;
     // lab:end
   }
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t kb[2];
-        // lab:begin ldmatrix-k: [s-regs]: kb = the B fragment of keys 8n.. …
+        // lab:begin ldmatrix-k {O L}: [s-regs]: kb = the B fragment of keys 8n.. …
         ldmatrix_x2(kb, &Ks[swizzle(8 * n + lr, 16 * kk + 8 * lm, D)]);
         // lab:end
         mma16816<T>(s[n], qa[kk], kb);
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) step10_ldmatrix(AttnParams p) {
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         uint32_t vb[2];
-        // lab:begin ldmatrix-v: [pv]: vb = the B fragment of keys 16kk.. …
+        // lab:begin ldmatrix-v {O}: [pv]: vb = the B fragment of keys 16kk.. …
         ldmatrix_x2_trans(vb, &Vs[swizzle(16 * kk + 8 * lm + lr, 8 * n, D)]);
         // lab:end
         mma16816<T>(o[n], pa, vb);

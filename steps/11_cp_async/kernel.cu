@@ -58,7 +58,7 @@ __device__ inline void load_rows_async(T* __restrict__ sm, const T* __restrict__
     const bool inside = r0 + r < rows;
     const T* src = inside ? g + int64_t(r0 + r) * ld + col : g;  // a valid address even when nothing is read
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(sm + swizzle(r, col, D)));
-    // lab:begin cp-async: [cp-async]: one cp.async.cg.shared.global [dst], [src], 16 …
+    // lab:begin cp-async {O L}: [cp-async]: one cp.async.cg.shared.global [dst], [src], 16 …
     FA_SM80_ONLY(asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(inside ? 16 : 0)));
     // lab:end
   }
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
   const int Tend = int(kv_tiles_for(i0, i0 + rows, p.N, p.Nk, Bc, p.causal));
   // [pipeline] Tile 0 is started before the loop; at step j, tile j + 1 is started into the other
   // stage, then the warps wait only for tile j (at most one group left in flight).
-  // lab:begin pipeline-prologue: [pipeline]: before the loop, start the copies of K/V tile 0 …
+  // lab:begin pipeline-prologue {O L}: [pipeline]: before the loop, start the copies of K/V tile 0 …
   if (Tend > 0) {
     load_rows_async<T, D>(Ks(0), K, p.k_sn, 0, p.Nk);
     load_rows_async<T, D>(Vs(0), V, p.v_sn, 0, p.Nk);
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) step11_cp_async(AttnParams p) {
   // lab:end
   for (int j = 0; j < Tend; ++j) {
     const int j0 = j * Bc, st = j % kStages;
-    // lab:begin pipeline-step: [pipeline]: start tile j + 1 into the other stage, commit …
+    // lab:begin pipeline-step {O L}: [pipeline]: start tile j + 1 into the other stage, commit …
     if (j + 1 < Tend) {
       load_rows_async<T, D>(Ks((j + 1) % kStages), K, p.k_sn, j0 + Bc, p.Nk);
       load_rows_async<T, D>(Vs((j + 1) % kStages), V, p.v_sn, j0 + Bc, p.Nk);

@@ -97,7 +97,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
             // [s-regs] S = Q K_jᵀ: per 16 dims, each m16 tile's A fragment (ldmatrix.x4 of Q), then
             // per pair of key blocks one ldmatrix.x4 of K, used by every m16 tile of the warp.
             std::vector<std::vector<CFrag>> sf(size_t(MT), std::vector<CFrag>(size_t(sc.Bc / 8), CFrag(32, {0, 0, 0, 0})));
-            // lab:begin warp-tiles-s: [m16-pair] + [x4]: per 16 dims, the A fragment of each of …
+            // lab:begin warp-tiles-s {O L}: [m16-pair] + [x4]: per 16 dims, the A fragment of each of …
             for (int64_t kk = 0; kk < d / 16; ++kk) {
               std::vector<AFrag> qa;
               for (int64_t mt = 0; mt < MT; ++mt) qa.push_back(mf::ldmatrix_x4_a(Qs, w0 + 16 * mt, 16 * kk));
@@ -177,7 +177,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                     }
                     pa[size_t(mt)][size_t(lane)][size_t(i)] = round_to(s.dtype, v);
                   }
-              // lab:begin warp-tiles-pv: [pv] + [x4]: per 16 dims one ldmatrix_x4_b …
+              // lab:begin warp-tiles-pv {O}: [pv] + [x4]: per 16 dims one ldmatrix_x4_b …
               for (int64_t np = 0; np < d / 16; ++np) {
                 const std::array<BFrag, 2> vb = mf::ldmatrix_x4_b(Vs[stage], 16 * kk, 16 * np, true);
                 for (int64_t mt = 0; mt < MT; ++mt) {

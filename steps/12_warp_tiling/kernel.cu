@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qa[MT][4];
-      // lab:begin q-x4: [x4]: the A fragment of each of the warp's MT m16 tiles …
+      // lab:begin q-x4 {O L}: [x4]: the A fragment of each of the warp's MT m16 tiles …
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(qa[mt], (q_lane + 16 * mt * kRow) ^ (32 * kk));
       // lab:end
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
         } else {
           ldmatrix_x4(kb, (k_addr + 16 * np * kRow) ^ (32 * kk));
         }
-        // lab:begin s-mtiles: [m16-pair]: the two B fragments of kb (kb[0..1]: keys 16np.. …
+        // lab:begin s-mtiles {O L}: [m16-pair]: the two B fragments of kb (kb[0..1]: keys 16np.. …
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 2) step12_warp_tiling(AttnParams p) 
         } else {
           ldmatrix_x4_trans(vb, (v_addr + 16 * kk * kRow) ^ (32 * np));
         }
-        // lab:begin pv-mtiles: [m16-pair]: the two B fragments of vb (dims 16np.. and 16np + …
+        // lab:begin pv-mtiles {O}: [m16-pair]: the two B fragments of vb (dims 16np.. and 16np + …
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * np], pa[mt], vb[0], vb[1]);

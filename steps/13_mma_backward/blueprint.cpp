@@ -210,7 +210,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             for (int64_t w = 0; w < W; ++w) {
               const int64_t rg = w % RG, cg = w / RG;
               std::vector<std::vector<CFrag>> dq(size_t(QM), zero_frags(kDims / 8));
-              // lab:begin dq: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the …
+              // lab:begin dq {dQ}: [dq] + [dq-atomic]: per 16 keys kk, the A fragment of each of the …
               for (int64_t kk = 0; kk < Bc / 16; ++kk) {
                 std::vector<AFrag> a;
                 for (int64_t m = 0; m < QM; ++m) a.push_back(ldmatrix_x4_a_trans(dSt, 16 * kk, 16 * (rg * QM + m)));
@@ -256,7 +256,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               const int64_t wk = w % WK, wq = w / WK, key_w = j0 + 32 * wk, q_w = wq * QW;  // [sdp-warps]
               // [transposed] Sᵀ = K Q_iᵀ and dPᵀ = V dO_iᵀ: the warp's 32 keys (two m16 tiles) × QW queries.
               std::vector<std::vector<CFrag>> sT(2, zero_frags(QW / 8)), dpT(2, zero_frags(QW / 8));
-              // lab:begin transposed: [transposed]: per 16 dims kk, the A fragments of the …
+              // lab:begin transposed {dQ dK dV}: [transposed]: per 16 dims kk, the A fragments of the …
               for (int64_t kk = 0; kk < d / 16; ++kk) {
                 const AFrag ka[2] = {mf::ldmatrix_x4_a(Ks, 32 * wk, 16 * kk), mf::ldmatrix_x4_a(Ks, 32 * wk + 16, 16 * kk)};
                 const AFrag va[2] = {mf::ldmatrix_x4_a(Vs, 32 * wk, 16 * kk), mf::ldmatrix_x4_a(Vs, 32 * wk + 16, 16 * kk)};
@@ -290,7 +290,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               // the lane is the block of query i0 + q_w + 16np + 2t + e and key key_w + 16m + g; its
               // word 2nb + hr is element (key row hr, query block nb); Pᵀ∘Z feeds dV,
               // dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D). [pt-smem] Both into the Pt and dSt tiles (rounded there).
-              // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: for each lane, 16 queries np …
+              // lab:begin softmax-grad {dQ dK dV}: [softmax-grad] + [pt-smem]: for each lane, 16 queries np …
               for (int lane = 0; lane < 32; ++lane) {
                 const int g = mf::group(lane), t = mf::thread_in_group(lane);
                 for (int64_t np = 0; np < QW / 16; ++np) {
@@ -339,7 +339,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i, warp w: keys KD·(w % KG) + 16m, dims DW·(w / KG).
             for (int64_t w = 0; w < W; ++w) {
               const int64_t kg = w % KG, dg = w / KG;
-              // lab:begin dkv: [dkv]: per 16 queries kk, the A fragments of the warp's KD/16 key …
+              // lab:begin dkv {dK dV}: [dkv]: per 16 queries kk, the A fragments of the warp's KD/16 key …
               for (int64_t kk = 0; kk < Br / 16; ++kk) {
                 std::vector<AFrag> pa, da;
                 for (int64_t m = 0; m < KD / 16; ++m) {

@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         for (int n = 0; n < kDims / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dq[m][n][e] = 0.0f;
-      // lab:begin dq: [dq]: per 16 keys kk, ldmatrix_x4_trans of dS from the dSᵀ tile for each …
+      // lab:begin dq {dQ}: [dq]: per 16 keys kk, ldmatrix_x4_trans of dS from the dSᵀ tile for each …
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
         uint32_t a[QM][4];
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
         for (int n = 0; n < QW / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[m][n][e] = dp[m][n][e] = 0.0f;
-      // lab:begin transposed: [transposed] + [x4]: per 16 dims kk, ldmatrix_x4 of the warp's two …
+      // lab:begin transposed {dQ dK dV}: [transposed] + [x4]: per 16 dims kk, ldmatrix_x4 of the warp's two …
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t ka[2][4], va[2][4];
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // pairs of the lane's C tile are one 4-byte store each.
       const float* Ls = lds_f + 2 * st * Br + wq * QW;
       const float* Ds = Ls + Br;
-      // lab:begin softmax-grad: [softmax-grad] + [pt-smem]: per 16 queries np, with dropout Z …
+      // lab:begin softmax-grad {dQ dK dV}: [softmax-grad] + [pt-smem]: per 16 queries np, with dropout Z …
 #pragma unroll
       for (int np = 0; np < QW / 16; ++np) {
         float z[2][2][4];  // [key tile m][block 2np + nb][element]: Z of the lane's elements
@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(schedule_for(D, Tl).warps() * 32, 1) step13_bw
       // [dkv] dV += Pᵀ dO_i and dK += dSᵀ Q_i for the warp's KD keys × DW dims ([dkv-warps]): per 16
       // queries, the A fragments of its key tiles of Pᵀ and dSᵀ (as stored: keys by rows), then per 16
       // dims one ldmatrix.x4.trans of dO_i and of Q_i (k-major), each feeding every key tile.
-      // lab:begin dkv: [dkv]: per 16 queries kk, ldmatrix_x4 of the warp's KD/16 key tiles of Pᵀ …
+      // lab:begin dkv {dK dV}: [dkv]: per 16 queries kk, ldmatrix_x4 of the warp's KD/16 key tiles of Pᵀ …
 #pragma unroll
       for (int kk = 0; kk < Br / 16; ++kk) {
         uint32_t pa[KD / 16][4], da[KD / 16][4];

@@ -17,7 +17,7 @@ namespace {
 
 // [s-wgmma] S = Q K_jᵀ for warpgroup g: per 16 dims one 64 × Bc × 16 wgmma on its Q rows.
 void s_product(wgmma::Acc& S, const SmemTile& Qs, int64_t g, const SmemTile& Ks, int64_t d, Ledger& led) {
-  // lab:begin s-wgmma: [s-wgmma]: S = Q·K_jᵀ for the warpgroup's 64 rows (Qs rows 64g ..) …
+  // lab:begin s-wgmma {O L}: [s-wgmma]: S = Q·K_jᵀ for the warpgroup's 64 rows (Qs rows 64g ..) …
   for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(S, Qs, 64 * g, Ks, 0, kk, kk > 0, led);
   // lab:end
 }
@@ -25,7 +25,7 @@ void s_product(wgmma::Acc& S, const SmemTile& Qs, int64_t g, const SmemTile& Ks,
 // [pv-wgmma] Õ += P V_j for keys 16kk .. 16kk + 15: per panel of O one wgmma with P from registers,
 // V read as stored.
 void pv_product(std::vector<wgmma::Acc>& O, const std::vector<m16n8k16::AFrag>& pa, const SmemTile& Vs, int64_t kk, Ledger& led) {
-  // lab:begin pv-wgmma: [pv-wgmma]: Õ += P·V_j for keys 16kk .. 16kk + 15 …
+  // lab:begin pv-wgmma {O}: [pv-wgmma]: Õ += P·V_j for keys 16kk .. 16kk + 15 …
   for (size_t pn = 0; pn < O.size(); ++pn) wgmma::mma_rs(O[pn], pa, Vs, kk, O[pn].n * int64_t(pn), true, led);
   // lab:end
 }

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm(Schedule{128, Bc, 2}, D)) s
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      // lab:begin s-desc: [s-wgmma]: the descriptors of the warpgroup's Q rows (q_wg) and of K_j …
+      // lab:begin s-desc {O L}: [s-wgmma]: the descriptors of the warpgroup's Q rows (q_wg) and of K_j …
       wgmma::mma_ss<T, Bc>(s, wgmma::desc(q_wg + wgmma::kmajor_offset(0, kk, Br)),
                            wgmma::desc(k_at(st) + wgmma::kmajor_offset(0, kk, Bc)), kk > 0);
       // lab:end
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm(Schedule{128, Bc, 2}, D)) s
     for (int kk = 0; kk < Bc / 16; ++kk)
 #pragma unroll
       for (int pn = 0; pn < kPanels; ++pn) {
-        // lab:begin pv-desc: [pv-wgmma]: the descriptor of V_j's keys 16kk .. 16kk + 15 in panel …
+        // lab:begin pv-desc {O}: [pv-wgmma]: the descriptor of V_j's keys 16kk .. 16kk + 15 in panel …
         wgmma::mma_rs<T, 64>(o[pn], pa[kk], wgmma::desc(v_at(st) + wgmma::mnmajor_offset(kk, pn, Bc)), true);
         // lab:end
       }

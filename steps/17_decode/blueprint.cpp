@@ -175,7 +175,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
             for (int w = 0; w < kWarps; ++w) {
               const int rt = w % RT, ks = w / RT;
               SliceState& x = ws[size_t(w)];
-              // lab:begin slice-softmax: [slices]: the warp's 16 rows against its KW keys: S, softmax, Õ …
+              // lab:begin slice-softmax {O L}: [slices]: the warp's 16 rows against its KW keys: S, softmax, Õ …
               std::vector<float> K(static_cast<size_t>(KW * d)), V(size_t(KW * d));  // the slice, read once (ldmatrix)
               for (int64_t k = 0; k < KW; ++k)
                 for (int64_t c = 0; c < d; ++c) {
@@ -236,7 +236,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const StepOptions& o
                   const float mo = scratch.read(other, 16 * d + r), lo = scratch.read(other, 16 * d + 16 + r);
                   std::vector<float> oo(static_cast<size_t>(d));
                   for (int64_t c = 0; c < d; ++c) oo[size_t(c)] = scratch.read(other, r * d + c);
-                  // lab:begin merge-warps: [merge-warps]: fold slice `other`'s (mo, lo, oo) into row r …
+                  // lab:begin merge-warps {O L}: [merge-warps]: fold slice `other`'s (mo, lo, oo) into row r …
                   const float mn = std::max(me.m[size_t(r)], mo), mu = mn == -kInf ? 0.0f : mn;
                   const float as = std::exp2(me.m[size_t(r)] - mu), ao = std::exp2(mo - mu);
                   me.l[size_t(r)] = me.l[size_t(r)] * as + lo * ao;

@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) step17_split(DecodeArgs a) {
   int64_t qi0 = 0, qi1 = 0;
   chunk_queries(r0, r0 + rows, p.N, qi0, qi1);
   KeyRange range;  // empty until set
-  // lab:begin split-range: [split-kv]: this block's keys: the chunk's visible range, then a split …
+  // lab:begin split-range {O L}: [split-kv]: this block's keys: the chunk's visible range, then a split …
   range = split_range(chunk_keys(keys_b, p.N, qi0, qi1, p.causal, p.window), a.splits, split);
   // lab:end
   const int Tn = int(num_tiles(range.hi - range.lo, kBc));
@@ -458,7 +458,7 @@ __device__ inline void merge_row(const DecodeArgs& a, int64_t q_row, int lane) {
   const float* Ls = a.part_l + q_row * S;
   const float* Os = a.part_o + q_row * S * D + kPer * lane;
   float L = 0.0f, acc[kPer] = {};  // the row's L and this lane's columns of O
-  // lab:begin combine: [merge]: the splits kMergeBatch at a time, merged online; then L, O …
+  // lab:begin combine {O L}: [merge]: the splits kMergeBatch at a time, merged online; then L, O …
   float m = -INFINITY, l = 0.0f;
   for (int s0 = 0; s0 < S; s0 += kMergeBatch) {
     float Lb[kMergeBatch], Ob[kMergeBatch][kPer];
