@@ -10,6 +10,9 @@
 #   scripts/lab.sh diff NN                  your files against the step's own
 #   scripts/lab.sh list                     every step's lab regions (name: hint)
 #   scripts/lab.sh blank FILE               FILE with its regions blanked, on stdout (what start writes)
+#   scripts/lab.sh export DIR               a student tree in DIR (new or empty): the repository with
+#                                           every step's regions blanked, without the instructor notes
+#                                           and the mutants; the grader and the handouts intact
 #
 # A region is marked in the step's own files:
 #     // lab:begin NAME: one-line hint
@@ -107,6 +110,54 @@ case "$cmd" in
       say "now: read docs/labs/$name.md, edit lab/$name/, then: cd build && make -j$jobs lab$nn && ./lab$nn --grade"
     fi
     ;;
+  export)
+    [ $# -eq 2 ] || die "usage: scripts/lab.sh export DIR"
+    out=$2
+    if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then die "$out exists and is not empty"; fi
+    git -C "$root" rev-parse --git-dir >/dev/null 2>&1 || die "export copies the files git tracks: run it in a clone"
+    mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    case "$out/" in "$root"/*) [ "$out" = "$root/build/student" ] || [[ "$out" == "$root"/build*/* ]] \
+      || die "write the student tree outside the repository (or under a build folder)" ;; esac
+    # What a student must not get: the answers to the labs' questions, and the mutants (their
+    # context lines are the solution). Everything else git tracks goes, the lab/ folder does not.
+    n=0
+    while IFS= read -r -d '' f; do
+      case "$f" in docs/labs/instructor/*|tests/mutants/*|lab/*) continue ;; esac
+      [ -f "$root/$f" ] || continue
+      mkdir -p "$out/$(dirname "$f")"
+      cp -p "$root/$f" "$out/$f"
+      n=$((n + 1))
+    done < <(git -C "$root" ls-files -z --cached --others --exclude-standard)
+    regions=0
+    for f in "$out"/steps/[0-9][0-9]_*/blueprint.cpp "$out"/steps/[0-9][0-9]_*/kernel.cu; do
+      [ -f "$f" ] || continue
+      blank "$f" >"$f.blank" || die "${f#$out/}: its lab markers are broken"
+      regions=$((regions + $(grep -c '// TODO(lab)' "$f.blank" || true)))
+      mv "$f.blank" "$f"
+    done
+    if grep -rl '// lab:begin ' "$out/steps" >/dev/null 2>&1; then die "a lab region is left in $out/steps"; fi
+    commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    cat >"$out/STUDENT_TREE.md" <<EOT
+# A student tree
+
+This is the course's repository (at $commit) with every lab region of every step blanked into
+\`// TODO(lab) NAME {TAGS}: hint\`: the steps' \`blueprint.cpp\` (the CPU track) and \`kernel.cu\` (the
+GPU track) compile, and fail their grades until the regions are written. The handouts are in
+\`docs/labs/\`, the grader in every step program (\`./stepNN --grade\`); the instructor notes are not here.
+
+- Work in \`lab/\` as the handouts say (\`scripts/lab.sh start NN --cpu\`), or in \`steps/\` itself.
+- The repository's own tests are not built here (they test the solutions); the step programs and the
+  labs are.
+- Labs 08 and 13 run the forward of steps 07 and 12, lab 18 step 12's kernels: here those are your
+  labs 07 and 12 (\`lab/07_causal_skip\`, \`lab/12_warp_tiling\`) once you have started them, and the
+  blanked steps otherwise. Do labs 07 and 12 first.
+- Steps build on each other: a later step's files carry the ideas of the earlier labs. Blanked are
+  only each step's own regions.
+EOT
+    say "wrote the student tree $out: $n files, $regions lab regions blanked (at $commit)"
+    say "build it: cd $out && scripts/run.sh step06   (or cmake -S . -B build-cpu -DFA_ENABLE_CUDA=OFF)"
+    ;;
   diff)
     [ $# -eq 2 ] || die "usage: scripts/lab.sh diff NN"
     nn=$2; src=$(step_dir "$nn"); name=$(basename "$src"); dst="$root/lab/$name"
@@ -119,7 +170,7 @@ case "$cmd" in
     exit $rc
     ;;
   *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = --help ] || exit 2
     ;;
 esac

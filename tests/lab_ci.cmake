@@ -1,12 +1,14 @@
 # Every lab is real (docs/labs/, scripts/lab.sh). For each registered step:
-#   lab_ci/NN_name/       the step's schedule.hpp and its blueprint.cpp and kernel.cu blanked by
-#                         `scripts/lab.sh blank` (regenerated when the step's file or the script changes)
-#   fa_labciNN, labciNN   the blanked blueprint as a CPU-only library (no FA_HAVE_CUDA: info() names no
-#                         launcher) and the lab program on it
+#   lab_ci/NN_name/       the step's schedule.hpp and its kernel.cu blanked by `scripts/lab.sh blank`
+#                         (regenerated when the step's file or the script changes)
 #   fa_labciNN_kernel     the blanked kernel.cu compiled for sm_80 alone (CUDA builds): it must compile
+#   student/              the student tree, `scripts/lab.sh export` (a test fixture: it exports,
+#                         configures without CUDA and builds every step program there)
+#   mutants/NN_name/...   each known-wrong mutant of tests/mutants/NN_name/ (below)
 # and the tests
-#   lab: step NN blanked fails its grade        labciNN --grade --track cpu exits 1 with the report
+#   lab: step NN blanked fails its grade        the student tree's stepNN --grade --track cpu exits 1
 #   lab: step NN solution passes its grade      stepNN --grade --track cpu exits 0
+#   lab: step NN mutant R--S fails its grade    ... and its summary names the region R
 #   lab: step NN has lab regions and a handout  markers in blueprint.cpp and kernel.cu, docs/labs/NN_name.md
 # -DFA_LAB_CI=OFF leaves all of it out.
 option(FA_LAB_CI "Build and test every step's blanked lab (tests/lab_ci.cmake)" ON)
@@ -16,6 +18,22 @@ endif()
 
 set(_ci ${PROJECT_BINARY_DIR}/lab_ci)
 set(_lab_sh ${PROJECT_SOURCE_DIR}/scripts/lab.sh)
+set(_student ${PROJECT_BINARY_DIR}/student)
+set(_student_targets "")
+foreach(step_dir IN LISTS FA_STEPS)
+  string(SUBSTRING ${step_dir} 0 2 nn)
+  list(APPEND _student_targets step${nn})
+endforeach()
+include(ProcessorCount)
+ProcessorCount(_jobs)
+if(_jobs LESS 1)
+  set(_jobs 2)
+endif()
+add_test(NAME "lab: the student tree (scripts/lab.sh export) has every region blanked, no answers, and builds"
+         COMMAND ${CMAKE_COMMAND} -DSCRIPT=${_lab_sh} -DOUT=${_student} "-DTARGETS=${_student_targets}" -DJOBS=${_jobs}
+                 "-DPREFIX=-DCMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH}" -P ${CMAKE_CURRENT_SOURCE_DIR}/student_tree.cmake)
+set_tests_properties("lab: the student tree (scripts/lab.sh export) has every region blanked, no answers, and builds"
+                     PROPERTIES FIXTURES_SETUP student_tree TIMEOUT 1500)
 foreach(step_dir IN LISTS FA_STEPS)
   string(SUBSTRING ${step_dir} 0 2 nn)
   set(src ${PROJECT_SOURCE_DIR}/steps/${step_dir})
@@ -24,38 +42,15 @@ foreach(step_dir IN LISTS FA_STEPS)
   add_custom_command(OUTPUT ${dst}/schedule.hpp
                      COMMAND ${CMAKE_COMMAND} -E copy ${src}/schedule.hpp ${dst}/schedule.hpp
                      DEPENDS ${src}/schedule.hpp VERBATIM)
-  foreach(f blueprint.cpp kernel.cu)
-    add_custom_command(OUTPUT ${dst}/${f}
-                       COMMAND ${CMAKE_COMMAND} -DSCRIPT=${_lab_sh} -DIN=${src}/${f} -DOUT=${dst}/${f}
+  if(EXISTS ${src}/kernel.cu)
+    add_custom_command(OUTPUT ${dst}/kernel.cu
+                       COMMAND ${CMAKE_COMMAND} -DSCRIPT=${_lab_sh} -DIN=${src}/kernel.cu -DOUT=${dst}/kernel.cu
                                -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_blank.cmake
-                       DEPENDS ${src}/${f} ${_lab_sh} ${CMAKE_CURRENT_SOURCE_DIR}/lab_blank.cmake
-                       COMMENT "lab CI: blanking steps/${step_dir}/${f}" VERBATIM)
-  endforeach()
-
-  # CPU only: fa_common's usage requirements would define FA_HAVE_CUDA, and info() would then name
-  # launchers (kernel.cu) this library does not have. So its objects link, its headers are named.
-  set(lib fa_labci${nn})
-  add_library(${lib} STATIC ${dst}/blueprint.cpp ${dst}/schedule.hpp)
-  target_include_directories(${lib} BEFORE PRIVATE ${dst} ${PROJECT_SOURCE_DIR}/common)
-  target_include_directories(${lib} SYSTEM PRIVATE ${FA_RANDOM123_INCLUDE})  # common/kernel/dropout.hpp
-  target_link_libraries(${lib} PRIVATE Eigen3::Eigen $<LINK_ONLY:fa_common>)
-  if(DEFINED FA_STEP${nn}_USES)
-    foreach(u IN LISTS FA_STEP${nn}_USES)
-      target_link_libraries(${lib} PRIVATE $<LINK_ONLY:${u}>)
-    endforeach()
+                       DEPENDS ${src}/kernel.cu ${_lab_sh} ${CMAKE_CURRENT_SOURCE_DIR}/lab_blank.cmake
+                       COMMENT "lab CI: blanking steps/${step_dir}/kernel.cu" VERBATIM)
   endif()
-  # A blanked file leaves names unused (the student's code will use them): not worth a CI warning.
-  target_compile_options(${lib} PRIVATE ${FA_CXX_WARNINGS} -Wno-unused-parameter -Wno-unused-variable
-                                        -Wno-unused-but-set-variable -Wno-unused-function)
-  set(FA_STEP_NS step${nn})
-  set(FA_PROGRAM labci${nn})
-  set(FA_PREV_DECL "")
-  set(FA_PREV_PTR "nullptr")
-  configure_file(${PROJECT_SOURCE_DIR}/cmake/lab_main.cpp.in ${PROJECT_BINARY_DIR}/gen/labci${nn}_main.cpp @ONLY)
-  add_executable(labci${nn} ${PROJECT_BINARY_DIR}/gen/labci${nn}_main.cpp)
-  target_link_libraries(labci${nn} PRIVATE ${lib} fa_common)
-  set_target_properties(labci${nn} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${_ci})
-
+  set(lib fa_labci${nn})
+  fa_lab_regions(${src} FA_LAB_REGIONS)  # the step's regions, for the grade's "look at"
   if(FA_HAVE_CUDA AND EXISTS ${src}/kernel.cu)
     add_library(${lib}_kernel OBJECT ${dst}/kernel.cu ${dst}/schedule.hpp)
     target_include_directories(${lib}_kernel BEFORE PRIVATE ${dst})
@@ -66,9 +61,10 @@ foreach(step_dir IN LISTS FA_STEPS)
   endif()
 
   add_test(NAME "lab: step ${nn} blanked fails its grade"
-           COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:labci${nn}> "-DARGS=--grade;--track;cpu;--timeout;20" -DCODE=1
-                   "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*look at " -DBLANKED=${dst}/blueprint.cpp
+           COMMAND ${CMAKE_COMMAND} -DCMD=${_student}/build/step${nn} "-DARGS=--grade;--track;cpu;--timeout;20" -DCODE=1
+                   "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*look at " -DBLANKED=${_student}/steps/${step_dir}/blueprint.cpp
                    -DSOLUTION=${src}/blueprint.cpp -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
+  set_tests_properties("lab: step ${nn} blanked fails its grade" PROPERTIES FIXTURES_REQUIRED student_tree)
   add_test(NAME "lab: step ${nn} solution passes its grade"
            COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:step${nn}> "-DARGS=--grade;--track;cpu" -DCODE=0
                    "-DREGEX=grade +PASS: all [0-9]+ checks passed" -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
@@ -80,6 +76,52 @@ foreach(step_dir IN LISTS FA_STEPS)
     set_tests_properties("lab: step ${nn} solution passes its GPU grade (GPU)"
                          PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "SKIPPED:")
   endif()
+  # [mutants] Each known-wrong mutant of the step's regions (tests/mutants/NN_name/REGION--SLUG.patch,
+  # applied by apply_mutant.py, which holds every change inside REGION): built as the blanked lab is,
+  # it must fail its grade, and the summary must name REGION.
+  file(GLOB mutants ${CMAKE_CURRENT_SOURCE_DIR}/mutants/${step_dir}/*.patch)
+  if(mutants AND NOT Python3_Interpreter_FOUND)
+    add_test(NAME "lab: step ${nn}'s mutants need Python 3 (apply_mutant.py)" COMMAND ${CMAKE_COMMAND} -E false)
+    set(mutants "")
+  endif()
+  foreach(patch IN LISTS mutants)
+    get_filename_component(mname ${patch} NAME_WE)
+    string(REGEX REPLACE "--.*" "" region "${mname}")
+    string(MAKE_C_IDENTIFIER "${mname}" mid)
+    set(mdir ${PROJECT_BINARY_DIR}/mutants/${step_dir}/${mname})
+    file(MAKE_DIRECTORY ${mdir})
+    add_custom_command(OUTPUT ${mdir}/blueprint.cpp
+                       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py ${src}/blueprint.cpp
+                               ${patch} ${mdir}/blueprint.cpp
+                       DEPENDS ${src}/blueprint.cpp ${patch} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py
+                       COMMENT "mutant: ${step_dir}/${mname}" VERBATIM)
+    set(mlib fa_mut${nn}_${mid})
+    add_library(${mlib} STATIC ${mdir}/blueprint.cpp)
+    target_include_directories(${mlib} BEFORE PRIVATE ${src} ${PROJECT_SOURCE_DIR}/common)
+    target_include_directories(${mlib} SYSTEM PRIVATE ${FA_RANDOM123_INCLUDE})
+    target_link_libraries(${mlib} PRIVATE Eigen3::Eigen $<LINK_ONLY:fa_common>)
+    if(DEFINED FA_STEP${nn}_USES)
+      foreach(u IN LISTS FA_STEP${nn}_USES)
+        target_link_libraries(${mlib} PRIVATE $<LINK_ONLY:${u}>)
+      endforeach()
+    endif()
+    target_compile_options(${mlib} PRIVATE ${FA_CXX_WARNINGS} -Wno-unused-parameter -Wno-unused-variable
+                                           -Wno-unused-but-set-variable -Wno-unused-function)
+    set(FA_STEP_NS step${nn})
+    set(FA_PREV_DECL "")
+    set(FA_PREV_PTR "nullptr")
+    set(FA_PROGRAM mut${nn}_${mid})
+    configure_file(${PROJECT_SOURCE_DIR}/cmake/lab_main.cpp.in ${PROJECT_BINARY_DIR}/gen/mut${nn}_${mid}_main.cpp @ONLY)
+    add_executable(mut${nn}_${mid} ${PROJECT_BINARY_DIR}/gen/mut${nn}_${mid}_main.cpp)
+    target_link_libraries(mut${nn}_${mid} PRIVATE ${mlib} fa_common)
+    set_target_properties(mut${nn}_${mid} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/mutants)
+    add_test(NAME "lab: step ${nn} mutant ${mname} fails its grade, and the summary names ${region}"
+             COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:mut${nn}_${mid}> "-DARGS=--grade;--track;cpu;--timeout;20"
+                     -DCODE=1
+                     "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*(the region this points at|one of the regions this points at [(]they fail alike[)]): ([a-z0-9-]+, )*${region}[ ,]"
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
+  endforeach()
+
   add_test(NAME "lab: step ${nn} has lab regions and a handout"
            COMMAND ${CMAKE_COMMAND} -DSTEP=${src} -DDOC=${PROJECT_SOURCE_DIR}/docs/labs/${step_dir}.md -DSCRIPT=${_lab_sh}
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_markers.cmake)
