@@ -223,7 +223,7 @@ int run_grade(const StepInfo& step, const StepInfo* previous, const CliOptions& 
     return std::pair{a, b};
   };
   const std::string name = step.id + "_" + step.slug + "/";
-  const std::string dir = step.program().rfind("labci", 0) == 0 ? "lab_ci/" + name + " in the build folder (the blanked copy CI builds)"
+  const std::string dir = step.program().rfind("mut", 0) == 0 ? "mutants/" + name + " in the build folder (a mutant CI builds)"
                           : step.program().rfind("lab", 0) == 0 ? "lab/" + name
                                                                  : "steps/" + name;
   const auto [c0, c1] = range(Track::Cpu);
