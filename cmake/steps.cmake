@@ -13,6 +13,10 @@ set(FA_LAB_DIR ${PROJECT_SOURCE_DIR}/lab CACHE PATH "Where scripts/lab.sh writes
 if(IS_DIRECTORY ${FA_LAB_DIR})  # a new lab folder there configures the build again
   set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${FA_LAB_DIR})
 endif()
+# A blanked region leaves names unused that the student's code will use: no -Wunused noise in a lab's
+# build (nor in a student tree's blanked steps). Every other warning stays.
+set(FA_LAB_CXX_QUIET -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unused-function)
+set(FA_LAB_CUDA_QUIET -diag-suppress=177,550 -Xcompiler=-Wno-unused-parameter,-Wno-unused-variable,-Wno-unused-function)
 set(_fa_prev "")
 set(FA_STEP_LIBS "")
 set(FA_REGISTRY_DECLS "")
@@ -33,6 +37,10 @@ foreach(step_dir IN LISTS FA_STEPS)
   endif()
   target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
                                         $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS}>)
+  if(FA_STUDENT_TREE)
+    target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_LAB_CXX_QUIET}>
+                                          $<$<COMPILE_LANGUAGE:CUDA>:${FA_LAB_CUDA_QUIET}>)
+  endif()
   if(FA_HAVE_CUDA)
     target_link_libraries(${lib} PUBLIC CUDA::cublas)
   endif()
@@ -77,8 +85,8 @@ foreach(step_dir IN LISTS FA_STEPS)
       endif()
       target_link_libraries(fa_lab${nn} PUBLIC ${uses})
     endif()
-    target_compile_options(fa_lab${nn} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
-                                               $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS}>)
+    target_compile_options(fa_lab${nn} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS} ${FA_LAB_CXX_QUIET}>
+                                               $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS} ${FA_LAB_CUDA_QUIET}>)
     if(FA_HAVE_CUDA)
       target_link_libraries(fa_lab${nn} PUBLIC CUDA::cublas)
     endif()

@@ -16,6 +16,23 @@ if(NOT FA_LAB_CI)
   return()
 endif()
 
+# GPU mutants: on by default where nvidia-smi sees a GPU now, for that GPU's architecture alone.
+set(_gpu_seen OFF)
+set(_gpu_arch "")
+if(FA_HAVE_CUDA)
+  execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader RESULT_VARIABLE _rc
+                  OUTPUT_VARIABLE _cc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(_rc EQUAL 0 AND _cc MATCHES "^([0-9]+)[.]([0-9])")
+    set(_gpu_seen ON)
+    set(_gpu_arch "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+  endif()
+endif()
+option(FA_GPU_MUTANTS "Build and grade the GPU track's mutants (tests/mutants/*/*.gpu.patch)" ${_gpu_seen})
+set(FA_GPU_MUTANTS_ARCH "${_gpu_arch}" CACHE STRING "The architecture the GPU mutants are built for (e.g. 90)")
+if(FA_GPU_MUTANTS AND NOT FA_GPU_MUTANTS_ARCH)
+  message(FATAL_ERROR "FA_GPU_MUTANTS needs FA_GPU_MUTANTS_ARCH (no GPU seen to take it from)")
+endif()
+
 set(_ci ${PROJECT_BINARY_DIR}/lab_ci)
 set(_lab_sh ${PROJECT_SOURCE_DIR}/scripts/lab.sh)
 set(_student ${PROJECT_BINARY_DIR}/student)
@@ -55,8 +72,7 @@ foreach(step_dir IN LISTS FA_STEPS)
     add_library(${lib}_kernel OBJECT ${dst}/kernel.cu ${dst}/schedule.hpp)
     target_include_directories(${lib}_kernel BEFORE PRIVATE ${dst})
     target_link_libraries(${lib}_kernel PRIVATE fa_common CUDA::cublas)
-    target_compile_options(${lib}_kernel PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS} -diag-suppress=177,550
-                                                 -Xcompiler=-Wno-unused-parameter,-Wno-unused-variable,-Wno-unused-function>)
+    target_compile_options(${lib}_kernel PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS} ${FA_LAB_CUDA_QUIET}>)
     set_target_properties(${lib}_kernel PROPERTIES CUDA_ARCHITECTURES 80)
   endif()
 
@@ -80,6 +96,10 @@ foreach(step_dir IN LISTS FA_STEPS)
   # applied by apply_mutant.py, which holds every change inside REGION): built as the blanked lab is,
   # it must fail its grade, and the summary must name REGION.
   file(GLOB mutants ${CMAKE_CURRENT_SOURCE_DIR}/mutants/${step_dir}/*.patch)
+  file(GLOB gpu_mutants ${CMAKE_CURRENT_SOURCE_DIR}/mutants/${step_dir}/*.gpu.patch)
+  if(gpu_mutants)
+    list(REMOVE_ITEM mutants ${gpu_mutants})
+  endif()
   if(mutants AND NOT Python3_Interpreter_FOUND)
     add_test(NAME "lab: step ${nn}'s mutants need Python 3 (apply_mutant.py)" COMMAND ${CMAKE_COMMAND} -E false)
     set(mutants "")
@@ -105,8 +125,7 @@ foreach(step_dir IN LISTS FA_STEPS)
         target_link_libraries(${mlib} PRIVATE $<LINK_ONLY:${u}>)
       endforeach()
     endif()
-    target_compile_options(${mlib} PRIVATE ${FA_CXX_WARNINGS} -Wno-unused-parameter -Wno-unused-variable
-                                           -Wno-unused-but-set-variable -Wno-unused-function)
+    target_compile_options(${mlib} PRIVATE ${FA_CXX_WARNINGS} ${FA_LAB_CXX_QUIET})
     set(FA_STEP_NS step${nn})
     set(FA_PREV_DECL "")
     set(FA_PREV_PTR "nullptr")
@@ -120,6 +139,53 @@ foreach(step_dir IN LISTS FA_STEPS)
                      -DCODE=1
                      "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*(the region this points at|one of the regions this points at [(]they fail alike[)]): ([a-z0-9-]+, )*${region}[ ,]"
                      -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
+  endforeach()
+
+  # [mutants] The GPU track's mutants (REGION--SLUG.gpu.patch, of kernel.cu): built for this machine's
+  # GPU only where one is seen at configure time (FA_GPU_MUTANTS); else each is a skipped gpu test.
+  foreach(patch IN LISTS gpu_mutants)
+    get_filename_component(mname ${patch} NAME)
+    string(REGEX REPLACE "[.]gpu[.]patch$" "" mname "${mname}")
+    string(REGEX REPLACE "--.*" "" region "${mname}")
+    string(MAKE_C_IDENTIFIER "${mname}" mid)
+    set(tname "lab: step ${nn} GPU mutant ${mname} fails its GPU grade, and the summary names ${region} (GPU)")
+    if(NOT FA_GPU_MUTANTS)
+      add_test(NAME "${tname}" COMMAND ${CMAKE_COMMAND} -E echo
+               "SKIPPED: GPU mutants are built where a GPU is seen at configure time (-DFA_GPU_MUTANTS=ON)")
+      set_tests_properties("${tname}" PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "SKIPPED:")
+      continue()
+    endif()
+    set(mdir ${PROJECT_BINARY_DIR}/mutants/${step_dir}/${mname}.gpu)
+    file(MAKE_DIRECTORY ${mdir})
+    add_custom_command(OUTPUT ${mdir}/kernel.cu
+                       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py ${src}/kernel.cu
+                               ${patch} ${mdir}/kernel.cu
+                       DEPENDS ${src}/kernel.cu ${patch} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py
+                       COMMENT "GPU mutant: ${step_dir}/${mname}" VERBATIM)
+    set(mlib fa_gmut${nn}_${mid})
+    add_library(${mlib} STATIC ${src}/blueprint.cpp ${mdir}/kernel.cu)
+    target_include_directories(${mlib} BEFORE PRIVATE ${src})
+    target_link_libraries(${mlib} PUBLIC fa_common CUDA::cublas)
+    if(DEFINED FA_STEP${nn}_USES)
+      target_link_libraries(${mlib} PUBLIC ${FA_STEP${nn}_USES})
+    endif()
+    target_compile_options(${mlib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
+                                           $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS} ${FA_LAB_CUDA_QUIET}>)
+    set_target_properties(${mlib} PROPERTIES CUDA_ARCHITECTURES "${FA_GPU_MUTANTS_ARCH}")
+    set(FA_STEP_NS step${nn})
+    set(FA_PREV_DECL "")
+    set(FA_PREV_PTR "nullptr")
+    set(FA_PROGRAM gmut${nn}_${mid})
+    configure_file(${PROJECT_SOURCE_DIR}/cmake/lab_main.cpp.in ${PROJECT_BINARY_DIR}/gen/gmut${nn}_${mid}_main.cpp @ONLY)
+    add_executable(gmut${nn}_${mid} ${PROJECT_BINARY_DIR}/gen/gmut${nn}_${mid}_main.cpp)
+    target_link_libraries(gmut${nn}_${mid} PRIVATE ${mlib})
+    set_target_properties(gmut${nn}_${mid} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/mutants)
+    add_test(NAME "${tname}"
+             COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:gmut${nn}_${mid}> "-DARGS=--grade;--track;gpu;--timeout;60"
+                     -DCODE=1
+                     "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*(the region this points at|one of the regions this points at [(]they fail alike[)]): ([a-z0-9-]+, )*${region}[ ,]"
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
+    set_tests_properties("${tname}" PROPERTIES LABELS gpu)
   endforeach()
 
   add_test(NAME "lab: step ${nn} has lab regions and a handout"
