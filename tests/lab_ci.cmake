@@ -33,6 +33,33 @@ if(FA_GPU_MUTANTS AND NOT FA_GPU_MUTANTS_ARCH)
   message(FATAL_ERROR "FA_GPU_MUTANTS needs FA_GPU_MUTANTS_ARCH (no GPU seen to take it from)")
 endif()
 
+# [mutants] One mutant's parts: its source (apply_mutant.py, which holds every change inside the
+# region), and its program on a library built from it, graded by a test that wants a failed grade
+# whose summary names the region.
+function(fa_mutant_source src file patch mdir what)
+  file(MAKE_DIRECTORY ${mdir})
+  add_custom_command(OUTPUT ${mdir}/${file}
+                     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py ${src}/${file}
+                             ${patch} ${mdir}/${file}
+                     DEPENDS ${src}/${file} ${patch} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py
+                     COMMENT "${what}" VERBATIM)
+endfunction()
+function(fa_mutant_program prog lib nn track region tname)
+  set(FA_STEP_NS step${nn})
+  set(FA_PREV_DECL "")
+  set(FA_PREV_PTR "nullptr")
+  set(FA_PROGRAM ${prog})
+  fa_lab_regions(${PROJECT_SOURCE_DIR}/steps/${step_dir} FA_LAB_REGIONS)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/lab_main.cpp.in ${PROJECT_BINARY_DIR}/gen/${prog}_main.cpp @ONLY)
+  add_executable(${prog} ${PROJECT_BINARY_DIR}/gen/${prog}_main.cpp)
+  target_link_libraries(${prog} PRIVATE ${lib} fa_common)
+  set_target_properties(${prog} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/mutants)
+  add_test(NAME "${tname}"
+           COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:${prog}> "-DARGS=--grade;--track;${track};--timeout;60" -DCODE=1
+                   "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*(the region this points at|one of the regions this points at [(]they fail alike[)]): ([a-z0-9-]+, )*${region}[ ,]"
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
+endfunction()
+
 set(_ci ${PROJECT_BINARY_DIR}/lab_ci)
 set(_lab_sh ${PROJECT_SOURCE_DIR}/scripts/lab.sh)
 set(_student ${PROJECT_BINARY_DIR}/student)
@@ -109,12 +136,7 @@ foreach(step_dir IN LISTS FA_STEPS)
     string(REGEX REPLACE "--.*" "" region "${mname}")
     string(MAKE_C_IDENTIFIER "${mname}" mid)
     set(mdir ${PROJECT_BINARY_DIR}/mutants/${step_dir}/${mname})
-    file(MAKE_DIRECTORY ${mdir})
-    add_custom_command(OUTPUT ${mdir}/blueprint.cpp
-                       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py ${src}/blueprint.cpp
-                               ${patch} ${mdir}/blueprint.cpp
-                       DEPENDS ${src}/blueprint.cpp ${patch} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py
-                       COMMENT "mutant: ${step_dir}/${mname}" VERBATIM)
+    fa_mutant_source(${src} blueprint.cpp ${patch} ${mdir} "mutant: ${step_dir}/${mname}")
     set(mlib fa_mut${nn}_${mid})
     add_library(${mlib} STATIC ${mdir}/blueprint.cpp)
     target_include_directories(${mlib} BEFORE PRIVATE ${src} ${PROJECT_SOURCE_DIR}/common)
@@ -126,19 +148,8 @@ foreach(step_dir IN LISTS FA_STEPS)
       endforeach()
     endif()
     target_compile_options(${mlib} PRIVATE ${FA_CXX_WARNINGS} ${FA_LAB_CXX_QUIET})
-    set(FA_STEP_NS step${nn})
-    set(FA_PREV_DECL "")
-    set(FA_PREV_PTR "nullptr")
-    set(FA_PROGRAM mut${nn}_${mid})
-    configure_file(${PROJECT_SOURCE_DIR}/cmake/lab_main.cpp.in ${PROJECT_BINARY_DIR}/gen/mut${nn}_${mid}_main.cpp @ONLY)
-    add_executable(mut${nn}_${mid} ${PROJECT_BINARY_DIR}/gen/mut${nn}_${mid}_main.cpp)
-    target_link_libraries(mut${nn}_${mid} PRIVATE ${mlib} fa_common)
-    set_target_properties(mut${nn}_${mid} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/mutants)
-    add_test(NAME "lab: step ${nn} mutant ${mname} fails its grade, and the summary names ${region}"
-             COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:mut${nn}_${mid}> "-DARGS=--grade;--track;cpu;--timeout;20"
-                     -DCODE=1
-                     "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*(the region this points at|one of the regions this points at [(]they fail alike[)]): ([a-z0-9-]+, )*${region}[ ,]"
-                     -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
+    fa_mutant_program(mut${nn}_${mid} ${mlib} ${nn} cpu ${region}
+                      "lab: step ${nn} mutant ${mname} fails its grade, and the summary names ${region}")
   endforeach()
 
   # [mutants] The GPU track's mutants (REGION--SLUG.gpu.patch, of kernel.cu): built for this machine's
@@ -156,12 +167,7 @@ foreach(step_dir IN LISTS FA_STEPS)
       continue()
     endif()
     set(mdir ${PROJECT_BINARY_DIR}/mutants/${step_dir}/${mname}.gpu)
-    file(MAKE_DIRECTORY ${mdir})
-    add_custom_command(OUTPUT ${mdir}/kernel.cu
-                       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py ${src}/kernel.cu
-                               ${patch} ${mdir}/kernel.cu
-                       DEPENDS ${src}/kernel.cu ${patch} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py
-                       COMMENT "GPU mutant: ${step_dir}/${mname}" VERBATIM)
+    fa_mutant_source(${src} kernel.cu ${patch} ${mdir} "GPU mutant: ${step_dir}/${mname}")
     set(mlib fa_gmut${nn}_${mid})
     add_library(${mlib} STATIC ${src}/blueprint.cpp ${mdir}/kernel.cu)
     target_include_directories(${mlib} BEFORE PRIVATE ${src})
@@ -172,19 +178,7 @@ foreach(step_dir IN LISTS FA_STEPS)
     target_compile_options(${mlib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
                                            $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS} ${FA_LAB_CUDA_QUIET}>)
     set_target_properties(${mlib} PROPERTIES CUDA_ARCHITECTURES "${FA_GPU_MUTANTS_ARCH}")
-    set(FA_STEP_NS step${nn})
-    set(FA_PREV_DECL "")
-    set(FA_PREV_PTR "nullptr")
-    set(FA_PROGRAM gmut${nn}_${mid})
-    configure_file(${PROJECT_SOURCE_DIR}/cmake/lab_main.cpp.in ${PROJECT_BINARY_DIR}/gen/gmut${nn}_${mid}_main.cpp @ONLY)
-    add_executable(gmut${nn}_${mid} ${PROJECT_BINARY_DIR}/gen/gmut${nn}_${mid}_main.cpp)
-    target_link_libraries(gmut${nn}_${mid} PRIVATE ${mlib})
-    set_target_properties(gmut${nn}_${mid} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/mutants)
-    add_test(NAME "${tname}"
-             COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:gmut${nn}_${mid}> "-DARGS=--grade;--track;gpu;--timeout;60"
-                     -DCODE=1
-                     "-DREGEX=grade +FAIL: [0-9]+ of [0-9]+ checks failed.*(the region this points at|one of the regions this points at [(]they fail alike[)]): ([a-z0-9-]+, )*${region}[ ,]"
-                     -P ${CMAKE_CURRENT_SOURCE_DIR}/lab_grade.cmake)
+    fa_mutant_program(gmut${nn}_${mid} ${mlib} ${nn} gpu ${region} "${tname}")
     set_tests_properties("${tname}" PROPERTIES LABELS gpu)
   endforeach()
 
