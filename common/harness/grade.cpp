@@ -51,12 +51,12 @@ class Grader {
       const Outcome r = run_child(k, timeout_s);
       if (r.next > k) { k = r.next; if (r.died.empty()) continue; }
       if (!r.died.empty()) {  // case k died: its records so far stand, the death is one more failure
-        add({cases_[k].track, long(k), "FAIL", r.timed_out ? "timeout" : "crash", cases_[k].name(), r.died, r.hint});
+        add({cases_[k].track, long(k), "FAIL", r.timed_out ? "timeout" : "crash", cases_[k].name(), r.died, r.hint, ""});
         ++k;
         if (r.timed_out && k < last) {
           std::ostringstream os;
           os << (last - k) << " case(s) after the one that timed out (fix it first; " << kTimeoutNote << ")";
-          add({cases_[k].track, -1, "NOT_RUN", "cases", "", os.str(), ""});
+          add({cases_[k].track, -1, "NOT_RUN", "cases", "", os.str(), "", ""});
           return;
         }
       }
@@ -259,16 +259,16 @@ int run_grade(const StepInfo& step, const StepInfo* previous, const CliOptions& 
       const auto [a, b] = range(Track::Speed);
       const std::string check = step.has_backward() ? "bwd speed" : "speed";
       const std::string shape = cs[a].c.shape.str();
-      if (!on_gpu || !have_gpu) g->add({Track::Speed, -1, "NOT_CHECKED", check, shape, "--min-speedup needs the GPU track on a GPU", ""});
+      if (!on_gpu || !have_gpu) g->add({Track::Speed, -1, "NOT_CHECKED", check, shape, "--min-speedup needs the GPU track on a GPU", "", ""});
       else if (!previous)
         g->add({Track::Speed, -1, "NOT_CHECKED", check, shape,
                 step.id == "01" ? "step 01 has no previous step"
                                 : step.program() + " does not link the previous step's kernels (lab" + step.id +
                                       " does: make lab" + step.id + ")",
-                ""});
+                "", ""});
       else if (step.has_backward() && !previous->has_backward())
         g->add({Track::Speed, -1, "NOT_CHECKED", check, shape,
-                "step " + step.id + " is graded on its backward; step " + previous->id + " has none to time against", ""});
+                "step " + step.id + " is graded on its backward; step " + previous->id + " has none to time against", "", ""});
       else {
         std::ostringstream what;
         what << "at " << shape << ": " << step.program() << " against step" << previous->id << ", at least "
