@@ -15,11 +15,11 @@
 #                                           and the mutants; the grader and the handouts intact
 #
 # A region is marked in the step's own files:
-#     // lab:begin NAME: one-line hint
+#     // lab:begin NAME {TAGS}: one-line hint      ({TAGS}: where a mistake shows, for --grade; optional)
 #     ... the code that carries the idea ...
 #     // lab:end
-# and blanked into "// TODO(lab) NAME: one-line hint" at the same indentation. The blanked file still
-# compiles (declarations stay outside the regions) and fails the step's checks: `./labNN --grade`.
+# and blanked into "// TODO(lab) NAME {TAGS}: one-line hint" at the same indentation. The blanked file
+# still compiles (declarations stay outside the regions) and fails the step's checks: `./labNN --grade`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 say() { printf '[lab] %s\n' "$*" >&2; }
