@@ -46,7 +46,7 @@ for ph in $phases; do
       python3 "$root/scripts/decode_target.py" "$out/decode_${slug}.csv" --build "$build" --reps "$reps" --commit "$commit" \
         --deadline "$deadline" || fail=1 ;;
     bwd)
-      bench --steps 13 --ns "$(target bwd ns)" --ds "$(target bwd ds)" --causal "$(target bwd causal)" \
+      bench --steps 13,19 --ns "$(target bwd ns)" --ds "$(target bwd ds)" --causal "$(target bwd causal)" \
         --dtypes "$(target bwd dtypes)" --variants default --out "$out/clock_${slug}_bwd.csv"
       peers "$out/peers_${slug}_clock_bwd.csv" --backends flash,cudnn --ns "$(target bwd ns)" --ds "$(target bwd ds)" \
         --dtypes "$(target bwd dtypes)" ;;

@@ -31,5 +31,9 @@ void mma_ss(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int64_t 
 // shared memory: element (k, n) = tile(16kk + k, n0 + n) for n < N. N·16 elements read.
 void mma_rs(Acc& d, const std::vector<m16n8k16::AFrag>& a, const SmemTile& b, int64_t kk, int64_t n0, bool accumulate,
             Ledger& led);
+// [dq-wgmma] D (+)= A·B, both MN-major from shared memory (imm-trans-a = imm-trans-b = 1): element
+// (m, k) of A = a(16kk + k, m) for m < 64 (dS read from a dSᵀ tile), element (k, n) of B =
+// b(16kk + k, n0 + n) for n < N. (64 + N)·16 elements read.
+void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t n0, bool accumulate, Ledger& led);
 
 }  // namespace fa::wgmma

@@ -43,6 +43,11 @@ __device__ __forceinline__ void fence_proxy_async() { FA_SM90A_ONLY(asm volatile
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
                  : "l"(a), "l"(b), "r"(int(accumulate)))
+#define FA_WGMMA_SS_64_MN(TY)                                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                             \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+                 : "l"(a), "l"(b), "r"(int(accumulate)))
 #define FA_WGMMA_RS_64(TY)                                                                        \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                             \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
@@ -69,6 +74,12 @@ __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b
 template <class T, int N>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, bool accumulate);
 
+// D (64 × N) = A·B (+ D): A (64 × 16) and B (16 × N) both from shared memory, both MN-major (A stored
+// k rows of 64 m values, B k rows of N: dQ = dS·K with dSᵀ stored [key][query] and K [key][dim];
+// imm-trans-a = imm-trans-b = 1, 16-bit types only). N = 64 only.
+template <class T, int N>
+__device__ __forceinline__ void mma_ss_mn(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate);
+
 #define FA_WGMMA_DEFINE(T, TY, N)                                                                             \
   template <>                                                                                                \
   __device__ __forceinline__ void mma_ss<T, N>(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) { \
@@ -82,6 +93,14 @@ FA_WGMMA_DEFINE(__half, "f16", 64)
 FA_WGMMA_DEFINE(__half, "f16", 128)
 FA_WGMMA_DEFINE(__nv_bfloat16, "bf16", 64)
 FA_WGMMA_DEFINE(__nv_bfloat16, "bf16", 128)
+template <>
+__device__ __forceinline__ void mma_ss_mn<__half, 64>(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+  FA_SM90A_ONLY(FA_WGMMA_SS_64_MN("f16"));
+}
+template <>
+__device__ __forceinline__ void mma_ss_mn<__nv_bfloat16, 64>(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+  FA_SM90A_ONLY(FA_WGMMA_SS_64_MN("bf16"));
+}
 #undef FA_WGMMA_DEFINE
 
 }  // namespace fa::wgmma

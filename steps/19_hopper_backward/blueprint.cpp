@@ -1,0 +1,401 @@
+// Step 19 — the blueprint: kernel.cu's three backward kernels as CPU loops, warpgroup by warpgroup,
+// every product a wgmma of common/blueprint/wgmma_emu.hpp (its fragments indexed as the kernel's
+// registers are: common/kernel/wgmma_layout.hpp), every access through the counting views of
+// common/blueprint/ledger.hpp. The forward is step 16's (its blueprint, closed form and kernel are
+// registered here as well).
+//
+//   bwd_pre     per padded row: D (d/8 threads' partial sums of 8 elements, then their butterfly),
+//               L·log2 e (+inf past N, D = 0), the row's accumulator zeroed
+//   bwd_kv      a block per (K/V tile, key/value head); per item (a Q tile of one of the group's
+//               query heads: [items]) the producer's loads into stage t % stages, then each consumer c
+//               (keys 64c .. 64c + 63): Sᵀ and dPᵀ ([swapped]), Pᵀ and dSᵀ ([bwd-softmax]), dSᵀ into
+//               its shared buffer ([ds-smem]), dV and dK ([c-to-a]); then each consumer's dQ chunk
+//               ([dq-wgmma], [dq-split]) staged and added by the writer ([dq-writer]), or added from
+//               registers (--ablate atomics); dK and dV out of the accumulators ([dkv-out])
+//   dq_convert  dQ = scale · accumulator, read through [dq-layout]
+// What the blueprint does not model: the swizzle (addresses: tests/test_step14.cpp holds them), the
+// mbarriers (it runs the roles in an order they allow) and the order in which racing adds land.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "blueprint/wgmma_emu.hpp"
+#include "schedule.hpp"
+
+namespace fa::step16 {
+const StepInfo& info();
+}
+
+namespace fa::step19 {
+
+int ablation_of(const StepOptions& o) { return choice_index(o, "ablate", kAblationNames, kAblations, "step19"); }
+
+std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
+  const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
+  if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
+  if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
+  if (a == kDqKeys && !dq_by_columns(d, 2))
+    return "step19: --ablate dq-keys is the default at d = " + std::to_string(d) + " (dQ is split by keys below d = 128)";
+  return "";
+}
+
+namespace {
+
+namespace mf = fa::m16n8k16;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Columns of dK, dV per wgmma: a 64-column panel (fewer for d < 64, which only the blueprint runs).
+int64_t panel_cols(int64_t d) { return std::min<int64_t>(d, wgmma::kPanel); }
+
+// [c-to-a] The A fragments (one per warp) of keys × queries 16kk .. 16kk + 15 of a 64 × Br
+// accumulator, rounded to the storage type: A element i of a lane is C tile 2kk + i / 4, element i % 4.
+std::vector<mf::AFrag> c_to_a(const wgmma::Acc& acc, int64_t kk, const Store& st) {
+  std::vector<mf::AFrag> a(4, mf::AFrag(32));
+  for (int w = 0; w < 4; ++w)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int i = 0; i < 8; ++i)
+        a[size_t(w)][size_t(lane)][size_t(i)] =
+            st.apply(acc.reg(w, lane, 4 * (2 * int(kk) + mf::a_from_c_tile(i)) + mf::a_from_c_elem(i)));
+  return a;
+}
+
+}  // namespace
+
+BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sc,
+                                  int ablation) {
+  const int64_t d = s.d;
+  if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
+    throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
+  const std::string why = refusal(s.dtype == DType::bf16, int(d), s.dropout > 0.0, {});
+  if (!why.empty()) throw Unsupported(why);
+  BackwardBlueprintResult res;
+  res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};  // [gqa]
+  res.ledger.kernels.reserve(3);  // references into the set stay valid
+  Ledger& Lpre = res.ledger["bwd_pre"];
+  Ledger& Lkv = res.ledger["bwd_kv"];
+  Ledger& Lcv = res.ledger["dq_convert"];
+  const Store st = Store::of(s.dtype), f32 = Store::f32();
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
+  const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
+  const int64_t Hkv = s.hkv(), QH = s.H / Hkv;
+  const bool by_cols = splits_by_columns(int(d), ablation), bulk = ablation != kAtomics;
+  const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
+
+  std::vector<float> l2w(size_t(BH * Np)), ddw(size_t(BH * Np)), accw(size_t(BH * Np * d));
+  Lpre.workspace = workspace_bytes(BH, N, d);
+
+  // ---- step19_bwd_pre ---------------------------------------------------------------------------
+  {
+    GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lpre), Dg(ddw.data(), BH, Np, Np, f32, Lpre), Acc(accw.data(), BH * Np, d, d, f32, Lpre);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h) {
+        const int64_t bh = b * s.H + h;
+        const GlobalMat O(fwd.o.head(b, h), N, d, d, st, Lpre), G(dO.head(b, h), N, d, d, st, Lpre),
+            Lse(fwd.lse.head(b, h), 1, N, N, f32, Lpre);
+        const int kPer = int(d / 8);  // threads per row, 8 elements (16 bytes) each
+        for (int64_t i = 0; i < Np; ++i) {
+          std::vector<float> part(size_t(kPer), 0.0f);
+          if (i < N) {
+            for (int th = 0; th < kPer; ++th)
+              for (int x = 0; x < 8; ++x) part[size_t(th)] += G.load(i, 8 * th + x) * O.load(i, 8 * th + x);
+            Lpre.nonmatmul_ops += 2 * d + 1;  // a multiply and an add per element; L·log2 e
+          }
+          for (int64_t c = 0; c < d; ++c) Acc.store(bh * Np + i, c, 0.0f);
+          for (int off = kPer / 2; off > 0; off /= 2) {  // __shfl_xor_sync: every thread adds its partner's
+            std::vector<float> next(part.size());
+            for (int th = 0; th < kPer; ++th) next[size_t(th)] = part[size_t(th)] + part[size_t(th ^ off)];
+            part = next;
+          }
+          Dg.store(bh, i, part[0]);
+          L2g.store(bh, i, i < N ? Lse.load(0, i) * kLog2e : kInf);
+        }
+      }
+  }
+
+  // ---- step19_bwd_kv ----------------------------------------------------------------------------
+  GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lkv), Dg(ddw.data(), BH, Np, Np, f32, Lkv), Acc(accw.data(), BH * Np, d, d, f32, Lkv);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t hk = 0; hk < Hkv; ++hk) {
+      const GlobalMat K(in.k.head(b, hk), Nk, d, d, st, Lkv), V(in.v.head(b, hk), Nk, d, d, st, Lkv);
+      GlobalMat dK(res.grads.dk.head(b, hk), Nk, d, d, st, Lkv), dV(res.grads.dv.head(b, hk), Nk, d, d, st, Lkv);
+      std::vector<GlobalMat> Qh, Gh;
+      for (int64_t gh = 0; gh < QH; ++gh) {
+        Qh.emplace_back(in.q.head(b, hk * QH + gh), N, d, d, st, Lkv);
+        Gh.emplace_back(dO.head(b, hk * QH + gh), N, d, d, st, Lkv);
+      }
+      for (int64_t jt = 0; jt < Tc; ++jt) {
+        const int64_t j0 = jt * Bc, j1 = std::min(j0 + Bc, Nk);
+        const int64_t first = first_q_tile(j0, N, Nk, Br, s.causal), per_head = q_tiles_of(j0, j1, N, Nk, Br, s.causal, s.window);
+        const int64_t items = QH * per_head;
+        // [smem-map] K_j, V_j; the stages' Q_i, dO_i; two dSᵀ buffers; a dQ chunk per consumer; the
+        // stages' L·log2 e and D; the mbarriers' kilobyte.
+        Smem smem(kSmemBudget, Lkv);
+        SmemTile Ks = smem.tile(Bc, d, st), Vs = smem.tile(Bc, d, st);
+        std::vector<SmemTile> Qs, dOs, Ls, Ds, dSt, chunk;
+        for (int k = 0; k < sc.stages; ++k) {
+          Qs.push_back(smem.tile(Br, d, st));
+          dOs.push_back(smem.tile(Br, d, st));
+        }
+        for (int k = 0; k < 2; ++k) dSt.push_back(smem.tile(Bc, Br, st));
+        for (int64_t c = 0; c < 2 * C; ++c) chunk.push_back(smem.tile(kChunk, kChunk, f32));
+        for (int k = 0; k < sc.stages; ++k) {
+          Ls.push_back(smem.tile(1, Br, f32));
+          Ds.push_back(smem.tile(1, Br, f32));
+        }
+        (void)smem.tile(1, 256, f32);  // the mbarriers
+        barrier(Lkv);                  // the block's one __syncthreads, after their set-up
+        if (items > 0) {
+          Ks.load_from(K, j0, 0);
+          Vs.load_from(V, j0, 0);
+        }
+        const std::vector<wgmma::Acc> zero_panels(static_cast<size_t>(panels), wgmma::Acc{static_cast<int>(PC)});
+        std::vector<std::vector<wgmma::Acc>> dk(static_cast<size_t>(C), zero_panels), dv = dk;
+        for (int64_t t = 0; t < items; ++t) {
+          const int64_t gh = t / per_head, i0 = (first + t % per_head) * Br, bh = b * s.H + hk * QH + gh;
+          const size_t stg = size_t(t % sc.stages);
+          // [ring] The producer's loads of item t (rows past N arrive as zeros, free).
+          Qs[stg].load_from(Qh[size_t(gh)], i0, 0);
+          dOs[stg].load_from(Gh[size_t(gh)], i0, 0);
+          for (int64_t r = 0; r < Br; ++r) {
+            Ls[stg].write(0, r, L2g.load(bh, i0 + r));
+            Ds[stg].write(0, r, Dg.load(bh, i0 + r));
+          }
+          const bool masked = needs_mask(i0, i0 + Br, j0, N, Nk, Bc, s.causal, s.window);
+          SmemTile& dS = dSt[size_t(t % 2)];
+          std::vector<std::vector<std::vector<mf::AFrag>>> pa(static_cast<size_t>(C)), dsa(static_cast<size_t>(C));
+          for (int64_t c = 0; c < C; ++c) {
+            // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ: 64 keys × Br queries, both operands K-major.
+            wgmma::Acc sT{static_cast<int>(Br)}, dpT{static_cast<int>(Br)};
+            // lab:begin swapped {dQ dK dV}: [swapped]: Sᵀ and dPᵀ of the consumer's 64 keys, d/16 wgmmas each …
+            for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(sT, Ks, 64 * c, Qs[stg], 0, kk, kk > 0, Lkv);
+            for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(dpT, Vs, 64 * c, dOs[stg], 0, kk, kk > 0, Lkv);
+            // lab:end
+            // [bwd-softmax] Register r of lane l in warp w: key 16w + g + 8·((r % 4) / 2) of the
+            // consumer's, query 8·(r / 4) + 2t + r % 2 of the tile, whose L·log2 e and D the lane reads.
+            // lab:begin bwd-softmax {dQ dK dV}: [bwd-softmax]: Pᵀ = exp2(Sᵀ·scale·log2 e − L·log2 e) …
+            for (int w = 0; w < 4; ++w)
+              for (int lane = 0; lane < 32; ++lane)
+                for (int n = 0; n < Br / 8; ++n) {
+                  const int col = 8 * n + 2 * mf::thread_in_group(lane);
+                  const float l2v[2] = {Ls[stg].read(0, col), Ls[stg].read(0, col + 1)};
+                  const float ddv[2] = {Ds[stg].read(0, col), Ds[stg].read(0, col + 1)};
+                  for (int e = 0; e < 4; ++e) {
+                    const mf::Coord rc = {16 * w + mf::group(lane) + 8 * (e / 2), col + e % 2};
+                    float x = sT.reg(w, lane, 4 * n + e);
+                    if (masked && !key_visible(i0 + rc.col, j0 + 64 * c + rc.row, N, Nk, s.causal, s.window)) x = -kInf;
+                    const float pv = std::exp2(std::fma(x, sl2, -l2v[e % 2]));
+                    float& dpv = dpT.reg(w, lane, 4 * n + e);
+                    dpv = pv * (dpv - ddv[e % 2]);
+                    sT.reg(w, lane, 4 * n + e) = pv;
+                  }
+                }
+            // lab:end
+            Lkv.nonmatmul_ops += 64 * Br * (5 + (masked ? 1 : 0));
+            Lkv.exps += 64 * Br;  // Pᵀ recomputed on every entry, masked ones too
+            // [c-to-a] Pᵀ and dSᵀ as A operands; [ds-smem] dSᵀ (the same rounded values) into the buffer.
+            for (int64_t kk = 0; kk < Br / 16; ++kk) {
+              pa[size_t(c)].push_back(c_to_a(sT, kk, st));
+              dsa[size_t(c)].push_back(c_to_a(dpT, kk, st));
+            }
+            for (int w = 0; w < 4; ++w)
+              for (int lane = 0; lane < 32; ++lane)
+                for (int r = 0; r < int(Br) / 2; ++r) {
+                  const mf::Coord rc = wgmma::acc_elem(w, lane, r);
+                  dS.write(64 * c + rc.row, rc.col, dpT.reg(w, lane, r));
+                }
+            // [c-to-a] dV += Pᵀ dO_i and dK += dSᵀ Q_i: A from registers, B MN-major (Br rows × d).
+            // lab:begin dkv {dK dV}: [c-to-a]: per 16 queries kk and 64-column panel pn, dV's and dK's wgmma …
+            for (int64_t kk = 0; kk < Br / 16; ++kk)
+              for (int64_t pn = 0; pn < panels; ++pn)
+                wgmma::mma_rs(dv[size_t(c)][size_t(pn)], pa[size_t(c)][size_t(kk)], dOs[stg], kk, PC * pn, true, Lkv);
+            for (int64_t kk = 0; kk < Br / 16; ++kk)
+              for (int64_t pn = 0; pn < panels; ++pn)
+                wgmma::mma_rs(dk[size_t(c)][size_t(pn)], dsa[size_t(c)][size_t(kk)], Qs[stg], kk, PC * pn, true, Lkv);
+            // lab:end
+          }
+          // [dq-wgmma] [dq-split] Once both halves of dSᵀ are in: consumer c's chunks of dQ_i = dS K_j
+          // (one by columns, d / 64 by keys), staged in its buffers and added by the writer.
+          const int64_t chunks = by_cols ? 1 : panels, cols = by_cols ? wgmma::kPanel : PC;
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t ch = 0; ch < chunks; ++ch) {
+              wgmma::Acc dq{static_cast<int>(cols)};
+              // lab:begin dq {dQ}: [dq-wgmma] [dq-split]: by columns, panel c over all Bc keys; by keys, …
+              const int64_t k_lo = by_cols ? 0 : 4 * c, k_hi = by_cols ? Bc / 16 : 4 * c + 4;
+              for (int64_t kk = k_lo; kk < k_hi; ++kk) wgmma::mma_ss_mn(dq, dS, kk, Ks, by_cols ? wgmma::kPanel * c : PC * ch, kk > k_lo, Lkv);
+              // lab:end
+              // [dq-writer] The chunk in [dq-layout] order: thread t's register quad q at 4·(128q + t).
+              const int64_t tile = (bh * Np + i0) * d + (by_cols ? c : ch) * kChunkFloats;
+              SmemTile& buf = chunk[size_t(2 * c + (chunks == 1 ? t % 2 : ch))];
+              for (int w = 0; w < 4; ++w)
+                for (int lane = 0; lane < 32; ++lane)
+                  for (int r = 0; r < dq.n / 2; ++r) {
+                    const int64_t at = 4 * (128 * (r / 4) + 32 * w + lane) + r % 4;
+                    const float v = dq.reg(w, lane, r);
+                    if (bulk) buf.write(at / kChunk, at % kChunk, v);
+                    else Acc.atomic_add((tile + at) / d, (tile + at) % d, v);
+                  }
+              if (bulk)  // [dq-writer] the writer warp reads the chunk out in one bulk reduce-add
+                for (int64_t at = 0; at < Br * cols; ++at)
+                  Acc.atomic_add((tile + at) / d, (tile + at) % d, buf.read(at / kChunk, at % kChunk));
+            }
+          Lkv.tiles_computed += 1;
+          Lkv.tiles_masked += classify_tile(i0, std::min(i0 + Br, N), j0, j1, N, Nk, s.causal, s.window) == TileKind::Diagonal;
+        }
+        Lkv.tiles_skipped += QH * (Tr - per_head);
+        // [dkv-out] scale·dK and dV of each consumer's keys inside Nk, from the accumulators.
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t pn = 0; pn < panels; ++pn)
+            for (int w = 0; w < 4; ++w)
+              for (int lane = 0; lane < 32; ++lane)
+                for (int r = 0; r < int(PC) / 2; ++r) {
+                  const mf::Coord rc = wgmma::acc_elem(w, lane, r);
+                  const int64_t key = j0 + 64 * c + rc.row, col = PC * pn + rc.col;
+                  if (key >= Nk) continue;
+                  dK.store(key, col, scale * dk[size_t(c)][size_t(pn)].reg(w, lane, r));
+                  dV.store(key, col, dv[size_t(c)][size_t(pn)].reg(w, lane, r));
+                }
+        Lkv.nonmatmul_ops += Bc * d;  // the scale on dK, every key of the tile
+      }
+    }
+
+  // ---- step19_dq_convert ------------------------------------------------------------------------
+  {
+    const GlobalMat Acc2(accw.data(), BH * Np, d, d, f32, Lcv);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h) {
+        const int64_t bh = b * s.H + h;
+        GlobalMat dQ(res.grads.dq.head(b, h), N, d, d, st, Lcv);
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t at = (bh * Np + (i / Br) * Br) * d + acc_offset(int(i % Br), int(c));
+            dQ.store(i, c, scale * Acc2.load(at / d, at % d));
+          }
+        Lcv.nonmatmul_ops += N * d;  // the scale
+      }
+  }
+  return res;
+}
+
+// The ledger in closed form (docs/19_hopper_backward.md). One key/value head: Tc blocks, block j
+// walking `items` = QH · per_head(j) Q tiles; `pairs` = Σ_j per_head(j) per query head, `q_rows` of
+// their rows inside N, `masked` needing the per-element mask, `diagonal` holding the diagonal.
+// Per pair and consumer: 2·d/16 wgmmas m64n64k16 reading (64 + 64)·16 elements each (Sᵀ, dPᵀ);
+// 2·(Br/16)·(d/PC) register-A wgmmas reading PC·16 each (dV, dK); kq dQ wgmmas reading (64 + W)·16
+// each (kq = Bc/16 by columns, 4 per chunk by keys; W a chunk's columns); the lane's L and D (Br/2 floats
+// each); the consumer's 64 × Br of dSᵀ written; its dQ chunk (Br·W floats) staged and read back by
+// the writer, then added (or added from registers). K_j, V_j once per block that has an item.
+LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
+  const int64_t d = s.d;
+  if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
+    throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
+  const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
+  const int64_t BHk = s.B * s.hkv();
+  const bool by_cols = splits_by_columns(int(d), ablation), bulk = ablation != kAtomics;
+  const int64_t W = by_cols ? wgmma::kPanel : PC, kq = by_cols ? Bc / 16 : 4 * panels;  // a chunk's columns; dQ's wgmmas per consumer
+  int64_t pairs = 0, q_rows = 0, masked = 0, diagonal = 0, skipped = 0, kv_rows = 0, active = 0;
+  for (int64_t j = 0; j < Tc; ++j) {
+    const int64_t j0 = j * Bc, j1 = std::min(j0 + Bc, Nk), first = first_q_tile(j0, N, Nk, Br, s.causal);
+    const int64_t n = q_tiles_of(j0, j1, N, Nk, Br, s.causal, s.window);
+    skipped += Tr - n;
+    if (n > 0) kv_rows += j1 - j0, ++active;
+    for (int64_t it = first; it < first + n; ++it) {
+      const int64_t i0 = it * Br, i1 = std::min(i0 + Br, N);
+      ++pairs;
+      q_rows += i1 - i0;
+      masked += needs_mask(i0, i0 + Br, j0, N, Nk, Bc, s.causal, s.window);
+      diagonal += classify_tile(i0, i1, j0, j1, N, Nk, s.causal, s.window) == TileKind::Diagonal;
+    }
+  }
+  constexpr int64_t kMmaFlops = 2 * 64 * 16;  // per column of N of one m64nNk16
+  LedgerSet ls;
+  Ledger& pre = ls["bwd_pre"];
+  pre.gmem_read = BH * (N * d * 2 * 2 + N * 4);   // dO, O and L of the rows inside N
+  pre.gmem_write = BH * Np * (d * 4 + 4 + 4);     // every padded row: its accumulator zeroed, D, L·log2 e
+  pre.nonmatmul_ops = BH * N * (2 * d + 1);
+  pre.workspace = workspace_bytes(BH, N, d);
+
+  Ledger& kv = ls["bwd_kv"];
+  const int64_t chunk_bytes = Br * W * 4 * (by_cols ? 1 : panels);  // a consumer's dQ of one item
+  kv.gmem_read = BHk * kv_rows * d * 2 * 2 + BH * (q_rows * d * 2 * 2 + pairs * Br * 4 * 2);
+  kv.gmem_write = BHk * Nk * d * 2 * 2;
+  kv.gmem_atomic = BH * pairs * C * chunk_bytes;
+  kv.smem_write = BHk * active * 2 * Bc * d * 2                                    // K_j, V_j
+                  + BH * pairs * (2 * Br * d * 2 + 2 * Br * 4 + C * 64 * Br * 2    // Q_i, dO_i, L, D; dSᵀ
+                                  + (bulk ? C * chunk_bytes : 0));                 // the staged dQ chunks
+  kv.smem_read = BH * pairs * C *
+                 ((2 * (d / 16) * (64 + Br) * 16 + 2 * (Br / 16) * panels * PC * 16 + kq * (64 + W) * 16) * 2  // the wgmmas' operands
+                  + 128 * (Br / 2) * 4                                                                       // L and D
+                  + (bulk ? chunk_bytes : 0));                                                              // the writer's reads
+  kv.barriers = BHk * Tc;
+  kv.matmul_flops = BH * pairs * C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC + kq * W) * kMmaFlops;
+  kv.nonmatmul_ops = BH * (pairs * C * 64 * Br * 5 + masked * C * 64 * Br) + BHk * Tc * Bc * d;
+  kv.exps = BH * pairs * C * 64 * Br;
+  kv.tiles_computed = BH * pairs;
+  kv.tiles_masked = BH * diagonal;
+  kv.tiles_skipped = BH * skipped;
+  kv.smem_peak = smem_bytes(sc, int(d));
+
+  Ledger& cv = ls["dq_convert"];
+  cv.gmem_read = BH * N * d * 4;
+  cv.gmem_write = BH * N * d * 2;
+  cv.nonmatmul_ops = BH * N * d;
+  return ls;
+}
+
+namespace {
+void require_supported(const Shape& s, const StepOptions& o) {
+  const std::string why = refusal(s.dtype == DType::bf16, int(s.d), s.dropout > 0.0, o);
+  if (!why.empty()) throw Unsupported(why);
+}
+BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const StepOptions& o) {
+  require_supported(s, o);
+  return blueprint(s, in, fwd, dO, schedule_for(int(s.d)), ablation_of(o));
+}
+LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
+  require_supported(s, o);
+  return closed_form(s, schedule_for(int(s.d)), ablation_of(o));
+}
+int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
+}  // namespace
+
+const StepInfo& info() {
+  static const StepInfo step = [] {
+    StepInfo i;
+    i.id = "19";
+    i.slug = "hopper_backward";
+    i.title = "the backward on Hopper: wgmma with swapped operands, TMA into a ring, a dQ writer warp (forward: step 16)";
+    i.teaches = "warp-specialized backward; Pᵀ and dSᵀ as register operands; dQ by bulk reduce-add";
+    i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
+    {
+      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none, atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add) (docs/19_hopper_backward.md)"};
+      for (const char* n : kAblationNames) a.choices.push_back(n);
+      a.sweep = false;
+      i.flags = {a};
+    }
+    borrow_forward<step16::info>(i);  // [forward-from] the forward is step 16's, whatever the flags say
+    i.supports_gqa = true;     // [gqa] a block per key/value head sums its group's dK and dV
+    i.supports_window = true;  // [window] each K/V tile's Q tiles of the band
+    i.backward_blueprint = run_backward;
+    i.backward_closed_form = run_backward_closed_form;
+    i.backward_smem_bytes = run_backward_smem;
+    i.min_cc = 90;
+    i.max_cc = 90;
+    i.needs = "wgmma.mma_async, TMA, bulk reduce-add and setmaxnreg (sm_90a)";
+    i.head_dims = {std::begin(kHeadDims), std::end(kHeadDims)};
+    i.head_dims_why = "K, V and two Q/dO stages of d = 256 would not fit a block's 227 KB of shared memory ([stored-d], steps/19_hopper_backward/schedule.hpp)";
+#ifdef FA_HAVE_CUDA
+    i.launch_backward = launch_backward;
+    i.backward_workspace_bytes = backward_workspace_bytes;
+#endif
+    i.kernel_prefix = "step19_";
+    return i;
+  }();
+  return step;
+}
+
+}  // namespace fa::step19

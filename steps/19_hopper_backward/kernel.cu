@@ -1,0 +1,578 @@
+// Step 19 — the backward on Hopper (the forward is step 16's kernel).
+//
+//   step19_bwd_pre      per row: D = Σ_c dO·O, L·log2 e (+inf past N), the fp32 dQ accumulator zeroed
+//   step19_bwd_kv       a block per (K/V tile j, key/value head), three warpgroups ([roles]):
+//                       the producer warp loads K_j, V_j once and Q_i, dO_i, L, D per Q tile into a
+//                       ring ([ring]); consumer c (64 keys) computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ
+//                       ([swapped]), Pᵀ and dSᵀ in registers ([bwd-softmax]), dV += Pᵀ dO and
+//                       dK += dSᵀ Q with Pᵀ and dSᵀ as register operands ([c-to-a]), dSᵀ to shared
+//                       memory ([ds-smem]) and its share of dQ_i = dS K ([dq-wgmma], [dq-split]);
+//                       the writer warp adds each consumer's dQ chunk with a bulk reduce-add ([dq-writer])
+//   step19_dq_convert   dQ = scale · accumulator, in the storage type
+//
+// [gqa] A block serves a key/value head: it walks the Q tiles of each of the group's query heads in
+// turn ([items]), so dK and dV sum the group in registers. [window] A K/V tile's Q tiles end where
+// the rows' bands pass it (end_q_tile), and the mask tests the band's left edge too.
+//
+// Layouts: common/kernel/wgmma_layout.hpp ([sw128], [desc], [acc]); the accumulator's: [dq-layout].
+#include <cuda.h>  // CUtensorMap and the encoder's signature (the driver is reached through the runtime)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernel/cuda_check.cuh"
+#include "schedule.hpp"
+#include "kernel/wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
+
+namespace fa::step19 {
+
+template <class T> __device__ inline float to_f32(T x);
+template <> __device__ inline float to_f32(__half x) { return __half2float(x); }
+template <> __device__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Two floats -> one 32-bit register of two 16-bit values (the lower index in the low half).
+template <class T> __device__ inline uint32_t pack2(float lo, float hi);
+template <> __device__ inline uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <> __device__ inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// [exp2] 2^x in one instruction (MUFU.EX2; 2^-inf = 0).
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// [mbarrier] step 15's: a barrier in shared memory completes a phase when `count` arrivals have
+// happened and the announced transaction bytes have come in; a waiter names the phase by its parity.
+__device__ inline void mbar_init(uint32_t bar, int count) {
+  FA_SM90A_ONLY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory"));
+}
+__device__ inline void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
+  FA_SM90A_ONLY(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory"));
+}
+__device__ inline void mbar_arrive(uint32_t bar) {
+  FA_SM90A_ONLY(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"));
+}
+__device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    FA_SM90A_ONLY(asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                               : "=r"(done) : "r"(bar), "r"(parity) : "memory"));
+}
+
+// [tma] One 64-column box of a tile from the tensor map into the [sw128] panel at `dst` (rows past
+// the tensor arrive as zeros and still count), completing on `bar`.
+__device__ inline void tma_load(uint32_t dst, const CUtensorMap* map, int col, int row, int h, int b, uint32_t bar) {
+  FA_SM90A_ONLY(asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(h), "r"(b), "r"(bar)
+      : "memory"));
+}
+// [ring] A contiguous copy of `bytes` (a multiple of 16) from global memory, completing on `bar`: the
+// rows' L·log2 e and D (the workspace is padded, so a Q tile's rows are always all there).
+__device__ inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  FA_SM90A_ONLY(asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                             "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+                             : "memory"));
+}
+// [dq-writer] dst[k] += src[k] for the `bytes` / 4 floats at shared address src, each add atomic (other
+// blocks add into the same Q tile); the reads of shared memory are done once wait_read<0> returns.
+__device__ inline void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
+  FA_SM90A_ONLY(asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                                 reinterpret_cast<uint64_t>(dst)),
+                             "r"(src), "r"(bytes)
+                             : "memory"));
+}
+__device__ inline void bulk_commit() { FA_SM90A_ONLY(asm volatile("cp.async.bulk.commit_group;\n" ::: "memory")); }
+__device__ inline void bulk_wait_read_all() { FA_SM90A_ONLY(asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory")); }
+__device__ inline void bulk_wait_all() { FA_SM90A_ONLY(asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory")); }
+
+template <int N>
+__device__ inline void regs_dec() { FA_SM90A_ONLY(asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N))); }
+template <int N>
+__device__ inline void regs_inc() { FA_SM90A_ONLY(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N))); }
+
+// The workspace ([workspace] in schedule.hpp): L·log2 e and D per padded row, then the accumulator.
+struct Ws {
+  float *l2, *dd, *acc;
+  int64_t Np;
+  __device__ Ws(const BwdParams& p) {
+    Np = rows_padded(p.f.N);
+    const int64_t rows = int64_t(p.f.B) * p.f.H * Np;
+    l2 = static_cast<float*>(p.workspace);
+    dd = l2 + rows;
+    acc = dd + rows;
+  }
+};
+
+// [pre] One thread per 8 columns of a padded row: D = Σ dO·O (fp32), L·log2 e (+inf past N, so
+// that P = 0 there, and D = 0), the row's accumulator zeroed.
+template <class T, int D>
+__global__ void step19_bwd_pre(BwdParams p) {
+  constexpr int kPer = D / 8;  // threads per row (8 or 16: inside one warp)
+  const Ws ws(p);
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kPer;  // over B·H·Np
+  const int c0 = 8 * (threadIdx.x % kPer);
+  if (row >= int64_t(p.f.B) * p.f.H * ws.Np) return;  // never taken: the grid is exact (Np is a multiple of 128)
+  const int bh = int(row / ws.Np), i = int(row % ws.Np), b = bh / p.f.H, h = bh % p.f.H;
+  float s = 0.0f;
+  if (i < p.f.N) {
+    const int64_t at = b * p.f.o_sb + h * p.f.o_sh + int64_t(i) * p.f.o_sn + c0;
+    const uint4 o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.f.o) + at);
+    const uint4 g = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) + at);
+    const T* ov = reinterpret_cast<const T*>(&o);
+    const T* gv = reinterpret_cast<const T*>(&g);
+#pragma unroll
+    for (int x = 0; x < 8; ++x) s += to_f32(gv[x]) * to_f32(ov[x]);
+  }
+  float4* a = reinterpret_cast<float4*>(ws.acc + row * D + c0);  // a row's D floats (the tile's rows are contiguous)
+  a[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  a[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int off = kPer / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (c0 == 0) {
+    ws.dd[row] = s;
+    ws.l2[row] = i < p.f.N ? p.f.lse[b * p.f.lse_sb + h * p.f.lse_sh + i] * kLog2e : INFINITY;
+  }
+}
+
+struct Maps {
+  CUtensorMap q, dout, k, v;
+};
+
+// Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
+// overlap), ByCols ([dq-split]; by keys at d = 128: --ablate dq-keys).
+template <class T, int D, bool Bulk, bool OV, bool ByCols>
+__global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
+  constexpr Schedule S = schedule_for(D);
+  constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
+  static_assert(valid(S, D) && C == 2 && Br == 64, "two consumers of 64 keys, Q tiles of 64 rows");
+  static_assert(!ByCols || dq_by_columns(D, C), "by columns: half of d is a whole panel");
+  // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
+  // stages' L·log2 e and D, the mbarriers.
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  if (sbase % wgmma::kGroupBytes != 0) __trap();  // [sw128] fail loudly, never silently
+  constexpr uint32_t kTileKV = Bc * D * 2, kTileQ = Br * D * 2, kDs = Bc * Br * 2, kChunkBytes = kChunkFloats * 4;
+  const uint32_t k_s = sbase, v_s = sbase + kTileKV;
+  auto q_at = [&](int st) { return sbase + 2 * kTileKV + st * 2 * kTileQ; };
+  auto do_at = [&](int st) { return q_at(st) + kTileQ; };
+  const uint32_t ds0 = sbase + 2 * kTileKV + St * 2 * kTileQ;
+  const uint32_t dqb0 = ds0 + 2 * kDs;
+  auto chunk_at = [&](int c, int buf) { return dqb0 + (2 * c + buf) * kChunkBytes; };
+  const uint32_t rows0 = dqb0 + 2 * C * kChunkBytes;
+  auto l2_at = [&](int st) { return rows0 + st * 2 * Br * 4; };
+  auto dd_at = [&](int st) { return l2_at(st) + Br * 4; };
+  const uint32_t bars = rows0 + St * 2 * Br * 4;
+  const uint32_t kv_full = bars;
+  auto full = [&](int st) { return bars + 8 * (1 + st); };
+  auto empty = [&](int st) { return bars + 8 * (1 + St + st); };
+  auto dq_full = [&](int c, int buf) { return bars + 8 * (1 + 2 * St + 2 * c + buf); };
+  auto dq_empty = [&](int c, int buf) { return bars + 8 * (1 + 2 * St + 2 * C + 2 * c + buf); };
+  // [dq-writer] A consumer's dQ of one item is kChunks 64 × 64 chunks (2 by keys at d = 128): with one,
+  // item t stages into buffer t % 2 (its (t / 2)-th use), so it never waits for item t − 1's to be
+  // read out; with two, item t fills both buffers (its t-th use of each).
+  constexpr int kChunks = ByCols ? 1 : kPanels;
+  auto buf_of = [&](int t, int ch) { return kChunks == 1 ? t % 2 : ch; };
+  auto use_of = [&](int t) { return kChunks == 1 ? t / 2 : t; };
+
+  const AttnParams& f = p.f;
+  const Ws ws(p);
+  const int j0 = blockIdx.x * Bc, j1 = min(j0 + Bc, f.Nk);
+  const int b = blockIdx.y / f.Hkv, hkv = blockIdx.y % f.Hkv, G = f.H / f.Hkv;
+  // [items] Q tile first + t % per_head of query head hkv·G + t / per_head, for t < items.
+  const int first = int(first_q_tile(j0, f.N, f.Nk, Br, f.causal));
+  const int per_head = int(q_tiles_of(j0, j1, f.N, f.Nk, Br, f.causal, f.window));
+  const int items = G * per_head;
+  auto head_of = [&](int t) { return hkv * G + t / per_head; };
+  auto row_of = [&](int t) { return (first + t % per_head) * Br; };
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // [mbarrier] empty(st) takes one arrival per consumer thread (each thread releases its own reads of
+  // the stage's L and D); dq_full one per thread of the consumer; kv_full, full and dq_empty one each.
+  if (threadIdx.x == 0) {
+    mbar_init(kv_full, 1);
+    for (int st = 0; st < St; ++st) mbar_init(full(st), 1), mbar_init(empty(st), 128 * C);
+    for (int c = 0; c < C; ++c)
+      for (int buf = 0; buf < 2; ++buf) mbar_init(dq_full(c, buf), 128), mbar_init(dq_empty(c, buf), 1);
+    FA_SM90A_ONLY(asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"));
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    regs_dec<kProducerRegs>();
+    if (items == 0 || lane != 0) return;
+    if (warp == 0) {
+      // ---- [producer] ------------------------------------------------------------------------
+      mbar_arrive_expect(kv_full, 2 * kTileKV);
+      for (int pn = 0; pn < kPanels; ++pn) {
+        tma_load(k_s + pn * Bc * wgmma::kRowBytes, &maps.k, 64 * pn, j0, hkv, b, kv_full);
+        tma_load(v_s + pn * Bc * wgmma::kRowBytes, &maps.v, 64 * pn, j0, hkv, b, kv_full);
+      }
+      for (int t = 0; t < items; ++t) {
+        const int st = t % St, h = head_of(t), i0 = row_of(t);
+        const int64_t r0 = (int64_t(b) * f.H + h) * ws.Np + i0;
+        if (t >= St) mbar_wait(empty(st), empty_parity(t, St));
+        mbar_arrive_expect(full(st), 2 * kTileQ + 2 * Br * 4);
+        for (int pn = 0; pn < kPanels; ++pn) {
+          tma_load(q_at(st) + pn * Br * wgmma::kRowBytes, &maps.q, 64 * pn, i0, h, b, full(st));
+          tma_load(do_at(st) + pn * Br * wgmma::kRowBytes, &maps.dout, 64 * pn, i0, h, b, full(st));
+        }
+        bulk_load(l2_at(st), ws.l2 + r0, Br * 4, full(st));
+        bulk_load(dd_at(st), ws.dd + r0, Br * 4, full(st));
+      }
+    } else if (warp == 1 && Bulk) {
+      // ---- [dq-writer] -----------------------------------------------------------------------
+      for (int t = 0; t < items; ++t) {
+        float* tile = ws.acc + ((int64_t(b) * f.H + head_of(t)) * ws.Np + row_of(t)) * D;
+        for (int c = 0; c < C; ++c)
+          for (int ch = 0; ch < kChunks; ++ch) {
+            mbar_wait(dq_full(c, buf_of(t, ch)), uint32_t(use_of(t)) & 1u);
+            bulk_reduce_add(tile + (ByCols ? c : ch) * kChunkFloats, chunk_at(c, buf_of(t, ch)), kChunkBytes);
+          }
+        bulk_commit();
+        bulk_wait_read_all();  // the chunks may be written again
+        for (int c = 0; c < C; ++c)
+          for (int ch = 0; ch < kChunks; ++ch) mbar_arrive(dq_empty(c, buf_of(t, ch)));
+      }
+      bulk_wait_all();
+    }
+    return;
+  }
+
+  // ---- [consumer] -------------------------------------------------------------------------------
+  regs_inc<kConsumerRegs>();
+  const int c = wg - 1, w = warp % 4, tid = threadIdx.x % 128;
+  const int g = m16n8k16::group(lane), tg = m16n8k16::thread_in_group(lane);
+  float dk[kPanels][32], dv[kPanels][32];
+#pragma unroll
+  for (int pn = 0; pn < kPanels; ++pn)
+#pragma unroll
+    for (int r = 0; r < 32; ++r) dk[pn][r] = 0.0f, dv[pn][r] = 0.0f;
+  const float sl2 = f.scale * kLog2e;
+  const uint32_t k_wg = k_s + wgmma::kmajor_offset(64 * c, 0, Bc), v_wg = v_s + wgmma::kmajor_offset(64 * c, 0, Bc);
+  if (items > 0) mbar_wait(kv_full, 0);
+  for (int t = 0; t < items; ++t) {
+    const int st = t % St, h = head_of(t), i0 = row_of(t);
+    mbar_wait(full(st), full_parity(t, St));
+    // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ (64 keys × 64 queries each, both operands K-major),
+    // one group each.
+    float s[32], dp[32];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::mma_ss<T, 64>(s, wgmma::desc(k_wg + wgmma::kmajor_offset(0, kk, Bc)), wgmma::desc(q_at(st) + wgmma::kmajor_offset(0, kk, Br)),
+                           kk > 0);
+    wgmma::commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::mma_ss<T, 64>(dp, wgmma::desc(v_wg + wgmma::kmajor_offset(0, kk, Bc)),
+                           wgmma::desc(do_at(st) + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+    wgmma::commit();
+    // [overlap] Wait for Sᵀ alone: Pᵀ's exponentials run while dPᵀ is still multiplied, and dV's
+    // product (which needs only Pᵀ) while dSᵀ is formed.
+    if (OV) wgmma::wait<1>();
+    else wgmma::wait<0>();
+
+    // [bwd-softmax] Pᵀ = exp2(Sᵀ·scale·log2 e − L·log2 e): register r of the lane is key
+    // 16w + g + 8·((r % 4) / 2) of the consumer's 64, query 8·(r / 4) + 2·tg + r % 2 of the tile.
+    const bool masked = needs_mask(i0, i0 + Br, j0, f.N, f.Nk, Bc, f.causal, f.window);
+#pragma unroll
+    for (int n = 0; n < Br / 8; ++n) {
+      const int col = 8 * n + 2 * tg;
+      float2 l2v;
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l2v.x), "=f"(l2v.y) : "r"(l2_at(st) + 4 * col));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 4 * n + e;
+        float x = s[r];
+        if (masked) {  // [causal-mask] [window] and the keys past Nk
+          const int key = j0 + 64 * c + 16 * w + g + 8 * (e / 2), row = i0 + col + e % 2;
+          if (!key_visible(row, key, f.N, f.Nk, f.causal, f.window)) x = -INFINITY;
+        }
+        s[r] = fast_exp2(fmaf(x, sl2, -(e % 2 ? l2v.y : l2v.x)));
+      }
+    }
+    // [c-to-a] Pᵀ as the A operand of dV += Pᵀ dO_i (step 14's conversion: register quad kk holds
+    // keys × queries 16kk .. 16kk + 15), rounded to the storage type once; B = dO_i MN-major.
+    uint32_t pa[Br / 16][4], dsa[Br / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int at = 4 * (2 * kk + r / 2) + 2 * (r % 2);
+        pa[kk][r] = pack2<T>(s[at], s[at + 1]);
+      }
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+      for (int pn = 0; pn < kPanels; ++pn)
+        wgmma::mma_rs<T, 64>(dv[pn], pa[kk], wgmma::desc(do_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
+    wgmma::commit();
+    if (OV) wgmma::wait<1>();  // dPᵀ is in; dV's product may still run
+    else wgmma::wait<0>();
+    // [bwd-softmax] dSᵀ = Pᵀ ∘ (dPᵀ − D), then [ds-smem] into buffer t % 2 (rows 64c .. 64c + 63 of the
+    // Bc × Br tile, the same rounded values as dK's register operand).
+#pragma unroll
+    for (int n = 0; n < Br / 8; ++n) {
+      float2 ddv;
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(ddv.x), "=f"(ddv.y) : "r"(dd_at(st) + 4 * (8 * n + 2 * tg)));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[4 * n + e] = s[4 * n + e] * (dp[4 * n + e] - (e % 2 ? ddv.y : ddv.x));
+    }
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int at = 4 * (2 * kk + r / 2) + 2 * (r % 2);
+        dsa[kk][r] = pack2<T>(dp[at], dp[at + 1]);
+      }
+    const uint32_t ds_s = ds0 + (t % 2) * kDs;
+#pragma unroll
+    for (int n = 0; n < Br / 8; ++n)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(64 * c + 16 * w + g + 8 * hr, 8 * n + 2 * tg, Bc)),
+                     "r"(dsa[n / 2][2 * (n % 2) + hr]));
+    // [c-to-a] dK += dSᵀ Q_i: A from registers, B = Q_i MN-major.
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+      for (int pn = 0; pn < kPanels; ++pn)
+        wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], wgmma::desc(q_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
+    wgmma::commit();
+    // [ds-smem] The dSᵀ rows dQ reads are in (and visible to the tensor cores): both consumers' by
+    // columns (they meet here), the warpgroup's own by keys.
+    wgmma::fence_proxy_async();
+    if (ByCols) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    else asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+    // [dq-wgmma] [dq-split] dQ_i's chunk = dS K_j: A = dS read from dSᵀ (keys × queries, MN-major),
+    // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
+    // 64 keys and every column (d = 64: one panel; d = 128: two chunks).
+    float dq[kChunks][32];
+#pragma unroll
+    for (int x = 0; x < (ByCols ? Bc : 64) / 16; ++x) {
+      const int kk = ByCols ? x : 4 * c + x;
+#pragma unroll
+      for (int ch = 0; ch < kChunks; ++ch)
+        wgmma::mma_ss_mn<T, 64>(dq[ch], wgmma::desc(ds_s + wgmma::mnmajor_offset(kk, 0, Bc)),
+                                wgmma::desc(k_s + wgmma::mnmajor_offset(kk, ByCols ? c : ch, Bc)), x > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    // [stage-release] Every product of the item has read Q_i and dO_i, and this thread its L and D.
+    mbar_arrive(empty(st));
+    float* tile = ws.acc + ((int64_t(b) * f.H + h) * ws.Np + i0) * D;
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch) {
+      if constexpr (Bulk) {
+        // [dq-writer] Stage the chunk ([dq-layout]) once the writer has read the buffer's last use out.
+        const int buf = buf_of(t, ch);
+        if (use_of(t) > 0) mbar_wait(dq_empty(c, buf), uint32_t(use_of(t) - 1) & 1u);
+#pragma unroll
+        for (int qd = 0; qd < 8; ++qd)
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(chunk_at(c, buf) + 16 * (128 * qd + tid)), "f"(dq[ch][4 * qd]),
+                       "f"(dq[ch][4 * qd + 1]), "f"(dq[ch][4 * qd + 2]), "f"(dq[ch][4 * qd + 3])
+                       : "memory");
+      } else {
+        // [ablation] atomics: the same chunk added from registers, 16 bytes per reduction.
+        float* dst = tile + (ByCols ? c : ch) * kChunkFloats;
+#pragma unroll
+        for (int qd = 0; qd < 8; ++qd)
+          FA_SM90A_ONLY(asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + 4 * (128 * qd + tid)), "f"(dq[ch][4 * qd]),
+                                     "f"(dq[ch][4 * qd + 1]), "f"(dq[ch][4 * qd + 2]), "f"(dq[ch][4 * qd + 3])
+                                     : "memory"));
+      }
+    }
+    if constexpr (Bulk) {
+      wgmma::fence_proxy_async();  // the writer's bulk copy reads through the async proxy
+#pragma unroll
+      for (int ch = 0; ch < kChunks; ++ch) mbar_arrive(dq_full(c, buf_of(t, ch)));
+    }
+  }
+
+  // [dkv-out] dK (times the scale) and dV of the consumer's 64 keys, straight from the accumulators.
+  T* dK = static_cast<T*>(p.dk) + b * f.k_sb + hkv * f.k_sh;
+  T* dV = static_cast<T*>(p.dv) + b * f.v_sb + hkv * f.v_sh;
+#pragma unroll
+  for (int pn = 0; pn < kPanels; ++pn)
+#pragma unroll
+    for (int r = 0; r < 32; r += 2) {
+      const int key = j0 + 64 * c + 16 * w + g + 8 * ((r % 4) / 2), col = 64 * pn + 8 * (r / 4) + 2 * tg;
+      if (key >= f.Nk) continue;
+      *reinterpret_cast<uint32_t*>(dK + int64_t(key) * f.k_sn + col) = pack2<T>(f.scale * dk[pn][r], f.scale * dk[pn][r + 1]);
+      *reinterpret_cast<uint32_t*>(dV + int64_t(key) * f.v_sn + col) = pack2<T>(dv[pn][r], dv[pn][r + 1]);
+    }
+}
+
+// [dq-convert] dQ = scale · accumulator, 8 elements per thread, 16-byte stores; the accumulator is
+// read back through [dq-layout] (columns c, c + 1 are adjacent there).
+template <class T, int D>
+__global__ void step19_dq_convert(BwdParams p) {
+  constexpr int Br = schedule_for(D).Br;
+  const Ws ws(p);
+  const int64_t e8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, rows = int64_t(p.f.B) * p.f.H * p.f.N;
+  if (e8 >= rows * (D / 8)) return;
+  const int64_t row = e8 / (D / 8);
+  const int c0 = int(e8 % (D / 8)) * 8, bh = int(row / p.f.N), i = int(row % p.f.N), b = bh / p.f.H, h = bh % p.f.H;
+  const float* a = ws.acc + (int64_t(bh) * ws.Np + (i / Br) * Br) * D;  // the Q tile's accumulator
+  float v[8];
+#pragma unroll
+  for (int x = 0; x < 8; x += 2) {
+    const float2 two = *reinterpret_cast<const float2*>(a + acc_offset(i % Br, c0 + x));
+    v[x] = two.x, v[x + 1] = two.y;
+  }
+  uint4 out;
+  out.x = pack2<T>(p.f.scale * v[0], p.f.scale * v[1]);
+  out.y = pack2<T>(p.f.scale * v[2], p.f.scale * v[3]);
+  out.z = pack2<T>(p.f.scale * v[4], p.f.scale * v[5]);
+  out.w = pack2<T>(p.f.scale * v[6], p.f.scale * v[7]);
+  T* dQ = static_cast<T*>(p.dq) + b * p.f.q_sb + h * p.f.q_sh + int64_t(i) * p.f.q_sn + c0;
+  *reinterpret_cast<uint4*>(dQ) = out;
+}
+
+namespace {
+
+unsigned blocks_for(int64_t items, int per_block) { return unsigned((items + per_block - 1) / per_block); }
+
+// [tensor-map] The driver's encoder, reached through the runtime (step 16's).
+using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                              const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeFn encoder() {
+  static const EncodeFn fn = [] {
+    void* fp = nullptr;
+    cudaDriverEntryPointQueryResult r{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fp, 12000, cudaEnableDefault, &r));
+    if (r != cudaDriverEntryPointSuccess || fp == nullptr)
+      throw Unsupported("step19: the driver has no cuTensorMapEncodeTiled (CUDA 12 or later is needed for TMA)");
+    return reinterpret_cast<EncodeFn>(fp);
+  }();
+  return fn;
+}
+
+// [tensor-map] A [B, H, rows, d] tensor of 16-bit values as a 4-d tensor map (step 16's), boxes of
+// 64 columns × box_rows rows, the 128-byte swizzle, zeros outside.
+CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int B, int64_t sn, int64_t sh, int64_t sb,
+                       int box_rows) {
+  const cuuint64_t dims[4] = {cuuint64_t(d), cuuint64_t(rows), cuuint64_t(H), cuuint64_t(B)};
+  const int64_t sh_ok = H == 1 ? sn * rows : sh, sb_ok = B == 1 ? sh_ok * H : sb;
+  const cuuint64_t strides[3] = {cuuint64_t(sn * 2), cuuint64_t(sh_ok * 2), cuuint64_t(sb_ok * 2)};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1}, elem[4] = {1, 1, 1, 1};
+  CUtensorMap m{};
+  const CUresult r = encoder()(&m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                               const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::invalid_argument("step19: cuTensorMapEncodeTiled refused a tensor (error " + std::to_string(int(r)) +
+                                "): strides must be multiples of 16 bytes, the base 16-byte aligned");
+  return m;
+}
+
+template <class T, int D, bool Bulk, bool OV, bool ByCols>
+void launch_kv(const BwdParams& p, cudaStream_t st) {
+  constexpr Schedule S = schedule_for(D);
+  const size_t smem = size_t(smem_bytes(S, D));
+  static bool configured = false;  // per instantiation
+  if (!configured) {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (size_t(optin) < smem)
+      throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
+                        std::to_string(optin));
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, ByCols>));
+    if (fa.binaryVersion != 90)  // [sm90a]
+      throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
+                        "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, ByCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured = true;
+  }
+  const AttnParams& f = p.f;
+  const bool bf = std::is_same_v<T, __nv_bfloat16>;
+  Maps maps;
+  maps.q = encode_map(f.q, bf, D, f.N, f.H, f.B, f.q_sn, f.q_sh, f.q_sb, S.Br);
+  maps.dout = encode_map(p.dout, bf, D, f.N, f.H, f.B, f.o_sn, f.o_sh, f.o_sb, S.Br);  // dO has O's strides
+  maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
+  maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
+  const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
+  step19_bwd_kv<T, D, Bulk, OV, ByCols><<<grid, S.threads(), smem, st>>>(maps, p);
+  CUDA_CHECK_LAUNCH("step19_bwd_kv");
+}
+
+// [ablation] The kernel as built for every type; each idea taken out alone for fp16 (refusal() says
+// where: dq-keys only where the default splits by columns).
+template <class T, int D>
+void launch_main(const BwdParams& p, int ablation, cudaStream_t st) {
+  constexpr bool kCols = dq_by_columns(D, schedule_for(D).consumers());
+  if (ablation == kFull) return launch_kv<T, D, true, true, kCols>(p, st);
+  if constexpr (std::is_same_v<T, __half>) {
+    if (ablation == kAtomics) return launch_kv<T, D, false, true, kCols>(p, st);
+    if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kCols>(p, st);
+    if constexpr (kCols)
+      if (ablation == kDqKeys) return launch_kv<T, D, true, true, false>(p, st);
+  }
+  throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
+}
+
+template <class T, int D>
+void launch_typed(const BwdParams& p, int ablation, cudaStream_t st) {
+  const AttnParams& f = p.f;
+  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p);
+  CUDA_CHECK_LAUNCH("step19_bwd_pre");
+  launch_main<T, D>(p, ablation, st);
+  step19_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p);
+  CUDA_CHECK_LAUNCH("step19_dq_convert");
+}
+
+template <class T>
+void launch_d(const BwdParams& p, int ablation, cudaStream_t st) {
+  switch (p.f.d) {
+    case 64: return launch_typed<T, 64>(p, ablation, st);
+    case 128: return launch_typed<T, 128>(p, ablation, st);
+    default: throw Unsupported("step19: head dimension " + std::to_string(p.f.d) + " is not compiled (64, 128: [stored-d])");
+  }
+}
+
+}  // namespace
+
+size_t backward_workspace_bytes(const Shape& s, const StepOptions&) {
+  return size_t(workspace_bytes(s.B * s.H, s.N, s.d));
+}
+
+void launch_backward(const BwdParams& p0, const StepOptions& o, void* stream) {
+  BwdParams p = p0;
+  if (p.f.Hkv <= 0) p.f.Hkv = p.f.H;  // [gqa] unset: every query head its own key/value head
+  if (p.f.H % p.f.Hkv != 0) throw std::invalid_argument("step19: H must be a multiple of Hkv");
+  const AttnParams& f = p.f;
+  auto aligned = [](const void* ptr, int64_t sb, int64_t sh, int64_t sn) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 && sn % 8 == 0;
+  };
+  if (!aligned(f.q, f.q_sb, f.q_sh, f.q_sn) || !aligned(f.k, f.k_sb, f.k_sh, f.k_sn) || !aligned(f.v, f.v_sb, f.v_sh, f.v_sn) ||
+      !aligned(p.dout, f.o_sb, f.o_sh, f.o_sn) || !aligned(p.dq, f.q_sb, f.q_sh, f.q_sn) ||
+      !aligned(p.dk, f.k_sb, f.k_sh, f.k_sn) || !aligned(p.dv, f.v_sb, f.v_sh, f.v_sn))
+    throw std::invalid_argument("step19: Q, K, V, dO and the gradients need 16-byte aligned pointers and strides that are multiples of 8");
+  if (int64_t(f.B) * f.Hkv > 65535) throw std::invalid_argument("step19: B·Hkv must be at most 65535 (grid dimension)");
+  if (p.workspace == nullptr) throw std::invalid_argument("step19: the backward needs its workspace");
+  const std::string why = refusal(f.bf16, f.d, f.dropout > 0.0f, o);
+  if (!why.empty()) throw Unsupported(why);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const int ablation = ablation_of(o);
+  if (f.bf16) launch_d<__nv_bfloat16>(p, ablation, st);
+  else launch_d<__half>(p, ablation, st);
+}
+
+}  // namespace fa::step19

@@ -1,0 +1,159 @@
+// Step 19 — the backward on Hopper: step 13's K/V-stationary schedule rebuilt on steps 14–16's tools.
+//
+// The forward is step 16's (it saves O and L). A block owns one K/V tile of Bc = 128 keys and keeps
+// dK and dV in registers while every Q tile of Br = 64 rows that sees the tile streams past:
+//   [roles]       a producer warp loads K and V once, then Q_i, dO_i and the rows' L·log2 e and D into
+//                 a ring of stages with TMA ([ring]); two consumer warpgroups own 64 keys each
+//                 ([setmaxnreg]); a writer warp adds each Q tile's dQ into the fp32 accumulator ([dq-writer]);
+//   [swapped]     Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, so that Pᵀ and dSᵀ are already in the accumulator layout
+//                 of the A operand of dV += Pᵀ dO and dK += dSᵀ Q: both come from registers ([c-to-a]);
+//   [ds-smem]     dSᵀ goes once to shared memory (two buffers): dQ_i = dS K reads it, transposed, as
+//                 the A operand of a wgmma whose A and B are both MN-major ([dq-wgmma]);
+//   [dq-writer]   each consumer stages its dQ_i in shared memory and the writer warp adds it into the
+//                 accumulator with one bulk reduce-add (cp.reduce.async.bulk ... add.f32) — 16 KB per
+//                 instruction, no per-thread atomics; --ablate atomics adds from registers instead.
+// Around it two small kernels: step19_bwd_pre (D = rowsum(dO ∘ O), L·log2 e, the accumulator zeroed)
+// and step19_dq_convert (dQ = scale · accumulator in the storage type).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "core/step.hpp"
+#include "kernel/wgmma_layout.hpp"
+
+namespace fa::step19 {
+
+struct Schedule {
+  int Br = 64;      // queries per Q tile (one wgmma M of dQ, one N of Sᵀ and dPᵀ)
+  int Bc = 128;     // keys per block: a consumer warpgroup per 64
+  int stages = 2;   // Q/dO stages in the ring
+  FA_HD constexpr int consumers() const { return Bc / 64; }
+  FA_HD constexpr int threads() const { return 128 * (1 + consumers()); }  // the producer warpgroup first
+};
+
+// [stored-d] The kernels are compiled for d = 64 and 128. At d = 256 K, V and two Q/dO stages alone
+// would take 256 KB of shared memory, over the 227 KB a block may have: refused (the blueprint runs it).
+inline constexpr int kHeadDims[] = {64, 128};
+inline constexpr int64_t kSmemBudget = 227 * 1024;
+
+// [dq-split] dQ_i = dS K_j (Br × d, summed over the block's Bc keys) is split between the two consumers:
+// by columns where a consumer's half of d is a whole 64-column panel (d = 128: consumer c computes
+// columns 64c .. 64c + 63 over all Bc keys, after both halves of dSᵀ are in shared memory: the
+// consumers meet at a named barrier every Q tile), by keys otherwise (d = 64: consumer c computes
+// every column over its own 64 keys, and both partial sums are added into the same accumulator: each
+// consumer runs free). Either way a consumer's dQ is one 64 × 64 chunk: 32 registers.
+FA_HD constexpr bool dq_by_columns(int d, int consumers) { return (d / consumers) % wgmma::kPanel == 0; }
+inline constexpr int kChunk = 64;                         // a consumer's dQ: 64 rows × 64 columns of fp32
+inline constexpr int kChunkFloats = kChunk * kChunk;      // 4096 floats, 16 KB
+// The accumulator chunk consumer c adds into: column panel c, or the only one (d = 64).
+FA_HD constexpr int dq_chunk_of(int c, int d, int consumers) { return dq_by_columns(d, consumers) ? c : 0; }
+// [handshake] A consumer's dQ chunk buffer b (item t uses b = t % 2) is filled and emptied once per
+// use: use u = t / 2, parity u % 2 for both barriers (a consumer waits for the release of use u − 1).
+
+// [setmaxnreg] The producer warpgroup (the producer warp, the writer warp, two idle) keeps 24
+// registers per thread; the two consumers take 240 (128·24 + 256·240 = 64512 of the SM's 65536).
+inline constexpr int kProducerRegs = 24;
+inline constexpr int kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "the register file");
+
+// Shared memory per block ([smem-map]), every tile in [sw128] panels, 1024-aligned:
+//   K_j, V_j (Bc × d each); stages × (Q_i, dO_i: Br × d each); two dSᵀ buffers (Bc × Br); two fp32 dQ
+//   chunks per consumer (16 KB each: item t stages into chunk t % 2 while the writer may still be
+//   reading item t − 1's out); stages × (L·log2 e, D: Br floats each); the mbarriers (1 KB).
+FA_HD constexpr int64_t kv_bytes(const Schedule& s, int d) { return int64_t(2) * s.Bc * d * 2; }
+FA_HD constexpr int64_t stage_bytes(const Schedule& s, int d) { return int64_t(2) * s.Br * d * 2; }
+FA_HD constexpr int64_t ds_bytes(const Schedule& s) { return int64_t(s.Bc) * s.Br * 2; }
+FA_HD constexpr int64_t rows_bytes(const Schedule& s) { return int64_t(2) * s.Br * 4; }  // L·log2 e and D of a stage
+FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) {
+  return kv_bytes(s, d) + s.stages * stage_bytes(s, d) + 2 * ds_bytes(s) + int64_t(2) * s.consumers() * kChunkFloats * 4 +
+         s.stages * rows_bytes(s) + 1024;
+}
+FA_HD constexpr int stages_that_fit(int d, int Br, int Bc) {
+  const Schedule one{Br, Bc, 0};
+  const int64_t n = (kSmemBudget - smem_bytes(one, d)) / (stage_bytes(one, d) + rows_bytes(one));
+  return n > 4 ? 4 : int(n);
+}
+// [tile-sizes] 64 queries × 128 keys, with as many Q/dO stages as fit (at most 4): 2 at d = 128, 4 at
+// d = 64 (docs/19_hopper_backward.md).
+FA_HD constexpr Schedule schedule_for(int d) { return Schedule{64, 128, stages_that_fit(d, 64, 128)}; }
+FA_HD constexpr bool valid(const Schedule& s, int d) {
+  return s.Br == 64 && s.Bc == 128 && s.stages >= 2 && d % wgmma::kPanel == 0 && smem_bytes(s, d) <= kSmemBudget;
+}
+static_assert(valid(schedule_for(64), 64) && valid(schedule_for(128), 128), "K, V, two stages and the buffers fit");
+static_assert(!valid(schedule_for(256), 256), "d = 256 does not fit: refused");
+
+// [handshake] step 15's parities: stage t % stages holds Q tile t of the block's list during its
+// (t / stages)-th use; a dQ chunk buffer is filled once per item (t), emptied once per item.
+FA_HD constexpr uint32_t full_parity(int t, int stages) { return uint32_t(t / stages) & 1u; }
+FA_HD constexpr uint32_t empty_parity(int t, int stages) { return (uint32_t(t / stages) & 1u) ^ 1u; }
+
+// [q-range] The Q tiles that see any key of the K/V tile [j0, j0 + Bc) (step 13's).
+FA_HD constexpr int64_t first_q_tile(int64_t j0, int64_t N, int64_t Nk, int64_t Br, bool causal) {
+  if (!causal) return 0;
+  const int64_t first_row = j0 - (Nk - N);
+  if (first_row >= N) return num_tiles(N, Br);
+  return first_row <= 0 ? 0 : first_row / Br;
+}
+// [window] One past the last Q tile that sees any key of the K/V tile ending at key j1 − 1 (step 13's).
+FA_HD constexpr int64_t end_q_tile(int64_t j1, int64_t N, int64_t Nk, int64_t Br, bool causal, int64_t window) {
+  const int64_t Tr = num_tiles(N, Br);
+  if (!causal || window <= 0) return Tr;
+  const int64_t last_row = j1 - 1 - (Nk - N) + window - 1;
+  if (last_row < 0) return 0;
+  return last_row / Br + 1 < Tr ? last_row / Br + 1 : Tr;
+}
+// [items] The block of K/V tile j (keys [j0, j1)) walks, for each query head of its group in turn, the
+// Q tiles first .. end − 1: item t is Q tile first + t % per_head of the group's head t / per_head.
+FA_HD constexpr int64_t q_tiles_of(int64_t j0, int64_t j1, int64_t N, int64_t Nk, int64_t Br, bool causal, int64_t window) {
+  const int64_t first = first_q_tile(j0, N, Nk, Br, causal), end = end_q_tile(j1, N, Nk, Br, causal, window);
+  return end > first ? end - first : 0;
+}
+
+// [dq-layout] The fp32 accumulator of a Q tile (Br·d floats at the tile's rows of the workspace) is
+// kept as the consumers hold it, one 64 × 64 chunk per column panel: register r of thread t (0 .. 127)
+// of the warpgroup's m64n64 accumulator ([acc]) at chunk offset 4·(128·(r / 4) + t) + r % 4. A thread's
+// four consecutive registers are 16 consecutive bytes, and a warp's 16-byte stores of one register
+// quad cover 512 consecutive bytes: the staging in shared memory is free of bank conflicts, and the
+// chunk goes out as one contiguous bulk reduce-add. Offset, within the tile's Br·d floats, of (row r, column c).
+FA_HD constexpr int64_t acc_offset(int r, int c) {
+  const int cc = c % kChunk, reg = 4 * (cc / 8) + 2 * ((r % 16) / 8) + cc % 2;
+  const int t = 32 * (r / 16) + 4 * (r % 8) + (cc % 8) / 2;
+  return int64_t(c / kChunk) * kChunkFloats + 4 * (128 * (reg / 4) + t) + reg % 4;
+}
+
+// Workspace: per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ accumulator.
+inline constexpr int kRowPad = 128;
+FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
+FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d) { return BH * rows_padded(N) * (4 * 2 + d * 4); }
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// [ablation] --ablate takes one idea out (same results up to rounding and the order of dQ's adds):
+//   atomics   dQ added from the consumers' registers with 16-byte fp32 reductions
+//             (red.global.add.v4.f32) instead of staged and bulk-added by the writer warp;
+//   overlap   every product waited for before the next elementwise step (no [overlap]);
+//   dq-keys   d = 128: dQ split by keys (each consumer every column over its own 64 keys, two chunks)
+//             instead of by columns — the consumers no longer meet every Q tile, at 32 more registers.
+// Compiled for fp16 only (refusal()).
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kAblations };
+inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys"};
+int ablation_of(const StepOptions& o);
+// [dq-split] Whether a run splits dQ by columns.
+FA_HD constexpr bool splits_by_columns(int d, int ablation) { return dq_by_columns(d, 2) && ablation != kDqKeys; }
+
+// What the kernels refuse (the same words on the CPU and the GPU): "" when the options run.
+std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o);
+
+// The CPU side (blueprint.cpp): the three kernels' schedule, counted; and the same ledger in closed form.
+BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sched,
+                                  int ablation);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, int ablation);
+
+// The GPU side (kernel.cu).
+void launch_backward(const BwdParams& p, const StepOptions& opts, void* stream);
+size_t backward_workspace_bytes(const Shape& s, const StepOptions& opts);
+
+}  // namespace fa::step19
