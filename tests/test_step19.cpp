@@ -1,0 +1,210 @@
+// Step 19 (the backward on Hopper): the accumulator layout the writer's bulk adds rely on, the tiles
+// and stages per head dimension, the MN-major wgmma that forms dQ, every ablation against the
+// reference and its own closed form (and what each changes in the ledger), its ledger against step
+// 13's, and the refusals. (The shape matrix and the closed form on random shapes run for every
+// backward step in test_backward.cpp.)
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "blueprint/wgmma_emu.hpp"
+#include "core/rng.hpp"
+#include "core/shapes.hpp"
+#include "reference/checks.hpp"
+#include "reference/reference.hpp"
+
+#include "../steps/13_mma_backward/schedule.hpp"
+#include "../steps/19_hopper_backward/schedule.hpp"
+
+using namespace fa;
+
+namespace fa::step19 {
+const StepInfo& info();  // the registration (blueprint.cpp)
+}
+
+namespace {
+
+struct Prepared {
+  Inputs in;
+  Forward fwd;
+  Tensor4 dO;
+  Gradients ref;
+};
+Prepared prepare(const Shape& s, const InputSpec& spec) {
+  Prepared p;
+  p.in = make_inputs(s, spec);
+  p.fwd = step19::info().blueprint(s, p.in, {}).out;  // step 16's forward
+  p.dO = make_grad_output(s, spec.seed);
+  p.ref = reference_backward(s, p.in, p.dO);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("step 19 [dq-layout]: each Q tile's accumulator is a permutation of its Br·d floats, a thread's register quad 16 contiguous bytes, a warp's quad store 512") {
+  for (int d : {64, 128}) {
+    CAPTURE(d);
+    const step19::Schedule sc = step19::schedule_for(d);
+    std::set<int64_t> seen;
+    for (int r = 0; r < sc.Br; ++r)
+      for (int c = 0; c < d; ++c) {
+        const int64_t at = step19::acc_offset(r, c);
+        CHECK(at >= 0);
+        CHECK(at < int64_t(sc.Br) * d);
+        seen.insert(at);
+      }
+    CHECK(seen.size() == size_t(sc.Br) * size_t(d));
+    // Register r of thread t of the warpgroup's m64n64 accumulator (wgmma_layout.hpp [acc]) is at
+    // 4·(128·(r / 4) + t) + r % 4 of its chunk: the quad's four floats are consecutive, and lanes
+    // 0 .. 31 of a warp tile 512 bytes.
+    for (int chunk = 0; chunk < d / 64; ++chunk)
+      for (int w = 0; w < 4; ++w)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int reg = 0; reg < 32; ++reg) {
+            const m16n8k16::Coord rc = wgmma::acc_elem(w, lane, reg);
+            const int64_t at = step19::acc_offset(rc.row, 64 * chunk + rc.col);
+            CHECK(at == int64_t(chunk) * step19::kChunkFloats + 4 * (128 * (reg / 4) + 32 * w + lane) + reg % 4);
+          }
+  }
+}
+
+TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block; d = 256 does not; the register split fits the file") {
+  const step19::Schedule s64 = step19::schedule_for(64), s128 = step19::schedule_for(128), s256 = step19::schedule_for(256);
+  CHECK((s128.Br == 64 && s128.Bc == 128 && s128.consumers() == 2 && s128.threads() == 384));
+  CHECK(s128.stages == 2);
+  CHECK(s64.stages == 4);
+  CHECK(step19::valid(s64, 64));
+  CHECK(step19::valid(s128, 128));
+  CHECK_FALSE(step19::valid(s256, 256));
+  // One stage more at d = 128 would not fit: the stages are all that fit, not fewer.
+  const step19::Schedule more{s128.Br, s128.Bc, s128.stages + 1};
+  CHECK(step19::smem_bytes(more, 128) > step19::kSmemBudget);
+  CHECK(step19::smem_bytes(s128, 128) <= step19::kSmemBudget);
+  CHECK(128 * step19::kProducerRegs + 256 * step19::kConsumerRegs <= 65536);
+  // [dq-split]: by columns where half of d is a 64-column panel.
+  CHECK(step19::dq_by_columns(128, 2));
+  CHECK_FALSE(step19::dq_by_columns(64, 2));
+  CHECK(step19::dq_chunk_of(1, 128, 2) == 1);
+  CHECK(step19::dq_chunk_of(1, 64, 2) == 0);
+}
+
+TEST_CASE("step 19 [dq-wgmma]: the MN-major wgmma multiplies dS read from a dSᵀ tile by K, and a transposed read would be seen") {
+  Ledger led;
+  Smem smem(1 << 20, led);
+  const Store st = Store::of(DType::f16);
+  SmemTile dst = smem.tile(128, 64, st), kt = smem.tile(128, 128, st);  // dSᵀ: keys × queries; K: keys × dims
+  Rng rng(7);
+  for (int64_t r = 0; r < 128; ++r) {
+    for (int64_t c = 0; c < 64; ++c) dst.write(r, c, st.apply(float(rng.normal())));
+    for (int64_t c = 0; c < 128; ++c) kt.write(r, c, st.apply(float(rng.normal())));
+  }
+  const int64_t read0 = led.smem_read, flops0 = led.matmul_flops;
+  std::vector<wgmma::Acc> out;
+  for (int64_t n0 : {int64_t(0), int64_t(64)}) {
+    out.emplace_back(64);
+    for (int64_t kk = 0; kk < 8; ++kk) wgmma::mma_ss_mn(out.back(), dst, kk, kt, n0, kk > 0, led);
+  }
+  // (64 + 64)·16 elements read per instruction, 2·64·64·16 FLOPs.
+  CHECK(led.matmul_flops - flops0 == 2 * 8 * 2 * 64 * 64 * 16);
+  CHECK(led.smem_read - read0 == 2 * 8 * (64 + 64) * 16 * 2);
+  for (int64_t n0 : {int64_t(0), int64_t(64)}) {
+    const wgmma::Acc& dq = out[size_t(n0 / 64)];
+    double worst = 0.0, worst_t = 0.0;
+    for (int w = 0; w < 4; ++w)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int reg = 0; reg < 32; ++reg) {
+          const m16n8k16::Coord rc = wgmma::acc_elem(w, lane, reg);
+          double want = 0.0, wrong = 0.0;  // dS(m, ·) · K(·, n0 + n), and with dSᵀ read untransposed
+          for (int64_t k = 0; k < 128; ++k) {
+            want += double(dst.read(k, rc.row)) * kt.read(k, n0 + rc.col);
+            wrong += double(dst.read(rc.row, k % 64)) * kt.read(k, n0 + rc.col);
+          }
+          worst = std::max(worst, std::abs(want - dq.reg(w, lane, reg)));
+          worst_t = std::max(worst_t, std::abs(wrong - dq.reg(w, lane, reg)));
+        }
+    CHECK(worst < 1e-3);
+    CHECK(worst_t > 1.0);
+  }
+}
+
+TEST_CASE("step 19: every ablation passes against the reference and counts its own closed form; what each changes in the ledger") {
+  int n = 0;
+  for (const test::Case& c : test::shape_matrix(false)) {
+    if (c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128) || n++ % 3 != 0) continue;  // a third of the fp16 cases
+    CAPTURE(c.name());
+    const Prepared p = prepare(c.shape, c.inputs);
+    const step19::Schedule sc = step19::schedule_for(int(c.shape.d));
+    const BackwardBlueprintResult base = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, step19::kFull);
+    for (int a = 0; a < step19::kAblations; ++a) {
+      CAPTURE(step19::kAblationNames[a]);
+      if (a == step19::kDqKeys && c.shape.d != 128) continue;  // refused (the default below d = 128)
+      const BackwardBlueprintResult r = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, a);
+      const BackwardCheck chk = check_backward(c.shape, p.in, p.dO, p.ref, r.grads);
+      INFO(chk.summary());
+      CHECK(chk.pass);
+      const std::string diff = r.ledger.diff(step19::closed_form(c.shape, sc, a));
+      INFO(diff);
+      CHECK(diff.empty());
+      const Ledger kv = r.ledger.kernels[1].second, kv0 = base.ledger.kernels[1].second;
+      CHECK(kv.matmul_flops == kv0.matmul_flops);  // the same products in every variant
+      CHECK(kv.gmem_read == kv0.gmem_read);
+      if (a == step19::kAtomics) {  // the staging's write and the writer's read of every chunk gone
+        CHECK(kv.gmem_atomic == kv0.gmem_atomic);
+        CHECK(kv0.smem_write - kv.smem_write == kv.gmem_atomic);
+        CHECK(kv0.smem_read - kv.smem_read == kv.gmem_atomic);
+      }
+      if (a == step19::kNoOverlap) CHECK(kv == kv0);  // an order of waits, not of work
+      if (a == step19::kDqKeys) CHECK(kv.gmem_atomic == 2 * kv0.gmem_atomic);  // both consumers add every column
+    }
+  }
+  CHECK(n > 0);
+}
+
+TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products and HBM bytes of Q, dO, K, V; dQ's adds") {
+  for (int64_t d : {int64_t(64), int64_t(128)}) {
+    CAPTURE(d);
+    Shape s;
+    s.N = s.Nk = 4096;
+    s.d = d;
+    const Ledger kv = step19::closed_form(s, step19::schedule_for(int(d)), step19::kFull).kernels[1].second;
+    const Ledger kv13 = step13::closed_form(s, step13::schedule_for(int(d)), false).kernels[1].second;
+    const int64_t N = 4096;
+    CHECK(kv.matmul_flops == 5 * 2 * N * N * d);  // Sᵀ, dPᵀ, dV, dK, dQ, nothing padded
+    CHECK(kv.matmul_flops == kv13.matmul_flops);
+    CHECK(kv.gmem_write == kv13.gmem_write);
+    // Q tiles of 64 rows against 128 keys: at d = 128 step 13's tiles, at d = 64 half its rows per
+    // Q tile (L and D re-read as often; the same Q and dO bytes per K/V tile).
+    if (d == 128) {
+      CHECK(kv.gmem_read == kv13.gmem_read);
+      CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by columns: every element of dQ once per K/V tile
+    } else {
+      CHECK(kv.gmem_atomic == 2 * kv13.gmem_atomic);  // by keys: twice, one partial sum per consumer
+    }
+    CHECK(kv.barriers == 32);  // one __syncthreads per block; the rest are mbarriers and named barriers
+  }
+}
+
+TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16, dq-keys below d = 128, d = 256") {
+  Shape s;
+  s.N = s.Nk = 128;
+  s.d = 64;
+  CHECK(step19::refusal(false, 64, false, {}).empty());
+  CHECK(step19::refusal(false, 64, true, {}).find("--dropout") != std::string::npos);
+  CHECK(step19::refusal(true, 128, false, {{"ablate", "atomics"}}).find("fp16 only") != std::string::npos);
+  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-keys"}}).find("default at d = 64") != std::string::npos);
+  CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-keys"}}).empty());
+  CHECK_THROWS_AS(step19::refusal(false, 128, false, {{"ablate", "nonsense"}}), std::invalid_argument);
+  const StepInfo& st = step19::info();
+  CHECK_FALSE(st.takes_d(256));
+  CHECK(st.forward_from == "16");
+  const Inputs in = make_inputs(s, InputSpec{});
+  const Forward fwd = st.blueprint(s, in, {}).out;
+  Shape drop = s;
+  drop.dropout = 0.1;
+  CHECK_THROWS_AS(st.backward_blueprint(drop, in, fwd, make_grad_output(s, 1), {}), Unsupported);
+  CHECK_NOTHROW(st.backward_blueprint(s, in, fwd, make_grad_output(s, 1), {}));
+}
