@@ -72,7 +72,7 @@ TEST_CASE("step 19 [dq-layout]: each Q tile's accumulator is a permutation of it
   }
 }
 
-TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block; d = 256 does not; the register split fits the file") {
+TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 256 does not, the register split fits the file") {
   const step19::Schedule s64 = step19::schedule_for(64), s128 = step19::schedule_for(128), s256 = step19::schedule_for(256);
   CHECK((s128.Br == 64 && s128.Bc == 128 && s128.consumers() == 2 && s128.threads() == 384));
   CHECK(s128.stages == 2);
@@ -131,7 +131,7 @@ TEST_CASE("step 19 [dq-wgmma]: the MN-major wgmma multiplies dS read from a dSáµ
   }
 }
 
-TEST_CASE("step 19: every ablation passes against the reference and counts its own closed form; what each changes in the ledger") {
+TEST_CASE("step 19: every ablation passes against the reference and counts its own closed form, what each changes in the ledger") {
   int n = 0;
   for (const test::Case& c : test::shape_matrix(false)) {
     if (c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128) || n++ % 3 != 0) continue;  // a third of the fp16 cases
@@ -164,7 +164,7 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
   CHECK(n > 0);
 }
 
-TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products and HBM bytes of Q, dO, K, V; dQ's adds") {
+TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products and HBM bytes of Q, dO, K, V, dQ's adds") {
   for (int64_t d : {int64_t(64), int64_t(128)}) {
     CAPTURE(d);
     Shape s;

@@ -102,7 +102,7 @@ __device__ inline void regs_dec() { FA_SM90A_ONLY(asm volatile("setmaxnreg.dec.s
 template <int N>
 __device__ inline void regs_inc() { FA_SM90A_ONLY(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N))); }
 
-// The workspace ([workspace] in schedule.hpp): L·log2 e and D per padded row, then the accumulator.
+// The workspace (schedule.hpp's): L·log2 e and D per padded row, then the accumulator.
 struct Ws {
   float *l2, *dd, *acc;
   int64_t Np;
@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   }
   __syncthreads();
 
+  // [roles] Warpgroup 0: warp 0 the producer, warp 1 the writer (warps 2 and 3 idle); 1 and 2 the consumers.
   if (wg == 0) {
     regs_dec<kProducerRegs>();
     if (items == 0 || lane != 0) return;
@@ -287,6 +288,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // [bwd-softmax] Pᵀ = exp2(Sᵀ·scale·log2 e − L·log2 e): register r of the lane is key
     // 16w + g + 8·((r % 4) / 2) of the consumer's 64, query 8·(r / 4) + 2·tg + r % 2 of the tile.
     const bool masked = needs_mask(i0, i0 + Br, j0, f.N, f.Nk, Bc, f.causal, f.window);
+    // lab:begin p-transposed {dQ dK dV}: [bwd-softmax]: per register of Sᵀ, its key and query, the mask, …
 #pragma unroll
     for (int n = 0; n < Br / 8; ++n) {
       const int col = 8 * n + 2 * tg;
@@ -303,6 +305,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         s[r] = fast_exp2(fmaf(x, sl2, -(e % 2 ? l2v.y : l2v.x)));
       }
     }
+    // lab:end
     // [c-to-a] Pᵀ as the A operand of dV += Pᵀ dO_i (step 14's conversion: register quad kk holds
     // keys × queries 16kk .. 16kk + 15), rounded to the storage type once; B = dO_i MN-major.
     uint32_t pa[Br / 16][4], dsa[Br / 16][4];
@@ -324,6 +327,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     else wgmma::wait<0>();
     // [bwd-softmax] dSᵀ = Pᵀ ∘ (dPᵀ − D), then [ds-smem] into buffer t % 2 (rows 64c .. 64c + 63 of the
     // Bc × Br tile, the same rounded values as dK's register operand).
+    // lab:begin ds-transposed {dQ dK}: [bwd-softmax]: dSᵀ = Pᵀ ∘ (dPᵀ − D), D of the register's query …
 #pragma unroll
     for (int n = 0; n < Br / 8; ++n) {
       float2 ddv;
@@ -331,6 +335,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[4 * n + e] = s[4 * n + e] * (dp[4 * n + e] - (e % 2 ? ddv.y : ddv.x));
     }
+    // lab:end
 #pragma unroll
     for (int kk = 0; kk < Br / 16; ++kk)
 #pragma unroll
@@ -389,6 +394,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       } else {
         // [ablation] atomics: the same chunk added from registers, 16 bytes per reduction.
         float* dst = tile + (ByCols ? c : ch) * kChunkFloats;
+        (void)dst;  // used by the sm_90a code alone
 #pragma unroll
         for (int qd = 0; qd < 8; ++qd)
           FA_SM90A_ONLY(asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + 4 * (128 * qd + tid)), "f"(dq[ch][4 * qd]),

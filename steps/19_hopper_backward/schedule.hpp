@@ -124,7 +124,7 @@ FA_HD constexpr int64_t acc_offset(int r, int c) {
   return int64_t(c / kChunk) * kChunkFloats + 4 * (128 * (reg / 4) + t) + reg % 4;
 }
 
-// Workspace: per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ accumulator.
+// [workspace] Per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ accumulator.
 inline constexpr int kRowPad = 128;
 FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
 FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d) { return BH * rows_padded(N) * (4 * 2 + d * 4); }
