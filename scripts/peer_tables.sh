@@ -9,7 +9,7 @@
 # target matrices of scripts/targets.txt (decode, bwd, fwd, early):
 #   decode  step 17 (contiguous and paged), step 12 as prefill, every SDPA backend (decode_target.py)
 #                                                   -> decode_<gpu>.csv           (docs/17: step17-target)
-#   bwd     step 13's backward, N = 1k, 4k, 16k, d = 64, 128, both masks, fp16 and bf16; flash and cuDNN's
+#   bwd     steps 13 and 19's backward, N = 1k, 4k, 16k, d = 64, 128, both masks, fp16 and bf16; flash and cuDNN's
 #                                                   -> clock_<gpu>_bwd.csv, peers_<gpu>_clock_bwd.csv (step13-target)
 #   fwd     steps 12, 14, 15, 16 over N = 1k ... 16k, d = 64, 128 (14-16 also 256), both masks, fp16 and
 #           bf16; flash and cuDNN's forward       -> clock_<gpu>_fwd.csv, peers_<gpu>_clock_fwd.csv

@@ -49,6 +49,7 @@ PREV = {
     16: (15, None),    # docs/16, "The change against step 15"
     17: (12, None),    # docs/17, "The change, idea by idea": against step 12
     18: (12, REWRITE),  # docs/18: step 12's kernel runs unchanged; kernel.cu holds only the ring
+    19: (13, REWRITE),  # docs/19: step 13's schedule rebuilt on steps 14-16's tools, written anew
 }
 
 # Tags the diff may attribute lines to that are not ideas of a step, and so need not be in its

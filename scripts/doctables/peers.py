@@ -124,16 +124,18 @@ def peers_note(used, ours, how="scripts/peers.py"):
             + ("; the same commit as ours._" if same else " — **another commit than ours**._") + " " + clock_caption(ours, used))
 
 
-def bwd_target():
-    """Step 13's backward against PyTorch's flash (FlashAttention-2) and cuDNN backends, per point of
-    the target matrix, by kernel time on both sides (scripts/peer_tables.sh bwd): TFLOP/s on
-    FlashAttention's convention (2.5 × the forward's 4·B·H·N²·d, halved with the mask) and the ratios.
-    The closing lines: geometric mean and minimum of step 13 / flash, the range of step 13 / cuDNN, and
-    the points of the matrix that have no step-13 row."""
-    ours = step13_rows(pattern="clock_*_bwd.csv")
+def bwd_target(step="13", ours=None, kind="bwd", flash_goal=(1.0, 0.85), cudnn_goal=None,
+               how="scripts/peer_tables.sh OUTDIR bwd"):
+    """A backward step against PyTorch's flash (FlashAttention-2) and cuDNN backends, per point of the
+    backward target matrix, by kernel time on both sides: TFLOP/s on FlashAttention's convention (2.5 ×
+    the forward's 4·B·H·N²·d, halved with the mask) and the ratios. `ours`: the step's rows (default:
+    step 13's of clock_*_bwd.csv), `kind`: the peers' file (peers_*_clock_KIND.csv). The closing lines:
+    geometric mean and minimum of step / flash and of step / cuDNN against the goals given as
+    (geometric mean, no point below), and the points of the matrix that have no row."""
+    ours = step13_rows(pattern="clock_*_bwd.csv") if ours is None else ours
     if not ours:
-        return provenance([], "scripts/peer_tables.sh OUTDIR bwd")
-    peers = peer_rows("bwd")
+        return provenance([], how)
+    peers = peer_rows(kind)
     by = {point(r): r for r in ours}
     body, vs_flash, vs_cudnn, missing, used_peers = [], [], [], [], []
     for key in BWD_TARGET_POINTS:
@@ -148,20 +150,23 @@ def bwd_target():
         for peer, acc in ((fl, vs_flash), (cu, vs_cudnn)):
             row += peer_cells(peer, r, acc, key, used_peers, "bwd")
         body.append(row)
-    head = provenance(ours, "scripts/peer_tables.sh OUTDIR bwd")
+    head = provenance(ours, how)
     head += peers_note(used_peers, ours) if used_peers else " _No peer run covers these points: no ratios._"
-    table_ = table(["dtype", "d", "causal", "N", "B×H", "step 13 bwd TFLOP/s", "flash (FA2) bwd TFLOP/s",
-                    "step 13 / flash", "cuDNN bwd TFLOP/s", "step 13 / cuDNN"], body)
+    table_ = table(["dtype", "d", "causal", "N", "B×H", f"step {step} bwd TFLOP/s", "flash (FA2) bwd TFLOP/s",
+                    f"step {step} / flash", "cuDNN bwd TFLOP/s", f"step {step} / cuDNN"], body)
     lines = []
-    if vs_flash:
-        low, (dt, d, c, n) = min(vs_flash)
-        lines.append(f"Over the {len(vs_flash)} points with both: geometric mean of step 13 / flash "
-                     f"**{geomean([x for x, _ in vs_flash]):.3f}** (target ≥ 1.0); minimum **{low:.3f}** ({dt}, d = {d}, "
-                     f"{'causal' if c else 'no mask'}, N = {n}; target: none below 0.85); {sum(x < 0.85 for x, _ in vs_flash)} "
-                     f"below 0.85, {sum(x < 1.0 for x, _ in vs_flash)} below 1.0.")
-    if vs_cudnn:
-        xs = [x for x, _ in vs_cudnn]
-        lines.append(f"Step 13 / cuDNN: geometric mean {geomean(xs):.3f}, range {min(xs):.3f}–{max(xs):.3f}.")
+    for name, acc, goal in (("flash", vs_flash, flash_goal), ("cuDNN", vs_cudnn, cudnn_goal)):
+        if not acc:
+            continue
+        xs = [x for x, _ in acc]
+        low, (dt, d, c, n) = min(acc)
+        text = (f"Over the {len(acc)} points with both: geometric mean of step {step} / {name} **{geomean(xs):.3f}**"
+                + (f" (target ≥ {goal[0]})" if goal else "") + f"; minimum **{low:.3f}** ({dt}, d = {d}, "
+                f"{'causal' if c else 'no mask'}, N = {n}" + (f"; target: none below {goal[1]}" if goal and goal[1] else "")
+                + f"); range {min(xs):.3f}–{max(xs):.3f}")
+        if goal and goal[1]:
+            text += f"; {sum(x < goal[1] for x in xs)} below {goal[1]}, {sum(x < goal[0] for x in xs)} below {goal[0]}"
+        lines.append(text + ".")
     if missing:
         names = "; ".join(f"{dt} d = {d} {'causal' if c else 'no mask'} N = {n}" for dt, d, c, n in missing)
         lines.append(f"**Not measured: {len(missing)} of the {len(BWD_TARGET_POINTS)} points** ({names}).")
@@ -169,6 +174,15 @@ def bwd_target():
     lines.append(f"{fails} row(s) FAILED the gradient check." if fails else
                  "Every measured row passed its gradient check (dQ, dK, dV by FlashAttention's rule).")
     return head + "\n\n" + table_ + "\n\n" + " ".join(lines)
+
+
+def bwd19_target():
+    """Step 19 beside flash and cuDNN (clock_*_bwd19.csv and peers_*_clock_bwd19.csv: one run of
+    `bench --steps 19` and scripts/peers.py on the backward matrix), against the goals docs/19 sets: step 19 /
+    cuDNN ≥ 1.0 as a geometric mean with no point below 0.85, step 19 / flash ≥ 1.6."""
+    ours = [r for r in common.rows("clock_*_bwd19.csv") if r["step"] == "19" and r["variant"] == "-" and r.get("bwd_ms")]
+    return bwd_target("19", ours, "bwd19", flash_goal=(1.6, None), cudnn_goal=(1.0, 0.85),
+                      how="build/bench --steps 19 and scripts/peers.py (docs/19_hopper_backward.md, 'Measured')")
 
 
 # The Hopper steps' target matrix (scripts/targets.txt, "fwd"), as scripts/fwd_target.sh runs it (steps 12,

@@ -171,12 +171,14 @@ def ncu_on_chip(steps, ns=("1024", "4096")):
          "shared memory / block (B)"], body)
 
 
-def ablation(step, label="without", only=None):
+def ablation(step, label="without", only=None, pass_="fwd"):
     """The step with each of its changes taken out alone (bench --variants ablations -> ablation_*_stepNN.csv):
     per (d, causal, N), the full step's time and, per ablation, its time over the full step's (above 1:
     the change helped). Closing line: per ablation, the geometric mean of that ratio over the points
     and its range. `label` heads each column ("without" a change; "--tiles" for a step whose only
-    experiment is another tile: above 1, the default tile is faster)."""
+    experiment is another tile: above 1, the default tile is faster). pass_ "bwd": the backward's times and
+    its gradient check (a backward step's ablations)."""
+    ms, ok = ("ms", "pass") if pass_ == "fwd" else ("bwd_ms", "bwd_pass")
     rs = [r for r in common.rows(f"ablation_*_step{step}.csv") if r["step"] == step]
     if only:  # the default and the variants of one flag ("tiles", "ablate")
         rs = [r for r in rs if r["variant"] == "-" or r["variant"].startswith(only + "=")]
@@ -191,17 +193,17 @@ def ablation(step, label="without", only=None):
         full = by.get((d, c, n, "-"))
         if not full:
             continue
-        row = [d, "yes" if c else "no", n, f"{float(full['ms']):.3f}"]
+        row = [d, "yes" if c else "no", n, f"{float(full[ms]):.3f}"]
         for v in names:
             r = by.get((d, c, n, v))
-            if r and r["pass"] == "1":
-                x = float(r["ms"]) / float(full["ms"])
+            if r and r[ok] == "1":
+                x = float(r[ms]) / float(full[ms])
                 ratios[v].append(x)
                 row.append(f"{x:.2f}")
             else:
                 row.append("FAIL" if r else "–")
         body.append(row)
-    fails = sum(r["pass"] != "1" for r in rs)
+    fails = sum(r[ok] != "1" for r in rs)
     summary = "Geometric mean over the points (range): " + "; ".join(
         f"`{v.split('=')[-1]}` **{geomean(x):.2f}** ({min(x):.2f}–{max(x):.2f})"
         for v, x in ratios.items() if x) + (f". {fails} run(s) FAILED the check." if fails else
@@ -428,3 +430,23 @@ def tour(prefix=""):
              "backward ms", "bwd model ms"], body)
     return provenance(rs) + f" _The tour's shape: {shape}._\n\n" + table(
         ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s", "backward ms"], body)
+
+
+def bwd_model(step, pattern):
+    """A backward step's rows of one run beside the model's prediction for them (docs/model.md: the
+    per-resource model, computed from the ledger before any launch, never fitted): per point, the
+    predicted and the measured kernel time of the backward, their ratio, and the resource the model
+    says bounds it. Closing line: the ratio's geometric mean and range."""
+    rs = [r for r in common.rows(pattern) if r["step"] == step and r.get("bwd_model_ms") and r.get("bwd_kernel_ms")]
+    if not rs:
+        return provenance(rs)
+    body, ratios = [], []
+    for r in sorted(rs, key=lambda r: (r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"]))):
+        x = float(r["bwd_kernel_ms"]) / float(r["bwd_model_ms"])
+        ratios.append(x)
+        body.append([r["dtype"], r["d"], "yes" if r["causal"] == "1" else "no", r["N"], f"{float(r['bwd_model_ms']):.3f}",
+                     f"{float(r['bwd_kernel_ms']):.3f}", f"{x:.2f}", r.get("bwd_bound_by") or "–"])
+    return (provenance(rs) + "\n\n" + table(["dtype", "d", "causal", "N", "model ms", "measured ms (kernel time)",
+                                             "measured / model", "bound by (model)"], body)
+            + f"\n\nMeasured / model over the {len(ratios)} points: geometric mean **{geomean(ratios):.2f}**, "
+              f"range {min(ratios):.2f}–{max(ratios):.2f}.")
