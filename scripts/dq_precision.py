@@ -14,6 +14,8 @@ switched on alone:
   d-fp32o    the same, with D from the forward's O before it was rounded
   ds-exact   the same as fused, with dS not rounded
   both       D from the unrounded O and dS not rounded
+  centered   fused, then the keys' plain mean c taken out of dQ's sum: scale·(Σ_j dS_j k_j − c·Σ_j dS_j),
+             with Σ_j dS_j formed from the same rounded dS (a fix that leaves the forward alone)
   unfused    the framework's composite: S, P, dP stored in bf16 between the operations, D = Σ P∘dP
              of those stored values, dS rounded, dQ rounded
 The error is the relative L2 error of dQ (before its own final rounding, which every variant shares)
@@ -75,6 +77,11 @@ def run(nk, d, mean, seed):
     for name, od, rd in (("fused", o16, True), ("d-fp32o", o, True), ("ds-exact", o16, False), ("both", o, False)):
         got, dd = dq_of(od, rd)
         out[name] = (rel_err(got, ref), abs(dd - d_exact))
+    dd = dot(do, o16)
+    ds = [bf16(p[j] * (dp[j] - dd)) for j in range(nk)]
+    cmean, sds = [math.fsum(k[j][c] for j in range(nk)) / nk for c in range(d)], math.fsum(ds)
+    got = [scale * (math.fsum(ds[j] * k[j][c] for j in range(nk)) - cmean[c] * sds) for c in range(d)]
+    out["centered"] = (rel_err(got, ref), abs(dd - d_exact))
     # The unfused composite: every intermediate stored in bf16.
     s16 = [bf16(x) for x in s]
     m16 = max(s16)
@@ -120,7 +127,7 @@ def main():
                                 f"{derr:.4e}", f"{predicted:.4e}" if name == "fused" else ""])
                 f.flush()
                 print(f"[dq_precision] mean {mean} Nk {nk}: fused {out['fused'][0]:.3%}, d-fp32o {out['d-fp32o'][0]:.3%}, "
-                      f"ds-exact {out['ds-exact'][0]:.3%}, unfused {out['unfused'][0]:.3%} ({time.time() - t0:.0f} s)")
+                      f"ds-exact {out['ds-exact'][0]:.3%}, centered {out['centered'][0]:.3%}, unfused {out['unfused'][0]:.3%} ({time.time() - t0:.0f} s)")
 
 
 if __name__ == "__main__":
