@@ -450,3 +450,30 @@ def bwd_model(step, pattern):
                                              "measured / model", "bound by (model)"], body)
             + f"\n\nMeasured / model over the {len(ratios)} points: geometric mean **{geomean(ratios):.2f}**, "
               f"range {min(ratios):.2f}–{max(ratios):.2f}.")
+
+
+def dq_precision():
+    """dQ's relative error against float64 at long key ranges (dq_precision.csv, scripts/dq_precision.py, a
+    CPU emulation): per input mean and Nk, each variant's error in percent, and the error that D's own
+    error predicts for the fused variant (|δD|·scale·||Σ_j P_j k_j|| / ||dQ||)."""
+    rs = common.rows("dq_precision.csv")
+    if not rs:
+        return provenance(rs, "scripts/dq_precision.py plots/data/dq_precision.csv")
+    variants = ["fused", "d-fp32o", "ds-exact", "both", "centered", "unfused"]
+    by = {(r["input_mean"], int(r["Nk"]), r["variant"]): r for r in rs}
+    keys = sorted({(r["input_mean"], int(r["Nk"])) for r in rs}, key=lambda k: (-float(k[0]), k[1]))
+    body = []
+    for mean, nk in keys:
+        row = [mean, nk]
+        for v in variants:
+            r = by.get((mean, nk, v))
+            row.append(f"{100 * float(r['dq_rel_err']):.2f}" if r else "–")
+        f = by.get((mean, nk, "fused"))
+        row.append(f"{100 * float(f['predicted_from_d']):.2f}" if f and f.get("predicted_from_d") else "–")
+        body.append(row)
+    r = rs[0]
+    head = (f"_Computed on the CPU by `scripts/dq_precision.py` at commit `{r['commit']}`, {r['date']} (an emulation: "
+            f"float64 arithmetic, the kernels' bf16 roundings applied where they make them; d = {r['d']}, one query row, "
+            f"seed {r['seed']}). Relative L2 error of dQ against float64 from the same bf16 inputs, in percent._")
+    return head + "\n\n" + table(["input mean", "Nk", "fused (the kernels)", "D from unrounded O", "dS not rounded",
+                                  "both", "keys' mean taken out", "unfused composite", "predicted from δD"], body)
