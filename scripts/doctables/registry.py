@@ -76,6 +76,7 @@ TABLES = {
     "step16-ncu": lambda: ncu_stalls(("15", "16"), pattern="ncu16_*.csv"),
     "step19-target": bwd19_target,
     "step19-ablation": lambda: ablation("19", pass_="bwd"),
+    "step19-ncu": lambda: ncu_stalls(("19",)),
     "step19-model": lambda: bwd_model("19", "clock_*_bwd19.csv"),
     "step19-dq-precision": dq_precision,
     "step13-ledger": bwd_ledger,
