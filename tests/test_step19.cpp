@@ -188,6 +188,74 @@ TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products 
   }
 }
 
+// [deterministic] The order of every Q tile's adds, against a brute force over the K/V tiles: the
+// blocks that see tile i are exactly the run kv_first_of .. kv_end_of − 1, their ranks 0, 1, ... in
+// ascending j (descending with a mask), and a block only ever waits for blocks launched before it.
+TEST_CASE("step 19 [deterministic]: every Q tile's adds in one order, each block waiting only for blocks launched before it") {
+  Rng rng(1919);
+  int shapes = 0, waits = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t N = 1 + int64_t(rng.below(1400)), Nk = 1 + int64_t(rng.below(1400));
+    const bool causal = trial % 3 != 0;
+    const int64_t window = causal && trial % 2 ? 1 + int64_t(rng.below(600)) : 0;
+    const int64_t Br = 64, Bc = 128, Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc);
+    CAPTURE(N);
+    CAPTURE(Nk);
+    CAPTURE(causal);
+    CAPTURE(window);
+    std::vector<int64_t> launched(static_cast<size_t>(Tc), 0);  // block index of K/V tile j
+    for (int64_t x = 0; x < Tc; ++x) launched[size_t(step19::kv_tile_of_block(x, Tc, true, causal))] = x;
+    for (int64_t i = 0; i < Tr; ++i) {
+      std::vector<int64_t> seen;  // the K/V tiles whose Q tiles include i
+      for (int64_t j = 0; j < Tc; ++j) {
+        const int64_t j0 = j * Bc, j1 = std::min(j0 + Bc, Nk), first = step19::first_q_tile(j0, N, Nk, Br, causal);
+        const int64_t n = step19::q_tiles_of(j0, j1, N, Nk, Br, causal, window);
+        if (i >= first && i < first + n) seen.push_back(j);
+      }
+      const int64_t lo = step19::kv_first_of(i, N, Nk, Br, Bc, causal, window), end = step19::kv_end_of(i, N, Nk, Br, Bc, causal);
+      if (seen.empty()) {
+        CHECK(lo >= end);
+        continue;
+      }
+      CHECK(seen.front() == lo);
+      CHECK(seen.back() == end - 1);
+      CHECK(int64_t(seen.size()) == end - lo);  // a run, no gaps
+      for (int64_t j : seen) {
+        const int64_t r = step19::add_rank(i, j, N, Nk, Br, Bc, causal, window);
+        CHECK(r == (causal ? seen.back() - j : j - seen.front()));
+        for (int64_t k : seen)  // every block that adds before j was launched before it
+          if (step19::add_rank(i, k, N, Nk, Br, Bc, causal, window) < r) {
+            CHECK(launched[size_t(k)] < launched[size_t(j)]);
+            ++waits;
+          }
+      }
+    }
+    ++shapes;
+  }
+  CHECK(shapes == 400);
+  CHECK(waits > 0);
+}
+
+TEST_CASE("step 19 [deterministic]: the ledger adds a semaphore read and increment per pair and zeroes the semaphores, nothing else") {
+  for (const test::Case& c : test::shape_matrix(false)) {
+    if (c.shape.d != 64 && c.shape.d != 128) continue;
+    CAPTURE(c.name());
+    const step19::Schedule sc = step19::schedule_for(int(c.shape.d));
+    const LedgerSet a = step19::closed_form(c.shape, sc, step19::kFull, false), b = step19::closed_form(c.shape, sc, step19::kFull, true);
+    const Ledger &pre = a.kernels[0].second, &pre_d = b.kernels[0].second, &kv = a.kernels[1].second, &kv_d = b.kernels[1].second;
+    const int64_t BH = c.shape.B * c.shape.H, sems = step19::semaphores(BH, c.shape.N), pairs = kv.tiles_computed;
+    CHECK(pre_d.gmem_write - pre.gmem_write == 4 * sems);
+    CHECK(pre_d.workspace - pre.workspace == 4 * sems);
+    CHECK(kv_d.gmem_read - kv.gmem_read == 4 * pairs);
+    CHECK(kv_d.gmem_atomic - kv.gmem_atomic == 4 * pairs);
+    Ledger kv_same = kv_d;
+    kv_same.gmem_read = kv.gmem_read;
+    kv_same.gmem_atomic = kv.gmem_atomic;
+    CHECK(kv_same == kv);
+    CHECK(a.kernels[2].second == b.kernels[2].second);
+  }
+}
+
 TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16, dq-keys below d = 128, d = 256") {
   Shape s;
   s.N = s.Nk = 128;
@@ -198,6 +266,10 @@ TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an abla
   CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-keys"}}).find("default at d = 64") != std::string::npos);
   CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-keys"}}).empty());
   CHECK_THROWS_AS(step19::refusal(false, 128, false, {{"ablate", "nonsense"}}), std::invalid_argument);
+  CHECK(step19::refusal(true, 128, false, {{"deterministic", "on"}}).empty());  // both types, every d compiled
+  CHECK(step19::refusal(false, 64, false, {{"deterministic", "on"}, {"ablate", "atomics"}}).find("without --deterministic") !=
+        std::string::npos);
+  CHECK_THROWS_AS(step19::refusal(false, 64, false, {{"deterministic", "yes"}}), std::invalid_argument);
   const StepInfo& st = step19::info();
   CHECK_FALSE(st.takes_d(256));
   CHECK(st.forward_from == "16");

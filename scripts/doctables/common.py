@@ -22,6 +22,14 @@ def rows(pattern):
     return out
 
 
+def plain_variant(v, defaults=("deterministic=off",)):
+    """A run's variant with the parts that name a swept flag at its default taken out ("-" when nothing is
+    left): step 19's runs say "-" in the CSVs written before it had --deterministic, and
+    "deterministic=off" after; both are its plain backward."""
+    parts = [x for x in v.split(";") if x not in defaults and x != "-"]
+    return ";".join(parts) or "-"
+
+
 def point(r):
     """A row's point of a target matrix: (dtype, d, causal, N)."""
     return (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))

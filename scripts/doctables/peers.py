@@ -2,7 +2,7 @@
 the WMMA steps, the forward and backward target matrices, step 16 at d = 256. Each carries the one
 clock's caption (common.clock_caption through peers_note)."""
 from . import common
-from .common import clock_caption, geomean, kms, ktf, point, provenance, table, target_axis, target_points
+from .common import clock_caption, geomean, kms, ktf, plain_variant, point, provenance, table, target_axis, target_points
 from .steps import step13_rows
 
 
@@ -180,9 +180,38 @@ def bwd19_target():
     """Step 19 beside flash and cuDNN (clock_*_bwd19.csv and peers_*_clock_bwd19.csv: one run of
     `bench --steps 19` and scripts/peers.py on the backward matrix), against the goals docs/19 sets: step 19 /
     cuDNN ≥ 1.0 as a geometric mean with no point below 0.85, step 19 / flash ≥ 1.6."""
-    ours = [r for r in common.rows("clock_*_bwd19.csv") if r["step"] == "19" and r["variant"] == "-" and r.get("bwd_ms")]
+    ours = [r for r in common.rows("clock_*_bwd19.csv") if r["step"] == "19" and plain_variant(r["variant"]) == "-" and r.get("bwd_ms")]
     return bwd_target("19", ours, "bwd19", flash_goal=(1.6, None), cudnn_goal=(1.0, 0.85),
                       how="build/bench --steps 19 and scripts/peers.py (docs/19_hopper_backward.md, 'Measured')")
+
+
+def bwd19_deterministic():
+    """Step 19 with --deterministic on against its plain backward, per point of the same run
+    (clock_*_bwd19.csv: bench --steps 19 --variants all), by kernel time: both times, TFLOP/s on
+    FlashAttention's convention, and the deterministic one's throughput as a fraction of the plain one's
+    (plain time / deterministic time). Closing line: that fraction's geometric mean and range against
+    the goal docs/19 sets (at least 0.8), and whether every deterministic row passed its gradient check."""
+    rs = [r for r in common.rows("clock_*_bwd19.csv") if r["step"] == "19" and r.get("bwd_kernel_ms")]
+    plain = {point(r): r for r in rs if plain_variant(r["variant"]) == "-"}
+    det = {point(r): r for r in rs if plain_variant(r["variant"]) == "deterministic=on"}
+    keys = sorted(set(plain) & set(det), key=lambda k: (k[0], -k[1], k[2], k[3]))
+    if not keys:
+        return provenance([], "build/bench --steps 19 --variants all (docs/19_hopper_backward.md, 'Deterministic')")
+    body, fr, fails = [], [], 0
+    for k in keys:
+        a, b = plain[k], det[k]
+        x = kms(a, "bwd") / kms(b, "bwd")
+        fr.append(x)
+        fails += b["bwd_pass"] != "1"
+        body.append([k[0], k[1], "yes" if k[2] else "no", k[3], f"{kms(a, 'bwd'):.3f}", f"{kms(b, 'bwd'):.3f}",
+                     f"{ktf(a, 'bwd'):.0f}", f"{ktf(b, 'bwd'):.0f}", f"{x:.2f}"])
+    met = "met" if min(fr) >= 0.8 else "not met"
+    return (provenance([plain[k] for k in keys] + [det[k] for k in keys]) + "\n\n" + table(
+        ["dtype", "d", "causal", "N", "plain ms", "deterministic ms", "plain TFLOP/s", "deterministic TFLOP/s",
+         "deterministic / plain (throughput)"], body)
+        + f"\n\nKernel time (CUPTI, every kernel of the backward summed, cold L2). Deterministic / plain over the "
+          f"{len(fr)} points: geometric mean **{geomean(fr):.2f}**, range {min(fr):.2f}–{max(fr):.2f} "
+          f"(goal: at least 0.8 at every point — {met}); deterministic rows failing their gradient check: {fails}.")
 
 
 # The Hopper steps' target matrix (scripts/targets.txt, "fwd"), as scripts/fwd_target.sh runs it (steps 12,

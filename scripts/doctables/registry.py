@@ -10,7 +10,7 @@ from .decode import decode_clocks, decode_merge, decode_probe, decode_splits, de
 from .first_run import first_run
 from .model import (ceilings, io_complexity, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
                     step08_stored)
-from .peers import bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
+from .peers import bwd19_deterministic, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
 from .steps import (ablation, bwd_first, bwd_model, dq_precision, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
                     ncu_on_chip, ncu_stalls, step12_dropout, step_backward, step_dtype, step_ncu, step_sweep, tour)
@@ -75,6 +75,7 @@ TABLES = {
     "step16-tiles": lambda: ablation("16", "--tiles", only="tiles"),
     "step16-ncu": lambda: ncu_stalls(("15", "16"), pattern="ncu16_*.csv"),
     "step19-target": bwd19_target,
+    "step19-deterministic": bwd19_deterministic,
     "step19-ablation": lambda: ablation("19", pass_="bwd"),
     "step19-ncu": lambda: ncu_stalls(("19",)),
     "step19-model": lambda: bwd_model("19", "clock_*_bwd19.csv"),

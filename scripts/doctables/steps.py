@@ -4,7 +4,7 @@ import glob
 import os
 
 from . import common
-from .common import ROOT, geomean, mb, point, provenance, spread, table
+from .common import ROOT, geomean, mb, plain_variant, point, provenance, spread, table
 
 
 def step_sweep(step):
@@ -179,7 +179,7 @@ def ablation(step, label="without", only=None, pass_="fwd"):
     experiment is another tile: above 1, the default tile is faster). pass_ "bwd": the backward's times and
     its gradient check (a backward step's ablations)."""
     ms, ok = ("ms", "pass") if pass_ == "fwd" else ("bwd_ms", "bwd_pass")
-    rs = [r for r in common.rows(f"ablation_*_step{step}.csv") if r["step"] == step]
+    rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(f"ablation_*_step{step}.csv") if r["step"] == step]
     if only:  # the default and the variants of one flag ("tiles", "ablate")
         rs = [r for r in rs if r["variant"] == "-" or r["variant"].startswith(only + "=")]
     if not rs:
@@ -437,7 +437,8 @@ def bwd_model(step, pattern):
     per-resource model, computed from the ledger before any launch, never fitted): per point, the
     predicted and the measured kernel time of the backward, their ratio, and the resource the model
     says bounds it. Closing line: the ratio's geometric mean and range."""
-    rs = [r for r in common.rows(pattern) if r["step"] == step and r.get("bwd_model_ms") and r.get("bwd_kernel_ms")]
+    rs = [r for r in common.rows(pattern) if r["step"] == step and r.get("bwd_model_ms") and r.get("bwd_kernel_ms")
+          and plain_variant(r["variant"]) == "-"]
     if not rs:
         return provenance(rs)
     body, ratios = [], []

@@ -33,10 +33,16 @@ const StepInfo& info();
 namespace fa::step19 {
 
 int ablation_of(const StepOptions& o) { return choice_index(o, "ablate", kAblationNames, kAblations, "step19"); }
+namespace {
+constexpr const char* kSwitch[] = {"off", "on"};
+}
+bool deterministic(const StepOptions& o) { return choice_index(o, "deterministic", kSwitch, 2, "step19") == 1; }
 
 std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
+  const bool det = deterministic(o);
   if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
+  if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
   if (a == kDqKeys && !dq_by_columns(d, 2))
     return "step19: --ablate dq-keys is the default at d = " + std::to_string(d) + " (dQ is split by keys below d = 128)";
@@ -66,12 +72,13 @@ std::vector<mf::AFrag> c_to_a(const wgmma::Acc& acc, int64_t kk, const Store& st
 }  // namespace
 
 BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sc,
-                                  int ablation) {
+                                  int ablation, bool det) {
   const int64_t d = s.d;
   if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
     throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
   const std::string why = refusal(s.dtype == DType::bf16, int(d), s.dropout > 0.0, {});
   if (!why.empty()) throw Unsupported(why);
+  if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
   BackwardBlueprintResult res;
   res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};  // [gqa]
   res.ledger.kernels.reserve(3);  // references into the set stay valid
@@ -85,12 +92,14 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const bool by_cols = splits_by_columns(int(d), ablation), bulk = ablation != kAtomics;
   const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
 
-  std::vector<float> l2w(size_t(BH * Np)), ddw(size_t(BH * Np)), accw(size_t(BH * Np * d));
-  Lpre.workspace = workspace_bytes(BH, N, d);
+  const int64_t Tp = Np / kSemRows;  // [deterministic] semaphores per head
+  std::vector<float> l2w(size_t(BH * Np)), ddw(size_t(BH * Np)), accw(size_t(BH * Np * d)), semw(size_t(det ? BH * Tp : 0));
+  Lpre.workspace = workspace_bytes(BH, N, d, det);
 
   // ---- step19_bwd_pre ---------------------------------------------------------------------------
   {
     GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lpre), Dg(ddw.data(), BH, Np, Np, f32, Lpre), Acc(accw.data(), BH * Np, d, d, f32, Lpre);
+    GlobalMat Sem(semw.data(), det ? BH : 0, Tp, Tp, f32, Lpre);  // 32-bit counters (a float holds them exactly)
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.H; ++h) {
         const int64_t bh = b * s.H + h;
@@ -112,12 +121,14 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           }
           Dg.store(bh, i, part[0]);
           L2g.store(bh, i, i < N ? Lse.load(0, i) * kLog2e : kInf);
+          if (det && i % kSemRows == 0) Sem.store(bh, i / kSemRows, 0.0f);  // [deterministic] the row's first thread
         }
       }
   }
 
   // ---- step19_bwd_kv ----------------------------------------------------------------------------
   GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lkv), Dg(ddw.data(), BH, Np, Np, f32, Lkv), Acc(accw.data(), BH * Np, d, d, f32, Lkv);
+  GlobalMat Sem(semw.data(), det ? BH : 0, Tp, Tp, f32, Lkv);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t hk = 0; hk < Hkv; ++hk) {
       const GlobalMat K(in.k.head(b, hk), Nk, d, d, st, Lkv), V(in.v.head(b, hk), Nk, d, d, st, Lkv);
@@ -127,8 +138,10 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         Qh.emplace_back(in.q.head(b, hk * QH + gh), N, d, d, st, Lkv);
         Gh.emplace_back(dO.head(b, hk * QH + gh), N, d, d, st, Lkv);
       }
-      for (int64_t jt = 0; jt < Tc; ++jt) {
-        const int64_t j0 = jt * Bc, j1 = std::min(j0 + Bc, Nk);
+      // [deterministic] The blocks in launch order (blockIdx.x), which with --deterministic is the
+      // order of every Q tile's adds: the semaphore checks below fail if it is not.
+      for (int64_t x = 0; x < Tc; ++x) {
+        const int64_t jt = kv_tile_of_block(x, Tc, det, s.causal), j0 = jt * Bc, j1 = std::min(j0 + Bc, Nk);
         const int64_t first = first_q_tile(j0, N, Nk, Br, s.causal), per_head = q_tiles_of(j0, j1, N, Nk, Br, s.causal, s.window);
         const int64_t items = QH * per_head;
         // [smem-map] K_j, V_j; the stages' Q_i, dO_i; two dSᵀ buffers; a dQ chunk per consumer; the
@@ -220,6 +233,10 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           // [dq-wgmma] [dq-split] Once both halves of dSᵀ are in: consumer c's chunks of dQ_i = dS K_j
           // (one by columns, d / 64 by keys), staged in its buffers and added by the writer.
           const int64_t chunks = by_cols ? 1 : panels, cols = by_cols ? wgmma::kPanel : PC;
+          // [deterministic] The writer waits for the Q tile's semaphore to reach the block's rank.
+          const int64_t qt = i0 / Br;
+          if (det && Sem.load(bh, qt) != float(add_rank(qt, jt, N, Nk, Br, Bc, s.causal, s.window)))
+            throw std::logic_error("step19: --deterministic: a block would wait for a block launched after it");
           for (int64_t c = 0; c < C; ++c)
             for (int64_t ch = 0; ch < chunks; ++ch) {
               wgmma::Acc dq{static_cast<int>(cols)};
@@ -242,6 +259,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                 for (int64_t at = 0; at < Br * cols; ++at)
                   Acc.atomic_add((tile + at) / d, (tile + at) % d, buf.read(at / kChunk, at % kChunk));
             }
+          if (det) Sem.atomic_add(bh, qt, 1.0f);  // [deterministic] once the adds have landed
           Lkv.tiles_computed += 1;
           Lkv.tiles_masked += classify_tile(i0, std::min(i0 + Br, N), j0, j1, N, Nk, s.causal, s.window) == TileKind::Diagonal;
         }
@@ -261,6 +279,13 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         Lkv.nonmatmul_ops += Bc * d;  // the scale on dK, every key of the tile
       }
     }
+
+  // [deterministic] Every Q tile's semaphore counts the blocks that see it.
+  for (int64_t bh = 0; det && bh < BH; ++bh)
+    for (int64_t qt = 0; qt < Tr; ++qt)
+      if (semw[size_t(bh * Tp + qt)] !=
+          float(kv_end_of(qt, N, Nk, Br, Bc, s.causal) - kv_first_of(qt, N, Nk, Br, Bc, s.causal, s.window)))
+        throw std::logic_error("step19: --deterministic: a Q tile's semaphore does not count the blocks that see it");
 
   // ---- step19_dq_convert ------------------------------------------------------------------------
   {
@@ -288,7 +313,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // each (kq = Bc/16 by columns, 4 per chunk by keys; W a chunk's columns); the lane's L and D (Br/2 floats
 // each); the consumer's 64 × Br of dSᵀ written; its dQ chunk (Br·W floats) staged and read back by
 // the writer, then added (or added from registers). K_j, V_j once per block that has an item.
-LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
+LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det) {
   const int64_t d = s.d;
   if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
     throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
@@ -315,15 +340,17 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation) {
   LedgerSet ls;
   Ledger& pre = ls["bwd_pre"];
   pre.gmem_read = BH * (N * d * 2 * 2 + N * 4);   // dO, O and L of the rows inside N
-  pre.gmem_write = BH * Np * (d * 4 + 4 + 4);     // every padded row: its accumulator zeroed, D, L·log2 e
+  pre.gmem_write = BH * Np * (d * 4 + 4 + 4)      // every padded row: its accumulator zeroed, D, L·log2 e
+                   + (det ? 4 * semaphores(BH, N) : 0);  // [deterministic] the semaphores zeroed
   pre.nonmatmul_ops = BH * N * (2 * d + 1);
-  pre.workspace = workspace_bytes(BH, N, d);
+  pre.workspace = workspace_bytes(BH, N, d, det);
 
   Ledger& kv = ls["bwd_kv"];
   const int64_t chunk_bytes = Br * W * 4 * (by_cols ? 1 : panels);  // a consumer's dQ of one item
   kv.gmem_read = BHk * kv_rows * d * 2 * 2 + BH * (q_rows * d * 2 * 2 + pairs * Br * 4 * 2);
   kv.gmem_write = BHk * Nk * d * 2 * 2;
   kv.gmem_atomic = BH * pairs * C * chunk_bytes;
+  if (det) kv.gmem_read += BH * pairs * 4, kv.gmem_atomic += BH * pairs * 4;  // [deterministic] a semaphore read (once, if no wait) and increment per pair
   kv.smem_write = BHk * active * 2 * Bc * d * 2                                    // K_j, V_j
                   + BH * pairs * (2 * Br * d * 2 + 2 * Br * 4 + C * 64 * Br * 2    // Q_i, dO_i, L, D; dSᵀ
                                   + (bulk ? C * chunk_bytes : 0));                 // the staged dQ chunks
@@ -354,11 +381,11 @@ void require_supported(const Shape& s, const StepOptions& o) {
 }
 BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const StepOptions& o) {
   require_supported(s, o);
-  return blueprint(s, in, fwd, dO, schedule_for(int(s.d)), ablation_of(o));
+  return blueprint(s, in, fwd, dO, schedule_for(int(s.d)), ablation_of(o), deterministic(o));
 }
 LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   require_supported(s, o);
-  return closed_form(s, schedule_for(int(s.d)), ablation_of(o));
+  return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o));
 }
 int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
 // [ablation] An --ablate value the kernels do not compile at this shape (bf16; dq-keys below d = 128):
@@ -382,7 +409,9 @@ const StepInfo& info() {
       StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none, atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add) (docs/19_hopper_backward.md)"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;
-      i.flags = {a};
+      const StepFlag det{"deterministic", {"off", "on"},
+                         "dQ's adds in one fixed order: a semaphore per Q tile, the causal blocks shortest first (docs/19_hopper_backward.md)"};
+      i.flags = {det, a};
     }
     borrow_forward<step16::info>(i);  // [forward-from] the forward is step 16's, whatever the flags say
     i.supports_gqa = true;     // [gqa] a block per key/value head sums its group's dK and dV

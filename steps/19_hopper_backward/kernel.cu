@@ -96,29 +96,45 @@ __device__ inline void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes)
 __device__ inline void bulk_commit() { FA_SM90A_ONLY(asm volatile("cp.async.bulk.commit_group;\n" ::: "memory")); }
 __device__ inline void bulk_wait_read_all() { FA_SM90A_ONLY(asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory")); }
 __device__ inline void bulk_wait_all() { FA_SM90A_ONLY(asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory")); }
+// [deterministic] The semaphore of a Q tile: read with acquire (what the blocks before wrote to the
+// tile is visible after it), incremented with release (this block's adds visible before it); the
+// proxy fences order the bulk adds (the async proxy) against those generic accesses.
+__device__ inline int ld_acquire(const int* p) {
+  int v = 0;
+  FA_SM90A_ONLY(asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory"));
+  return v;
+}
+__device__ inline void red_release_inc(int* p) {
+  FA_SM90A_ONLY(asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory"));
+}
+__device__ inline void fence_proxy_async_global() { FA_SM90A_ONLY(asm volatile("fence.proxy.async.global;\n" ::: "memory")); }
 
 template <int N>
 __device__ inline void regs_dec() { FA_SM90A_ONLY(asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N))); }
 template <int N>
 __device__ inline void regs_inc() { FA_SM90A_ONLY(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N))); }
 
-// The workspace (schedule.hpp's): L·log2 e and D per padded row, then the accumulator.
+// The workspace (schedule.hpp's): L·log2 e and D per padded row, then the accumulator, then (with
+// --deterministic) a semaphore per Q tile.
 struct Ws {
   float *l2, *dd, *acc;
-  int64_t Np;
+  int* sem;
+  int64_t Np, Tp;  // padded rows and Q tiles per head
   __device__ Ws(const BwdParams& p) {
     Np = rows_padded(p.f.N);
+    Tp = Np / kSemRows;
     const int64_t rows = int64_t(p.f.B) * p.f.H * Np;
     l2 = static_cast<float*>(p.workspace);
     dd = l2 + rows;
     acc = dd + rows;
+    sem = reinterpret_cast<int*>(acc + rows * p.f.d);
   }
 };
 
 // [pre] One thread per 8 columns of a padded row: D = Σ dO·O (fp32), L·log2 e (+inf past N, so
-// that P = 0 there, and D = 0), the row's accumulator zeroed.
+// that P = 0 there, and D = 0), the row's accumulator zeroed; with `det`, the Q tile's semaphore too.
 template <class T, int D>
-__global__ void step19_bwd_pre(BwdParams p) {
+__global__ void step19_bwd_pre(BwdParams p, int det) {
   constexpr int kPer = D / 8;  // threads per row (8 or 16: inside one warp)
   const Ws ws(p);
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kPer;  // over B·H·Np
@@ -143,6 +159,7 @@ __global__ void step19_bwd_pre(BwdParams p) {
   if (c0 == 0) {
     ws.dd[row] = s;
     ws.l2[row] = i < p.f.N ? p.f.lse[b * p.f.lse_sb + h * p.f.lse_sh + i] * kLog2e : INFINITY;
+    if (det && i % kSemRows == 0) ws.sem[row / kSemRows] = 0;  // [deterministic] (Np is a multiple of kSemRows)
   }
 }
 
@@ -151,13 +168,14 @@ struct Maps {
 };
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
-// overlap), ByCols ([dq-split]; by keys at d = 128: --ablate dq-keys).
-template <class T, int D, bool Bulk, bool OV, bool ByCols>
+// overlap), ByCols ([dq-split]; by keys at d = 128: --ablate dq-keys), Det ([deterministic]).
+template <class T, int D, bool Bulk, bool OV, bool ByCols, bool Det>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
   static_assert(valid(S, D) && C == 2 && Br == 64, "two consumers of 64 keys, Q tiles of 64 rows");
   static_assert(!ByCols || dq_by_columns(D, C), "by columns: half of d is a whole panel");
+  static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
   // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
   // stages' L·log2 e and D, the mbarriers.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -188,7 +206,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 
   const AttnParams& f = p.f;
   const Ws ws(p);
-  const int j0 = blockIdx.x * Bc, j1 = min(j0 + Bc, f.Nk);
+  const int jt = int(kv_tile_of_block(blockIdx.x, gridDim.x, Det, f.causal));  // [deterministic] the launch order
+  const int j0 = jt * Bc, j1 = min(j0 + Bc, f.Nk);
   const int b = blockIdx.y / f.Hkv, hkv = blockIdx.y % f.Hkv, G = f.H / f.Hkv;
   // [items] Q tile first + t % per_head of query head hkv·G + t / per_head, for t < items.
   const int first = int(first_q_tile(j0, f.N, f.Nk, Br, f.causal));
@@ -235,14 +254,34 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     } else if (warp == 1 && Bulk) {
       // ---- [dq-writer] -----------------------------------------------------------------------
       for (int t = 0; t < items; ++t) {
-        float* tile = ws.acc + ((int64_t(b) * f.H + head_of(t)) * ws.Np + row_of(t)) * D;
-        for (int c = 0; c < C; ++c)
+        const int64_t bh = int64_t(b) * f.H + head_of(t);
+        float* tile = ws.acc + (bh * ws.Np + row_of(t)) * D;
+        int* sem = ws.sem + bh * ws.Tp + row_of(t) / Br;
+        if constexpr (Det) {
+          // [deterministic] This block's turn at the Q tile: every block before it has added and
+          // released; the bulk adds below come after the acquire.
+          const int rank = int(add_rank(row_of(t) / Br, jt, f.N, f.Nk, Br, Bc, f.causal, f.window));
+          while (ld_acquire(sem) != rank) {
+          }
+          fence_proxy_async_global();
+        }
+        for (int c = 0; c < C; ++c) {
           for (int ch = 0; ch < kChunks; ++ch) {
             mbar_wait(dq_full(c, buf_of(t, ch)), uint32_t(use_of(t)) & 1u);
             bulk_reduce_add(tile + (ByCols ? c : ch) * kChunkFloats, chunk_at(c, buf_of(t, ch)), kChunkBytes);
           }
+          // [deterministic] By keys both consumers add into the same floats: consumer 0's adds land first.
+          if (Det && !ByCols && c + 1 < C) bulk_commit(), bulk_wait_all();
+        }
         bulk_commit();
-        bulk_wait_read_all();  // the chunks may be written again
+        if constexpr (Det) {
+          bulk_wait_all();  // the adds have landed in global memory, not only read out of shared memory
+          fence_proxy_async_global();
+          red_release_inc(sem);
+        } else {
+          bulk_wait_read_all();  // the chunks may be written again
+        }
+        (void)sem;
         for (int c = 0; c < C; ++c)
           for (int ch = 0; ch < kChunks; ++ch) mbar_arrive(dq_empty(c, buf_of(t, ch)));
       }
@@ -281,9 +320,11 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
                            wgmma::desc(do_at(st) + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
     wgmma::commit();
     // [overlap] Wait for Sᵀ alone: Pᵀ's exponentials run while dPᵀ is still multiplied, and dV's
-    // product (which needs only Pᵀ) while dSᵀ is formed.
+    // product (which needs only Pᵀ) while dSᵀ is formed. The same wait sees item t − 1's dK done.
     if (OV) wgmma::wait<1>();
     else wgmma::wait<0>();
+    // [stage-release] Item t − 1's products have all read its Q and dO, and this thread its L and D.
+    if (t > 0) mbar_arrive(empty((t - 1) % St));
 
     // [bwd-softmax] Pᵀ = exp2(Sᵀ·scale·log2 e − L·log2 e): register r of the lane is key
     // 16w + g + 8·((r % 4) / 2) of the consumer's 64, query 8·(r / 4) + 2·tg + r % 2 of the tile.
@@ -350,14 +391,6 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       for (int hr = 0; hr < 2; ++hr)
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(64 * c + 16 * w + g + 8 * hr, 8 * n + 2 * tg, Bc)),
                      "r"(dsa[n / 2][2 * (n % 2) + hr]));
-    // [c-to-a] dK += dSᵀ Q_i: A from registers, B = Q_i MN-major.
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < Br / 16; ++kk)
-#pragma unroll
-      for (int pn = 0; pn < kPanels; ++pn)
-        wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], wgmma::desc(q_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
-    wgmma::commit();
     // [ds-smem] The dSᵀ rows dQ reads are in (and visible to the tensor cores): both consumers' by
     // columns (they meet here), the warpgroup's own by keys.
     wgmma::fence_proxy_async();
@@ -367,6 +400,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
     // 64 keys and every column (d = 64: one panel; d = 128: two chunks).
     float dq[kChunks][32];
+    wgmma::fence();
 #pragma unroll
     for (int x = 0; x < (ByCols ? Bc : 64) / 16; ++x) {
       const int kk = ByCols ? x : 4 * c + x;
@@ -376,9 +410,17 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
                                 wgmma::desc(k_s + wgmma::mnmajor_offset(kk, ByCols ? c : ch, Bc)), x > 0);
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    // [stage-release] Every product of the item has read Q_i and dO_i, and this thread its L and D.
-    mbar_arrive(empty(st));
+    // [c-to-a] dK += dSᵀ Q_i: A from registers, B = Q_i MN-major. [overlap] Issued after dQ, so that
+    // dQ's chunk is staged below while dK's product runs (FlashAttention-3's order); the next item's
+    // first wait sees it done.
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+      for (int pn = 0; pn < kPanels; ++pn)
+        wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], wgmma::desc(q_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
+    wgmma::commit();
+    if (OV) wgmma::wait<1>();  // dQ is in; dK may still run
+    else wgmma::wait<0>();
     float* tile = ws.acc + ((int64_t(b) * f.H + h) * ws.Np + i0) * D;
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch) {
@@ -409,6 +451,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     }
   }
 
+  wgmma::wait<0>();  // the last item's dK
   // [dkv-out] dK (times the scale) and dV of the consumer's 64 keys, straight from the accumulators.
   T* dK = static_cast<T*>(p.dk) + b * f.k_sb + hkv * f.k_sh;
   T* dV = static_cast<T*>(p.dv) + b * f.v_sb + hkv * f.v_sh;
@@ -487,7 +530,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
   return m;
 }
 
-template <class T, int D, bool Bulk, bool OV, bool ByCols>
+template <class T, int D, bool Bulk, bool OV, bool ByCols, bool Det = false>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -500,11 +543,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, ByCols>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, ByCols, Det>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, ByCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, ByCols, Det>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -515,15 +558,17 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, ByCols><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, ByCols, Det><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
 // [ablation] The kernel as built for every type; each idea taken out alone for fp16 (refusal() says
 // where: dq-keys only where the default splits by columns).
 template <class T, int D>
-void launch_main(const BwdParams& p, int ablation, cudaStream_t st) {
+void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
   constexpr bool kCols = dq_by_columns(D, schedule_for(D).consumers());
+  if (det && ablation == kFull) return launch_kv<T, D, true, true, kCols, true>(p, st);
+  if (det) throw std::logic_error("step19: refusal() lets an ablation through with --deterministic");
   if (ablation == kFull) return launch_kv<T, D, true, true, kCols>(p, st);
   if constexpr (std::is_same_v<T, __half>) {
     if (ablation == kAtomics) return launch_kv<T, D, false, true, kCols>(p, st);
@@ -535,28 +580,28 @@ void launch_main(const BwdParams& p, int ablation, cudaStream_t st) {
 }
 
 template <class T, int D>
-void launch_typed(const BwdParams& p, int ablation, cudaStream_t st) {
+void launch_typed(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
   const AttnParams& f = p.f;
-  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p);
+  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, det ? 1 : 0);
   CUDA_CHECK_LAUNCH("step19_bwd_pre");
-  launch_main<T, D>(p, ablation, st);
+  launch_main<T, D>(p, ablation, det, st);
   step19_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p);
   CUDA_CHECK_LAUNCH("step19_dq_convert");
 }
 
 template <class T>
-void launch_d(const BwdParams& p, int ablation, cudaStream_t st) {
+void launch_d(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
   switch (p.f.d) {
-    case 64: return launch_typed<T, 64>(p, ablation, st);
-    case 128: return launch_typed<T, 128>(p, ablation, st);
+    case 64: return launch_typed<T, 64>(p, ablation, det, st);
+    case 128: return launch_typed<T, 128>(p, ablation, det, st);
     default: throw Unsupported("step19: head dimension " + std::to_string(p.f.d) + " is not compiled (64, 128: [stored-d])");
   }
 }
 
 }  // namespace
 
-size_t backward_workspace_bytes(const Shape& s, const StepOptions&) {
-  return size_t(workspace_bytes(s.B * s.H, s.N, s.d));
+size_t backward_workspace_bytes(const Shape& s, const StepOptions& o) {
+  return size_t(workspace_bytes(s.B * s.H, s.N, s.d, deterministic(o)));
 }
 
 void launch_backward(const BwdParams& p0, const StepOptions& o, void* stream) {
@@ -577,8 +622,9 @@ void launch_backward(const BwdParams& p0, const StepOptions& o, void* stream) {
   if (!why.empty()) throw Unsupported(why);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int ablation = ablation_of(o);
-  if (f.bf16) launch_d<__nv_bfloat16>(p, ablation, st);
-  else launch_d<__half>(p, ablation, st);
+  const bool det = deterministic(o);
+  if (f.bf16) launch_d<__nv_bfloat16>(p, ablation, det, st);
+  else launch_d<__half>(p, ablation, det, st);
 }
 
 }  // namespace fa::step19

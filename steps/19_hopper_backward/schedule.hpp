@@ -124,10 +124,51 @@ FA_HD constexpr int64_t acc_offset(int r, int c) {
   return int64_t(c / kChunk) * kChunkFloats + 4 * (128 * (reg / 4) + t) + reg % 4;
 }
 
-// [workspace] Per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ accumulator.
+// [workspace] Per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ
+// accumulator; with --deterministic, then one 32-bit semaphore per (b, h, Q tile of kSemRows rows).
 inline constexpr int kRowPad = 128;
+inline constexpr int kSemRows = 64;  // = Schedule::Br
 FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
-FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d) { return BH * rows_padded(N) * (4 * 2 + d * 4); }
+FA_HD constexpr int64_t semaphores(int64_t BH, int64_t N) { return BH * (rows_padded(N) / kSemRows); }
+FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d, bool det = false) {
+  return BH * rows_padded(N) * (4 * 2 + d * 4) + (det ? 4 * semaphores(BH, N) : 0);
+}
+
+// [deterministic] --deterministic on: every Q tile's dQ adds land in one fixed order, whatever the
+// timing. The K/V tiles that see Q tile i are a run [kv_first_of(i), kv_end_of(i)) (each K/V tile's
+// Q tiles [first_q_tile, end_q_tile) move right as j grows, both ends monotone). Without a mask they
+// add in ascending j; with one (and with a window) in descending j, shortest block first: the block
+// of the last K/V tile that sees i has i among its first items, so each block waits about one item
+// for the block after it, where ascending order would make block j idle until block 0 reached its
+// tiles. A semaphore per (b, h, Q tile) counts the adds so far: block j's writer waits until it equals
+// add_rank(i, j), adds, waits for its adds to land, and increments it. The grid runs the blocks in
+// that order (blockIdx.x = j, reversed with a mask): a block only waits for blocks launched before it.
+// Binary searches over the K/V tiles (log2 Tc steps): the smallest j whose Q tiles end past i, and
+// the smallest j whose Q tiles start past i.
+FA_HD constexpr int64_t kv_first_of(int64_t i, int64_t N, int64_t Nk, int64_t Br, int64_t Bc, bool causal, int64_t window) {
+  int64_t lo = 0, hi = num_tiles(Nk, Bc);
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2, j1 = (mid + 1) * Bc < Nk ? (mid + 1) * Bc : Nk;
+    if (end_q_tile(j1, N, Nk, Br, causal, window) > i) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+FA_HD constexpr int64_t kv_end_of(int64_t i, int64_t N, int64_t Nk, int64_t Br, int64_t Bc, bool causal) {
+  int64_t lo = 0, hi = num_tiles(Nk, Bc);
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (first_q_tile(mid * Bc, N, Nk, Br, causal) > i) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+// The place of K/V tile j among the adds into Q tile i (0 adds first).
+FA_HD constexpr int64_t add_rank(int64_t i, int64_t j, int64_t N, int64_t Nk, int64_t Br, int64_t Bc, bool causal, int64_t window) {
+  return causal ? kv_end_of(i, N, Nk, Br, Bc, causal) - 1 - j : j - kv_first_of(i, N, Nk, Br, Bc, causal, window);
+}
+// The K/V tile of block x (blockIdx.x) of Tc: ascending, reversed for the deterministic causal order.
+FA_HD constexpr int64_t kv_tile_of_block(int64_t x, int64_t Tc, bool det, bool causal) { return det && causal ? Tc - 1 - x : x; }
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 
@@ -137,20 +178,22 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //   overlap   every product waited for before the next elementwise step (no [overlap]);
 //   dq-keys   d = 128: dQ split by keys (each consumer every column over its own 64 keys, two chunks)
 //             instead of by columns — the consumers no longer meet every Q tile, at 32 more registers.
-// Compiled for fp16 only (refusal()).
+// Compiled for fp16 only (refusal()), without --deterministic.
 enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kAblations };
 inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys"};
 int ablation_of(const StepOptions& o);
 // [dq-split] Whether a run splits dQ by columns.
 FA_HD constexpr bool splits_by_columns(int d, int ablation) { return dq_by_columns(d, 2) && ablation != kDqKeys; }
 
+bool deterministic(const StepOptions& o);  // --deterministic on ([deterministic])
+
 // What the kernels refuse (the same words on the CPU and the GPU): "" when the options run.
 std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o);
 
 // The CPU side (blueprint.cpp): the three kernels' schedule, counted; and the same ledger in closed form.
 BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sched,
-                                  int ablation);
-LedgerSet closed_form(const Shape& s, const Schedule& sched, int ablation);
+                                  int ablation, bool det = false);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, int ablation, bool det = false);
 
 // The GPU side (kernel.cu).
 void launch_backward(const BwdParams& p, const StepOptions& opts, void* stream);
