@@ -168,8 +168,9 @@ struct Maps {
 };
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
-// overlap), ByCols ([dq-split]; by keys at d = 128: --ablate dq-keys), Det ([deterministic]).
-template <class T, int D, bool Bulk, bool OV, bool ByCols, bool Det>
+// overlap), ByCols ([dq-split]; by keys at d = 128: --ablate dq-keys), DkFirst ([dk-first]; false:
+// --ablate dk-first), Det ([deterministic]).
+template <class T, int D, bool Bulk, bool OV, bool ByCols, bool DkFirst, bool Det>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
@@ -320,11 +321,11 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
                            wgmma::desc(do_at(st) + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
     wgmma::commit();
     // [overlap] Wait for Sᵀ alone: Pᵀ's exponentials run while dPᵀ is still multiplied, and dV's
-    // product (which needs only Pᵀ) while dSᵀ is formed. The same wait sees item t − 1's dK done.
+    // product (which needs only Pᵀ) while dSᵀ is formed.
     if (OV) wgmma::wait<1>();
     else wgmma::wait<0>();
-    // [stage-release] Item t − 1's products have all read its Q and dO, and this thread its L and D.
-    if (t > 0) mbar_arrive(empty((t - 1) % St));
+    // [dk-first] (--ablate dk-first) The same wait sees item t − 1's dK done: its stage is released here.
+    if (!DkFirst && t > 0) mbar_arrive(empty((t - 1) % St));
 
     // [bwd-softmax] Pᵀ = exp2(Sᵀ·scale·log2 e − L·log2 e): register r of the lane is key
     // 16w + g + 8·((r % 4) / 2) of the consumer's 64, query 8·(r / 4) + 2·tg + r % 2 of the tile.
@@ -391,6 +392,18 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       for (int hr = 0; hr < 2; ++hr)
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(64 * c + 16 * w + g + 8 * hr, 8 * n + 2 * tg, Bc)),
                      "r"(dsa[n / 2][2 * (n % 2) + hr]));
+    // [c-to-a] dK += dSᵀ Q_i: A from registers, B = Q_i MN-major. [dk-first] Issued before the
+    // consumers meet below, so that the barrier's wait runs under dK's product.
+    auto issue_dk = [&] {
+#pragma unroll
+      for (int kk = 0; kk < Br / 16; ++kk)
+#pragma unroll
+        for (int pn = 0; pn < kPanels; ++pn)
+          wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], wgmma::desc(q_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
+      wgmma::commit();
+    };
+    wgmma::fence();
+    if constexpr (DkFirst) issue_dk();
     // [ds-smem] The dSᵀ rows dQ reads are in (and visible to the tensor cores): both consumers' by
     // columns (they meet here), the warpgroup's own by keys.
     wgmma::fence_proxy_async();
@@ -400,7 +413,6 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
     // 64 keys and every column (d = 64: one panel; d = 128: two chunks).
     float dq[kChunks][32];
-    wgmma::fence();
 #pragma unroll
     for (int x = 0; x < (ByCols ? Bc : 64) / 16; ++x) {
       const int kk = ByCols ? x : 4 * c + x;
@@ -410,17 +422,17 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
                                 wgmma::desc(k_s + wgmma::mnmajor_offset(kk, ByCols ? c : ch, Bc)), x > 0);
     }
     wgmma::commit();
-    // [c-to-a] dK += dSᵀ Q_i: A from registers, B = Q_i MN-major. [overlap] Issued after dQ, so that
-    // dQ's chunk is staged below while dK's product runs (FlashAttention-3's order); the next item's
-    // first wait sees it done.
-#pragma unroll
-    for (int kk = 0; kk < Br / 16; ++kk)
-#pragma unroll
-      for (int pn = 0; pn < kPanels; ++pn)
-        wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], wgmma::desc(q_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
-    wgmma::commit();
-    if (OV) wgmma::wait<1>();  // dQ is in; dK may still run
-    else wgmma::wait<0>();
+    if constexpr (DkFirst) {
+      wgmma::wait<0>();
+      // [stage-release] Every product of the item has read Q_i and dO_i, and this thread its L and D.
+      mbar_arrive(empty(st));
+    } else {
+      // [dk-first] FlashAttention-3's order instead: dK after dQ, dQ's chunk staged below while dK's
+      // product runs (the barrier above then waits with only dV's product in flight).
+      issue_dk();
+      if (OV) wgmma::wait<1>();
+      else wgmma::wait<0>();
+    }
     float* tile = ws.acc + ((int64_t(b) * f.H + h) * ws.Np + i0) * D;
 #pragma unroll
     for (int ch = 0; ch < kChunks; ++ch) {
@@ -451,7 +463,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     }
   }
 
-  wgmma::wait<0>();  // the last item's dK
+  wgmma::wait<0>();  // [dk-first] the last item's dK (--ablate dk-first)
   // [dkv-out] dK (times the scale) and dV of the consumer's 64 keys, straight from the accumulators.
   T* dK = static_cast<T*>(p.dk) + b * f.k_sb + hkv * f.k_sh;
   T* dV = static_cast<T*>(p.dv) + b * f.v_sb + hkv * f.v_sh;
@@ -530,7 +542,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
   return m;
 }
 
-template <class T, int D, bool Bulk, bool OV, bool ByCols, bool Det = false>
+template <class T, int D, bool Bulk, bool OV, bool ByCols, bool DkFirst = true, bool Det = false>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -543,11 +555,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, ByCols, Det>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, ByCols, DkFirst, Det>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, ByCols, Det>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, ByCols, DkFirst, Det>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -558,7 +570,7 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, ByCols, Det><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, ByCols, DkFirst, Det><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
@@ -567,12 +579,13 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
 template <class T, int D>
 void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
   constexpr bool kCols = dq_by_columns(D, schedule_for(D).consumers());
-  if (det && ablation == kFull) return launch_kv<T, D, true, true, kCols, true>(p, st);
+  if (det && ablation == kFull) return launch_kv<T, D, true, true, kCols, true, true>(p, st);
   if (det) throw std::logic_error("step19: refusal() lets an ablation through with --deterministic");
   if (ablation == kFull) return launch_kv<T, D, true, true, kCols>(p, st);
   if constexpr (std::is_same_v<T, __half>) {
     if (ablation == kAtomics) return launch_kv<T, D, false, true, kCols>(p, st);
     if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kCols>(p, st);
+    if (ablation == kDkFirst) return launch_kv<T, D, true, true, kCols, false>(p, st);
     if constexpr (kCols)
       if (ablation == kDqKeys) return launch_kv<T, D, true, true, false>(p, st);
   }

@@ -177,10 +177,12 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //             (red.global.add.v4.f32) instead of staged and bulk-added by the writer warp;
 //   overlap   every product waited for before the next elementwise step (no [overlap]);
 //   dq-keys   d = 128: dQ split by keys (each consumer every column over its own 64 keys, two chunks)
-//             instead of by columns — the consumers no longer meet every Q tile, at 32 more registers.
+//             instead of by columns — the consumers no longer meet every Q tile, at 32 more registers;
+//   dk-first  FlashAttention-3's order: dQ issued before dK and staged while dK runs, the Q/dO stage
+//             released at the next item's first wait — instead of dK issued before the consumers meet.
 // Compiled for fp16 only (refusal()), without --deterministic.
-enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kAblations };
-inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys"};
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kAblations };
+inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first"};
 int ablation_of(const StepOptions& o);
 // [dq-split] Whether a run splits dQ by columns.
 FA_HD constexpr bool splits_by_columns(int d, int ablation) { return dq_by_columns(d, 2) && ablation != kDqKeys; }
