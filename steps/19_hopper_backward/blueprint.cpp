@@ -41,11 +41,10 @@ bool deterministic(const StepOptions& o) { return choice_index(o, "deterministic
 std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
   const bool det = deterministic(o);
+  (void)d;  // every ablation runs at both compiled head dimensions
   if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
   if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
-  if (a == kDqKeys && !dq_by_columns(d, 2))
-    return "step19: --ablate dq-keys is the default at d = " + std::to_string(d) + " (dQ is split by keys below d = 128)";
   return "";
 }
 
@@ -89,7 +88,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
   const int64_t Hkv = s.hkv(), QH = s.H / Hkv;
-  const bool by_cols = splits_by_columns(int(d), ablation), bulk = ablation != kAtomics;
+  const int split = split_of(int(d), ablation);  // [dq-split]
+  const bool by_cols = split == kByColumns, all_keys = split != kByKeys, bulk = ablation != kAtomics;
   const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
 
   const int64_t Tp = Np / kSemRows;  // [deterministic] semaphores per head
@@ -231,22 +231,24 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             // lab:end
           }
           // [dq-wgmma] [dq-split] Once both halves of dSᵀ are in: consumer c's chunks of dQ_i = dS K_j
-          // (one by columns, d / 64 by keys), staged in its buffers and added by the writer.
-          const int64_t chunks = by_cols ? 1 : panels, cols = by_cols ? wgmma::kPanel : PC;
+          // (one by columns, one on its turns by turns, d / 64 by keys), staged in its buffers and added
+          // by the writer.
+          const int64_t chunks = all_keys ? 1 : panels, cols = by_cols ? wgmma::kPanel : PC;
           // [deterministic] The writer waits for the Q tile's semaphore to reach the block's rank.
           const int64_t qt = i0 / Br;
           if (det && Sem.load(bh, qt) != float(add_rank(qt, jt, N, Nk, Br, Bc, s.causal, s.window)))
             throw std::logic_error("step19: --deterministic: a block would wait for a block launched after it");
-          for (int64_t c = 0; c < C; ++c)
+          const int64_t c_lo = split == kByTurns ? t % 2 : 0, c_end = split == kByTurns ? c_lo + 1 : C;  // by turns: consumer t % 2 alone
+          for (int64_t c = c_lo; c < c_end; ++c)
             for (int64_t ch = 0; ch < chunks; ++ch) {
               wgmma::Acc dq{static_cast<int>(cols)};
               // lab:begin dq {dQ}: [dq-wgmma] [dq-split]: by columns, panel c over all Bc keys; by keys, …
-              const int64_t k_lo = by_cols ? 0 : 4 * c, k_hi = by_cols ? Bc / 16 : 4 * c + 4;
+              const int64_t k_lo = all_keys ? 0 : 4 * c, k_hi = all_keys ? Bc / 16 : 4 * c + 4;
               for (int64_t kk = k_lo; kk < k_hi; ++kk) wgmma::mma_ss_mn(dq, dS, kk, Ks, by_cols ? wgmma::kPanel * c : PC * ch, kk > k_lo, Lkv);
               // lab:end
               // [dq-writer] The chunk in [dq-layout] order: thread t's register quad q at 4·(128q + t).
-              const int64_t tile = (bh * Np + i0) * d + (by_cols ? c : ch) * kChunkFloats;
-              SmemTile& buf = chunk[size_t(2 * c + (chunks == 1 ? t % 2 : ch))];
+              const int64_t tile = (bh * Np + i0) * d + dq_panel_of(split, int(c), int(ch)) * kChunkFloats;
+              SmemTile& buf = chunk[size_t(2 * c + dq_buffer_of(split, int(t), int(ch)))];
               for (int w = 0; w < 4; ++w)
                 for (int lane = 0; lane < 32; ++lane)
                   for (int r = 0; r < dq.n / 2; ++r) {
@@ -310,7 +312,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // their rows inside N, `masked` needing the per-element mask, `diagonal` holding the diagonal.
 // Per pair and consumer: 2·d/16 wgmmas m64n64k16 reading (64 + 64)·16 elements each (Sᵀ, dPᵀ);
 // 2·(Br/16)·(d/PC) register-A wgmmas reading PC·16 each (dV, dK); kq dQ wgmmas reading (64 + W)·16
-// each (kq = Bc/16 by columns, 4 per chunk by keys; W a chunk's columns); the lane's L and D (Br/2 floats
+// each (kq = Bc/16 by columns and by turns, 4 per chunk by keys; W a chunk's columns) by each of the Cq
+// consumers that compute dQ for the pair (both, or one by turns); the lane's L and D (Br/2 floats
 // each); the consumer's 64 × Br of dSᵀ written; its dQ chunk (Br·W floats) staged and read back by
 // the writer, then added (or added from registers). K_j, V_j once per block that has an item.
 LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det) {
@@ -320,8 +323,10 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
   const int64_t BHk = s.B * s.hkv();
-  const bool by_cols = splits_by_columns(int(d), ablation), bulk = ablation != kAtomics;
-  const int64_t W = by_cols ? wgmma::kPanel : PC, kq = by_cols ? Bc / 16 : 4 * panels;  // a chunk's columns; dQ's wgmmas per consumer
+  const int split = split_of(int(d), ablation);  // [dq-split]
+  const bool by_cols = split == kByColumns, all_keys = split != kByKeys, bulk = ablation != kAtomics;
+  const int64_t W = by_cols ? wgmma::kPanel : PC, kq = all_keys ? Bc / 16 : 4 * panels;  // a chunk's columns; dQ's wgmmas per consumer
+  const int64_t Cq = split == kByTurns ? 1 : C;  // consumers computing a pair's dQ
   int64_t pairs = 0, q_rows = 0, masked = 0, diagonal = 0, skipped = 0, kv_rows = 0, active = 0;
   for (int64_t j = 0; j < Tc; ++j) {
     const int64_t j0 = j * Bc, j1 = std::min(j0 + Bc, Nk), first = first_q_tile(j0, N, Nk, Br, s.causal);
@@ -346,20 +351,19 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   pre.workspace = workspace_bytes(BH, N, d, det);
 
   Ledger& kv = ls["bwd_kv"];
-  const int64_t chunk_bytes = Br * W * 4 * (by_cols ? 1 : panels);  // a consumer's dQ of one item
+  const int64_t chunk_bytes = Br * W * 4 * (all_keys ? 1 : panels);  // a consumer's dQ of one item
   kv.gmem_read = BHk * kv_rows * d * 2 * 2 + BH * (q_rows * d * 2 * 2 + pairs * Br * 4 * 2);
   kv.gmem_write = BHk * Nk * d * 2 * 2;
-  kv.gmem_atomic = BH * pairs * C * chunk_bytes;
+  kv.gmem_atomic = BH * pairs * Cq * chunk_bytes;
   if (det) kv.gmem_read += BH * pairs * 4, kv.gmem_atomic += BH * pairs * 4;  // [deterministic] a semaphore read (once, if no wait) and increment per pair
   kv.smem_write = BHk * active * 2 * Bc * d * 2                                    // K_j, V_j
                   + BH * pairs * (2 * Br * d * 2 + 2 * Br * 4 + C * 64 * Br * 2    // Q_i, dO_i, L, D; dSᵀ
-                                  + (bulk ? C * chunk_bytes : 0));                 // the staged dQ chunks
-  kv.smem_read = BH * pairs * C *
-                 ((2 * (d / 16) * (64 + Br) * 16 + 2 * (Br / 16) * panels * PC * 16 + kq * (64 + W) * 16) * 2  // the wgmmas' operands
-                  + 128 * (Br / 2) * 4                                                                       // L and D
-                  + (bulk ? chunk_bytes : 0));                                                              // the writer's reads
+                                  + (bulk ? Cq * chunk_bytes : 0));                // the staged dQ chunks
+  kv.smem_read = BH * pairs * C * ((2 * (d / 16) * (64 + Br) * 16 + 2 * (Br / 16) * panels * PC * 16) * 2  // Sᵀ, dPᵀ, dV, dK's operands
+                                   + 128 * (Br / 2) * 4)                                                   // L and D
+                 + BH * pairs * Cq * (kq * (64 + W) * 16 * 2 + (bulk ? chunk_bytes : 0));                  // dQ's operands; the writer's reads
   kv.barriers = BHk * Tc;
-  kv.matmul_flops = BH * pairs * C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC + kq * W) * kMmaFlops;
+  kv.matmul_flops = BH * pairs * (C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC) + Cq * kq * W) * kMmaFlops;
   kv.nonmatmul_ops = BH * (pairs * C * 64 * Br * 5 + masked * C * 64 * Br) + BHk * Tc * Bc * d;
   kv.exps = BH * pairs * C * 64 * Br;
   kv.tiles_computed = BH * pairs;
@@ -388,7 +392,7 @@ LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o));
 }
 int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
-// [ablation] An --ablate value the kernels do not compile at this shape (bf16; dq-keys below d = 128):
+// [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic):
 // held against the GPU before anything runs, as the launcher would refuse it. (Dropout is refused by
 // the harness: supports_dropout is false.)
 std::string run_options_reason(const Shape& s, const StepOptions& o) {

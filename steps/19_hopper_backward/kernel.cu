@@ -168,14 +168,15 @@ struct Maps {
 };
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
-// overlap), ByCols ([dq-split]; by keys at d = 128: --ablate dq-keys), DkFirst ([dk-first]; false:
-// --ablate dk-first), Det ([deterministic]).
-template <class T, int D, bool Bulk, bool OV, bool ByCols, bool DkFirst, bool Det>
+// overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
+// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]).
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
   static_assert(valid(S, D) && C == 2 && Br == 64, "two consumers of 64 keys, Q tiles of 64 rows");
-  static_assert(!ByCols || dq_by_columns(D, C), "by columns: half of d is a whole panel");
+  static_assert(Split != kByColumns || dq_by_columns(D, C), "by columns: half of d is a whole panel");
+  static_assert(Split != kByTurns || D == wgmma::kPanel, "by turns: d is one panel");
   static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
   // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
   // stages' L·log2 e and D, the mbarriers.
@@ -198,12 +199,11 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   auto empty = [&](int st) { return bars + 8 * (1 + St + st); };
   auto dq_full = [&](int c, int buf) { return bars + 8 * (1 + 2 * St + 2 * c + buf); };
   auto dq_empty = [&](int c, int buf) { return bars + 8 * (1 + 2 * St + 2 * C + 2 * c + buf); };
-  // [dq-writer] A consumer's dQ of one item is kChunks 64 × 64 chunks (2 by keys at d = 128): with one,
-  // item t stages into buffer t % 2 (its (t / 2)-th use), so it never waits for item t − 1's to be
-  // read out; with two, item t fills both buffers (its t-th use of each).
-  constexpr int kChunks = ByCols ? 1 : kPanels;
-  auto buf_of = [&](int t, int ch) { return kChunks == 1 ? t % 2 : ch; };
-  auto use_of = [&](int t) { return kChunks == 1 ? t / 2 : t; };
+  // [dq-writer] A consumer's dQ of one item is kChunks 64 × 64 chunks (2 by keys at d = 128), staged
+  // into its two buffers as [handshake] says: a consumer never waits for its previous chunk to be read out.
+  constexpr int kChunks = Split == kByKeys ? kPanels : 1;
+  auto buf_of = [&](int t, int ch) { return dq_buffer_of(Split, t, ch); };
+  auto use_of = [&](int t) { return dq_use_of(Split, t); };
 
   const AttnParams& f = p.f;
   const Ws ws(p);
@@ -267,12 +267,13 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
           fence_proxy_async_global();
         }
         for (int c = 0; c < C; ++c) {
+          if (!dq_computes(Split, c, t)) continue;  // by turns: the other consumer's item
           for (int ch = 0; ch < kChunks; ++ch) {
             mbar_wait(dq_full(c, buf_of(t, ch)), uint32_t(use_of(t)) & 1u);
-            bulk_reduce_add(tile + (ByCols ? c : ch) * kChunkFloats, chunk_at(c, buf_of(t, ch)), kChunkBytes);
+            bulk_reduce_add(tile + dq_panel_of(Split, c, ch) * kChunkFloats, chunk_at(c, buf_of(t, ch)), kChunkBytes);
           }
           // [deterministic] By keys both consumers add into the same floats: consumer 0's adds land first.
-          if (Det && !ByCols && c + 1 < C) bulk_commit(), bulk_wait_all();
+          if (Det && Split == kByKeys && c + 1 < C) bulk_commit(), bulk_wait_all();
         }
         bulk_commit();
         if constexpr (Det) {
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         }
         (void)sem;
         for (int c = 0; c < C; ++c)
-          for (int ch = 0; ch < kChunks; ++ch) mbar_arrive(dq_empty(c, buf_of(t, ch)));
+          for (int ch = 0; ch < kChunks && dq_computes(Split, c, t); ++ch) mbar_arrive(dq_empty(c, buf_of(t, ch)));
       }
       bulk_wait_all();
     }
@@ -405,23 +406,27 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     wgmma::fence();
     if constexpr (DkFirst) issue_dk();
     // [ds-smem] The dSᵀ rows dQ reads are in (and visible to the tensor cores): both consumers' by
-    // columns (they meet here), the warpgroup's own by keys.
+    // columns and by turns (they meet here), the warpgroup's own by keys.
     wgmma::fence_proxy_async();
-    if (ByCols) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (Split != kByKeys) asm volatile("bar.sync 1, 256;\n" ::: "memory");
     else asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
     // [dq-wgmma] [dq-split] dQ_i's chunk = dS K_j: A = dS read from dSᵀ (keys × queries, MN-major),
-    // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
-    // 64 keys and every column (d = 64: one panel; d = 128: two chunks).
+    // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by turns, the whole of
+    // d = 64 over all Bc keys, on the consumer's turns alone; by keys, the consumer's 64 keys and every
+    // column (d = 64: one panel; d = 128: two chunks).
     float dq[kChunks][32];
+    const bool mine = dq_computes(Split, c, t);  // warpgroup-uniform
+    if (mine) {
 #pragma unroll
-    for (int x = 0; x < (ByCols ? Bc : 64) / 16; ++x) {
-      const int kk = ByCols ? x : 4 * c + x;
+      for (int x = 0; x < (Split == kByKeys ? 64 : Bc) / 16; ++x) {
+        const int kk = Split == kByKeys ? 4 * c + x : x;
 #pragma unroll
-      for (int ch = 0; ch < kChunks; ++ch)
-        wgmma::mma_ss_mn<T, 64>(dq[ch], wgmma::desc(ds_s + wgmma::mnmajor_offset(kk, 0, Bc)),
-                                wgmma::desc(k_s + wgmma::mnmajor_offset(kk, ByCols ? c : ch, Bc)), x > 0);
+        for (int ch = 0; ch < kChunks; ++ch)
+          wgmma::mma_ss_mn<T, 64>(dq[ch], wgmma::desc(ds_s + wgmma::mnmajor_offset(kk, 0, Bc)),
+                                  wgmma::desc(k_s + wgmma::mnmajor_offset(kk, dq_panel_of(Split, c, ch), Bc)), x > 0);
+      }
+      wgmma::commit();
     }
-    wgmma::commit();
     if constexpr (DkFirst) {
       wgmma::wait<0>();
       // [stage-release] Every product of the item has read Q_i and dO_i, and this thread its L and D.
@@ -430,12 +435,12 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       // [dk-first] FlashAttention-3's order instead: dK after dQ, dQ's chunk staged below while dK's
       // product runs (the barrier above then waits with only dV's product in flight).
       issue_dk();
-      if (OV) wgmma::wait<1>();
+      if (OV && mine) wgmma::wait<1>();
       else wgmma::wait<0>();
     }
     float* tile = ws.acc + ((int64_t(b) * f.H + h) * ws.Np + i0) * D;
 #pragma unroll
-    for (int ch = 0; ch < kChunks; ++ch) {
+    for (int ch = 0; ch < kChunks && mine; ++ch) {
       if constexpr (Bulk) {
         // [dq-writer] Stage the chunk ([dq-layout]) once the writer has read the buffer's last use out.
         const int buf = buf_of(t, ch);
@@ -447,7 +452,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
                        : "memory");
       } else {
         // [ablation] atomics: the same chunk added from registers, 16 bytes per reduction.
-        float* dst = tile + (ByCols ? c : ch) * kChunkFloats;
+        float* dst = tile + dq_panel_of(Split, c, ch) * kChunkFloats;
         (void)dst;  // used by the sm_90a code alone
 #pragma unroll
         for (int qd = 0; qd < 8; ++qd)
@@ -456,7 +461,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
                                      : "memory"));
       }
     }
-    if constexpr (Bulk) {
+    if (Bulk && mine) {
       wgmma::fence_proxy_async();  // the writer's bulk copy reads through the async proxy
 #pragma unroll
       for (int ch = 0; ch < kChunks; ++ch) mbar_arrive(dq_full(c, buf_of(t, ch)));
@@ -542,7 +547,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
   return m;
 }
 
-template <class T, int D, bool Bulk, bool OV, bool ByCols, bool DkFirst = true, bool Det = false>
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -555,11 +560,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, ByCols, DkFirst, Det>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, ByCols, DkFirst, Det>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -570,24 +575,22 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, ByCols, DkFirst, Det><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
-// [ablation] The kernel as built for every type; each idea taken out alone for fp16 (refusal() says
-// where: dq-keys only where the default splits by columns).
+// [ablation] The kernel as built for every type; each idea taken out alone for fp16 (refusal() says where).
 template <class T, int D>
 void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
-  constexpr bool kCols = dq_by_columns(D, schedule_for(D).consumers());
-  if (det && ablation == kFull) return launch_kv<T, D, true, true, kCols, true, true>(p, st);
+  constexpr int kSplit = default_split(D, schedule_for(D).consumers());  // [dq-split] the default
+  if (det && ablation == kFull) return launch_kv<T, D, true, true, kSplit, true, true>(p, st);
   if (det) throw std::logic_error("step19: refusal() lets an ablation through with --deterministic");
-  if (ablation == kFull) return launch_kv<T, D, true, true, kCols>(p, st);
+  if (ablation == kFull) return launch_kv<T, D, true, true, kSplit>(p, st);
   if constexpr (std::is_same_v<T, __half>) {
-    if (ablation == kAtomics) return launch_kv<T, D, false, true, kCols>(p, st);
-    if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kCols>(p, st);
-    if (ablation == kDkFirst) return launch_kv<T, D, true, true, kCols, false>(p, st);
-    if constexpr (kCols)
-      if (ablation == kDqKeys) return launch_kv<T, D, true, true, false>(p, st);
+    if (ablation == kAtomics) return launch_kv<T, D, false, true, kSplit>(p, st);
+    if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kSplit>(p, st);
+    if (ablation == kDkFirst) return launch_kv<T, D, true, true, kSplit, false>(p, st);
+    if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }

@@ -40,18 +40,32 @@ inline constexpr int kHeadDims[] = {64, 128};
 inline constexpr int64_t kSmemBudget = 227 * 1024;
 
 // [dq-split] dQ_i = dS K_j (Br × d, summed over the block's Bc keys) is split between the two consumers:
-// by columns where a consumer's half of d is a whole 64-column panel (d = 128: consumer c computes
-// columns 64c .. 64c + 63 over all Bc keys, after both halves of dSᵀ are in shared memory: the
-// consumers meet at a named barrier every Q tile), by keys otherwise (d = 64: consumer c computes
-// every column over its own 64 keys, and both partial sums are added into the same accumulator: each
-// consumer runs free). Either way a consumer's dQ is one 64 × 64 chunk: 32 registers.
+//   by columns where a consumer's half of d is a whole 64-column panel (d = 128): consumer c computes
+//     columns 64c .. 64c + 63 over all Bc keys;
+//   by turns where d is one panel (d = 64): consumer t % 2 computes item t's whole dQ over all Bc keys,
+//     the other none;
+//   by keys (--ablate dq-keys): consumer c computes every column over its own 64 keys, and both partial
+//     sums are added into the same accumulator (twice the adds: the d = 64 kernel of eb403a7).
+// By columns and by turns read both halves of dSᵀ: the consumers meet at a named barrier every Q tile,
+// and each Q tile's dQ is added once. By keys each consumer runs free. A consumer's dQ is one 64 × 64
+// chunk (32 registers) per chunk it computes.
+enum DqSplit : int { kByColumns = 0, kByTurns, kByKeys };
 FA_HD constexpr bool dq_by_columns(int d, int consumers) { return (d / consumers) % wgmma::kPanel == 0; }
+FA_HD constexpr int default_split(int d, int consumers) {
+  return dq_by_columns(d, consumers) ? kByColumns : d <= wgmma::kPanel ? kByTurns : kByKeys;
+}
 inline constexpr int kChunk = 64;                         // a consumer's dQ: 64 rows × 64 columns of fp32
 inline constexpr int kChunkFloats = kChunk * kChunk;      // 4096 floats, 16 KB
-// The accumulator chunk consumer c adds into: column panel c, or the only one (d = 64).
-FA_HD constexpr int dq_chunk_of(int c, int d, int consumers) { return dq_by_columns(d, consumers) ? c : 0; }
-// [handshake] A consumer's dQ chunk buffer b (item t uses b = t % 2) is filled and emptied once per
-// use: use u = t / 2, parity u % 2 for both barriers (a consumer waits for the release of use u − 1).
+// Whether consumer c computes (and the writer adds) a chunk of item t, and which accumulator chunk
+// (column panel) its chunk ch is: panel c by columns, ch by keys, the only one by turns.
+FA_HD constexpr bool dq_computes(int split, int c, int t) { return split != kByTurns || t % 2 == c; }
+FA_HD constexpr int dq_panel_of(int split, int c, int ch) { return split == kByColumns ? c : split == kByKeys ? ch : 0; }
+// [handshake] A consumer's dQ chunk buffers are filled and emptied once per use, parity use % 2 for
+// both barriers (a consumer waits for the release of the buffer's previous use). By columns item t
+// stages into buffer t % 2 (its use t / 2); by turns, consumer c's u-th item (t = 2u + c) into
+// buffer u % 2 (use u / 2); by keys, chunk ch into buffer ch (use t).
+FA_HD constexpr int dq_buffer_of(int split, int t, int ch) { return split == kByKeys ? ch : split == kByColumns ? t % 2 : (t / 2) % 2; }
+FA_HD constexpr int dq_use_of(int split, int t) { return split == kByKeys ? t : split == kByColumns ? t / 2 : t / 4; }
 
 // [setmaxnreg] The producer warpgroup (the producer warp, the writer warp, two idle) keeps 24
 // registers per thread; the two consumers take 240 (128·24 + 256·240 = 64512 of the SM's 65536).
@@ -176,16 +190,17 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //   atomics   dQ added from the consumers' registers with 16-byte fp32 reductions
 //             (red.global.add.v4.f32) instead of staged and bulk-added by the writer warp;
 //   overlap   every product waited for before the next elementwise step (no [overlap]);
-//   dq-keys   d = 128: dQ split by keys (each consumer every column over its own 64 keys, two chunks)
-//             instead of by columns — the consumers no longer meet every Q tile, at 32 more registers;
+//   dq-keys   dQ split by keys (each consumer every column over its own 64 keys; two chunks at d = 128,
+//             at 32 more registers) instead of by columns or by turns — the consumers no longer meet
+//             every Q tile, and each adds its own partial sum;
 //   dk-first  FlashAttention-3's order: dQ issued before dK and staged while dK runs, the Q/dO stage
 //             released at the next item's first wait — instead of dK issued before the consumers meet.
 // Compiled for fp16 only (refusal()), without --deterministic.
 enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kAblations };
 inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first"};
 int ablation_of(const StepOptions& o);
-// [dq-split] Whether a run splits dQ by columns.
-FA_HD constexpr bool splits_by_columns(int d, int ablation) { return dq_by_columns(d, 2) && ablation != kDqKeys; }
+// [dq-split] How a run splits dQ.
+FA_HD constexpr int split_of(int d, int ablation) { return ablation == kDqKeys ? kByKeys : default_split(d, 2); }
 
 bool deterministic(const StepOptions& o);  // --deterministic on ([deterministic])
 
