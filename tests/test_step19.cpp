@@ -89,7 +89,8 @@ TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 
   CHECK(step19::dq_by_columns(128, 2));
   CHECK_FALSE(step19::dq_by_columns(64, 2));
   CHECK(step19::default_split(128, 2) == step19::kByColumns);
-  CHECK(step19::default_split(64, 2) == step19::kByTurns);
+  CHECK(step19::default_split(64, 2) == step19::kByKeys);
+  CHECK(step19::split_of(64, step19::kDqTurns) == step19::kByTurns);
   CHECK(step19::dq_panel_of(step19::kByColumns, 1, 0) == 1);
   CHECK(step19::dq_panel_of(step19::kByTurns, 1, 0) == 0);
   CHECK(step19::dq_panel_of(step19::kByKeys, 1, 1) == 1);
@@ -98,10 +99,10 @@ TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 
     CHECK(step19::dq_computes(step19::kByTurns, t % 2, t));
     CHECK_FALSE(step19::dq_computes(step19::kByTurns, 1 - t % 2, t));
     if (t >= 4) {  // the same buffer's previous use is the consumer's item t − 4, one use earlier
-      CHECK(step19::dq_buffer_of(step19::kByTurns, t, 0) == step19::dq_buffer_of(step19::kByTurns, t - 4, 0));
-      CHECK(step19::dq_use_of(step19::kByTurns, t) == step19::dq_use_of(step19::kByTurns, t - 4) + 1);
+      CHECK(step19::dq_buffer_of(step19::kByTurns, 1, t, 0) == step19::dq_buffer_of(step19::kByTurns, 1, t - 4, 0));
+      CHECK(step19::dq_use_of(step19::kByTurns, 1, t) == step19::dq_use_of(step19::kByTurns, 1, t - 4) + 1);
     }
-    if (t >= 2) CHECK(step19::dq_buffer_of(step19::kByTurns, t, 0) != step19::dq_buffer_of(step19::kByTurns, t - 2, 0));
+    if (t >= 2) CHECK(step19::dq_buffer_of(step19::kByTurns, 1, t, 0) != step19::dq_buffer_of(step19::kByTurns, 1, t - 2, 0));
   }
 }
 
@@ -154,6 +155,8 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
     const BackwardBlueprintResult base = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, step19::kFull);
     for (int a = 0; a < step19::kAblations; ++a) {
       CAPTURE(step19::kAblationNames[a]);
+      if (a == step19::kDqKeys && c.shape.d != 128) continue;   // refused (the default below d = 128)
+      if (a == step19::kDqTurns && c.shape.d != 64) continue;   // refused (by turns needs d of one panel)
       const BackwardBlueprintResult r = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, a);
       const BackwardCheck chk = check_backward(c.shape, p.in, p.dO, p.ref, r.grads);
       INFO(chk.summary());
@@ -171,6 +174,7 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
       }
       if (a == step19::kNoOverlap || a == step19::kDkFirst) CHECK(kv == kv0);  // an order of waits and issues, not of work
       if (a == step19::kDqKeys) CHECK(kv.gmem_atomic == 2 * kv0.gmem_atomic);  // both consumers add every column
+      if (a == step19::kDqTurns) CHECK(2 * kv.gmem_atomic == kv0.gmem_atomic);  // one consumer per Q tile adds
     }
   }
   CHECK(n > 0);
@@ -190,11 +194,15 @@ TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products 
     CHECK(kv.gmem_write == kv13.gmem_write);
     // Q tiles of 64 rows against 128 keys: at d = 128 step 13's tiles, at d = 64 half its rows per
     // Q tile (L and D re-read as often; the same Q and dO bytes per K/V tile).
-    if (d == 128) CHECK(kv.gmem_read == kv13.gmem_read);
-    CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by columns and by turns: every element of dQ once per K/V tile
-    const Ledger keys = step19::closed_form(s, step19::schedule_for(int(d)), step19::kDqKeys).kernels[1].second;
-    CHECK(keys.gmem_atomic == 2 * kv13.gmem_atomic);  // by keys: twice, one partial sum per consumer
-    CHECK(keys.matmul_flops == kv.matmul_flops);
+    if (d == 128) {
+      CHECK(kv.gmem_read == kv13.gmem_read);
+      CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by columns: every element of dQ once per K/V tile
+    } else {
+      CHECK(kv.gmem_atomic == 2 * kv13.gmem_atomic);  // by keys: twice, one partial sum per consumer
+      const Ledger turns = step19::closed_form(s, step19::schedule_for(int(d)), step19::kDqTurns).kernels[1].second;
+      CHECK(turns.gmem_atomic == kv13.gmem_atomic);  // by turns: once, as by columns
+      CHECK(turns.matmul_flops == kv.matmul_flops);
+    }
     CHECK(kv.barriers == num_tiles(N, step19::schedule_for(int(d)).Bc));  // one __syncthreads per block (a K/V tile each); the rest are mbarriers and named barriers
   }
 }
@@ -267,14 +275,16 @@ TEST_CASE("step 19 [deterministic]: the ledger adds a semaphore read and increme
   }
 }
 
-TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16 or with --deterministic, d = 256") {
+TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16 or with --deterministic, dq-keys below d = 128, dq-turns above 64, d = 256") {
   Shape s;
   s.N = s.Nk = 128;
   s.d = 64;
   CHECK(step19::refusal(false, 64, false, {}).empty());
   CHECK(step19::refusal(false, 64, true, {}).find("--dropout") != std::string::npos);
   CHECK(step19::refusal(true, 128, false, {{"ablate", "atomics"}}).find("fp16 only") != std::string::npos);
-  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-keys"}}).empty());  // by turns is the default at d = 64
+  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-keys"}}).find("default at d = 64") != std::string::npos);
+  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-turns"}}).empty());
+  CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-turns"}}).find("d = 64 only") != std::string::npos);
   CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-keys"}}).empty());
   CHECK_THROWS_AS(step19::refusal(false, 128, false, {{"ablate", "nonsense"}}), std::invalid_argument);
   CHECK(step19::refusal(true, 128, false, {{"deterministic", "on"}}).empty());  // both types, every d compiled

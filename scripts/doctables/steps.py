@@ -432,6 +432,32 @@ def tour(prefix=""):
         ["step", "variant", "check", "ledger MB", "predicted ms", "measured ms", "TFLOP/s", "backward ms"], body)
 
 
+def step19_dq_turns():
+    """Step 19's dQ split at d = 64 by turns against by keys (dqturns_*_step19.csv: the ablations run at
+    ba858e4, where by turns was the default and `--ablate dq-keys` the split by keys; the split by keys is
+    the default again since, by turns `--ablate dq-turns`). Every row of that run, by kernel time, named
+    by what it ran; closing line: by keys' time over by turns' at the points that have both (above 1: by
+    turns faster)."""
+    rs = [r for r in common.rows("dqturns_*_step19.csv") if r["step"] == "19" and r.get("bwd_kernel_ms")]
+    if not rs:
+        return provenance(rs, "build/bench --steps 19 --variants ablations --ds 64 (docs/19_hopper_backward.md)")
+    what = {"-": "by turns", "ablate=atomics": "by turns, dQ added from registers",
+            "ablate=overlap": "by turns, every product waited for", "ablate=dq-keys": "by keys",
+            "ablate=dk-first": "by turns, dQ issued before dK"}
+    body, by = [], {}
+    for r in sorted(rs, key=lambda r: (int(r["causal"]), -int(r["N"]))):
+        v = plain_variant(r["variant"])
+        by[(int(r["causal"]), int(r["N"]), v)] = r
+        ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
+        body.append([r["d"], "yes" if r["causal"] == "1" else "no", r["N"], what.get(v, v), f"{float(r['bwd_kernel_ms']):.3f}{ok}"])
+    both = [(k[:2], float(by[k[:2] + ("ablate=dq-keys",)]["bwd_kernel_ms"]) / float(r["bwd_kernel_ms"]))
+            for k, r in by.items() if k[2] == "-" and k[:2] + ("ablate=dq-keys",) in by]
+    close = "; ".join(f"{'causal' if c else 'no mask'}, N = {n}: **{x:.2f}**" for (c, n), x in both) or "no point has both"
+    return (provenance(rs) + "\n\n" + table(["d", "causal", "N", "dQ split (as run)", "bwd kernel ms"], body)
+            + f"\n\nKernel time (CUPTI, every kernel of the backward summed, cold L2). By keys' time over by turns' "
+              f"(above 1: by turns faster): {close}. The run stopped at its time budget: the rows it did not reach are not here.")
+
+
 def bwd_model(step, pattern):
     """A backward step's rows of one run beside the model's prediction for them (docs/model.md: the
     per-resource model, computed from the ledger before any launch, never fitted): per point, the

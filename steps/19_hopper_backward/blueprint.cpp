@@ -41,10 +41,12 @@ bool deterministic(const StepOptions& o) { return choice_index(o, "deterministic
 std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
   const bool det = deterministic(o);
-  (void)d;  // every ablation runs at both compiled head dimensions
   if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
   if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
+  if (a == kDqKeys && !dq_by_columns(d, 2))
+    return "step19: --ablate dq-keys is the default at d = " + std::to_string(d) + " (dQ is split by keys below d = 128)";
+  if (a == kDqTurns && d != wgmma::kPanel) return "step19: --ablate dq-turns is compiled for d = 64 only (d one 64-column panel)";
   return "";
 }
 
@@ -78,6 +80,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const std::string why = refusal(s.dtype == DType::bf16, int(d), s.dropout > 0.0, {});
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
+  if (ablation == kDqTurns && d > wgmma::kPanel) throw Unsupported("step19: --ablate dq-turns needs d of one panel or less");
   BackwardBlueprintResult res;
   res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};  // [gqa]
   res.ledger.kernels.reserve(3);  // references into the set stay valid
@@ -248,7 +251,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               // lab:end
               // [dq-writer] The chunk in [dq-layout] order: thread t's register quad q at 4·(128q + t).
               const int64_t tile = (bh * Np + i0) * d + dq_panel_of(split, int(c), int(ch)) * kChunkFloats;
-              SmemTile& buf = chunk[size_t(2 * c + dq_buffer_of(split, int(t), int(ch)))];
+              SmemTile& buf = chunk[size_t(2 * c + dq_buffer_of(split, int(chunks), int(t), int(ch)))];
               for (int w = 0; w < 4; ++w)
                 for (int lane = 0; lane < 32; ++lane)
                   for (int r = 0; r < dq.n / 2; ++r) {
@@ -392,7 +395,7 @@ LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o));
 }
 int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
-// [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic):
+// [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic; dq-keys below d = 128, dq-turns above 64):
 // held against the GPU before anything runs, as the launcher would refuse it. (Dropout is refused by
 // the harness: supports_dropout is false.)
 std::string run_options_reason(const Shape& s, const StepOptions& o) {
@@ -410,7 +413,7 @@ const StepInfo& info() {
     i.teaches = "warp-specialized backward; Pᵀ and dSᵀ as register operands; dQ by bulk reduce-add";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (d = 128: dQ split by keys); dk-first (FlashAttention-3's order: dQ before dK) (docs/19_hopper_backward.md)"};
+      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (d = 128: dQ split by keys); dk-first (FlashAttention-3's order: dQ before dK); dq-turns (d = 64: dQ by turns instead of by keys) (docs/19_hopper_backward.md)"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;
       const StepFlag det{"deterministic", {"off", "on"},

@@ -168,8 +168,8 @@ struct Maps {
 };
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
-// overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
-// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]).
+// overlap), Split ([dq-split]: by columns at d = 128, by keys at d = 64 and with --ablate dq-keys,
+// by turns with --ablate dq-turns), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]).
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   // [dq-writer] A consumer's dQ of one item is kChunks 64 × 64 chunks (2 by keys at d = 128), staged
   // into its two buffers as [handshake] says: a consumer never waits for its previous chunk to be read out.
   constexpr int kChunks = Split == kByKeys ? kPanels : 1;
-  auto buf_of = [&](int t, int ch) { return dq_buffer_of(Split, t, ch); };
-  auto use_of = [&](int t) { return dq_use_of(Split, t); };
+  auto buf_of = [&](int t, int ch) { return dq_buffer_of(Split, kChunks, t, ch); };
+  auto use_of = [&](int t) { return dq_use_of(Split, kChunks, t); };
 
   const AttnParams& f = p.f;
   const Ws ws(p);
@@ -411,9 +411,9 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     if (Split != kByKeys) asm volatile("bar.sync 1, 256;\n" ::: "memory");
     else asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
     // [dq-wgmma] [dq-split] dQ_i's chunk = dS K_j: A = dS read from dSᵀ (keys × queries, MN-major),
-    // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by turns, the whole of
-    // d = 64 over all Bc keys, on the consumer's turns alone; by keys, the consumer's 64 keys and every
-    // column (d = 64: one panel; d = 128: two chunks).
+    // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
+    // 64 keys and every column (d = 64: one panel; d = 128: two chunks); by turns (--ablate dq-turns),
+    // the whole of d = 64 over all Bc keys, on the consumer's turns alone.
     float dq[kChunks][32];
     const bool mine = dq_computes(Split, c, t);  // warpgroup-uniform
     if (mine) {
@@ -590,7 +590,10 @@ void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
     if (ablation == kAtomics) return launch_kv<T, D, false, true, kSplit>(p, st);
     if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kSplit>(p, st);
     if (ablation == kDkFirst) return launch_kv<T, D, true, true, kSplit, false>(p, st);
-    if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
+    if constexpr (kSplit != kByKeys)
+      if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
+    if constexpr (D == wgmma::kPanel)
+      if (ablation == kDqTurns) return launch_kv<T, D, true, true, kByTurns>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }

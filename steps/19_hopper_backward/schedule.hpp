@@ -42,18 +42,16 @@ inline constexpr int64_t kSmemBudget = 227 * 1024;
 // [dq-split] dQ_i = dS K_j (Br × d, summed over the block's Bc keys) is split between the two consumers:
 //   by columns where a consumer's half of d is a whole 64-column panel (d = 128): consumer c computes
 //     columns 64c .. 64c + 63 over all Bc keys;
-//   by turns where d is one panel (d = 64): consumer t % 2 computes item t's whole dQ over all Bc keys,
-//     the other none;
-//   by keys (--ablate dq-keys): consumer c computes every column over its own 64 keys, and both partial
-//     sums are added into the same accumulator (twice the adds: the d = 64 kernel of eb403a7).
+//   by keys otherwise (d = 64; --ablate dq-keys at d = 128): consumer c computes every column over its
+//     own 64 keys, and both partial sums are added into the same accumulator;
+//   by turns (--ablate dq-turns, d = 64): consumer t % 2 computes item t's whole dQ over all Bc keys,
+//     the other none — half the adds of by keys, measured slower (docs/19_hopper_backward.md).
 // By columns and by turns read both halves of dSᵀ: the consumers meet at a named barrier every Q tile,
 // and each Q tile's dQ is added once. By keys each consumer runs free. A consumer's dQ is one 64 × 64
 // chunk (32 registers) per chunk it computes.
 enum DqSplit : int { kByColumns = 0, kByTurns, kByKeys };
 FA_HD constexpr bool dq_by_columns(int d, int consumers) { return (d / consumers) % wgmma::kPanel == 0; }
-FA_HD constexpr int default_split(int d, int consumers) {
-  return dq_by_columns(d, consumers) ? kByColumns : d <= wgmma::kPanel ? kByTurns : kByKeys;
-}
+FA_HD constexpr int default_split(int d, int consumers) { return dq_by_columns(d, consumers) ? kByColumns : kByKeys; }
 inline constexpr int kChunk = 64;                         // a consumer's dQ: 64 rows × 64 columns of fp32
 inline constexpr int kChunkFloats = kChunk * kChunk;      // 4096 floats, 16 KB
 // Whether consumer c computes (and the writer adds) a chunk of item t, and which accumulator chunk
@@ -61,11 +59,12 @@ inline constexpr int kChunkFloats = kChunk * kChunk;      // 4096 floats, 16 KB
 FA_HD constexpr bool dq_computes(int split, int c, int t) { return split != kByTurns || t % 2 == c; }
 FA_HD constexpr int dq_panel_of(int split, int c, int ch) { return split == kByColumns ? c : split == kByKeys ? ch : 0; }
 // [handshake] A consumer's dQ chunk buffers are filled and emptied once per use, parity use % 2 for
-// both barriers (a consumer waits for the release of the buffer's previous use). By columns item t
-// stages into buffer t % 2 (its use t / 2); by turns, consumer c's u-th item (t = 2u + c) into
-// buffer u % 2 (use u / 2); by keys, chunk ch into buffer ch (use t).
-FA_HD constexpr int dq_buffer_of(int split, int t, int ch) { return split == kByKeys ? ch : split == kByColumns ? t % 2 : (t / 2) % 2; }
-FA_HD constexpr int dq_use_of(int split, int t) { return split == kByKeys ? t : split == kByColumns ? t / 2 : t / 4; }
+// both barriers (a consumer waits for the release of the buffer's previous use). With one chunk per
+// item (by columns; by keys at d = 64) item t stages into buffer t % 2 (its use t / 2); with two (by
+// keys at d = 128) chunk ch into buffer ch (use t); by turns, consumer c's u-th item (t = 2u + c)
+// into buffer u % 2 (use u / 2).
+FA_HD constexpr int dq_buffer_of(int split, int chunks, int t, int ch) { return split == kByTurns ? (t / 2) % 2 : chunks == 1 ? t % 2 : ch; }
+FA_HD constexpr int dq_use_of(int split, int chunks, int t) { return split == kByTurns ? t / 4 : chunks == 1 ? t / 2 : t; }
 
 // [setmaxnreg] The producer warpgroup (the producer warp, the writer warp, two idle) keeps 24
 // registers per thread; the two consumers take 240 (128·24 + 256·240 = 64512 of the SM's 65536).
@@ -190,17 +189,20 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //   atomics   dQ added from the consumers' registers with 16-byte fp32 reductions
 //             (red.global.add.v4.f32) instead of staged and bulk-added by the writer warp;
 //   overlap   every product waited for before the next elementwise step (no [overlap]);
-//   dq-keys   dQ split by keys (each consumer every column over its own 64 keys; two chunks at d = 128,
-//             at 32 more registers) instead of by columns or by turns — the consumers no longer meet
-//             every Q tile, and each adds its own partial sum;
+//   dq-keys   d = 128: dQ split by keys (each consumer every column over its own 64 keys, two chunks)
+//             instead of by columns — the consumers no longer meet every Q tile, at 32 more registers;
+//   dq-turns  d = 64: dQ by turns instead of by keys — each Q tile's dQ added once, not twice, and the
+//             consumers meet every Q tile;
 //   dk-first  FlashAttention-3's order: dQ issued before dK and staged while dK runs, the Q/dO stage
 //             released at the next item's first wait — instead of dK issued before the consumers meet.
 // Compiled for fp16 only (refusal()), without --deterministic.
-enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kAblations };
-inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first"};
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kDqTurns, kAblations };
+inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "dq-turns"};
 int ablation_of(const StepOptions& o);
 // [dq-split] How a run splits dQ.
-FA_HD constexpr int split_of(int d, int ablation) { return ablation == kDqKeys ? kByKeys : default_split(d, 2); }
+FA_HD constexpr int split_of(int d, int ablation) {
+  return ablation == kDqKeys ? kByKeys : ablation == kDqTurns ? kByTurns : default_split(d, 2);
+}
 
 bool deterministic(const StepOptions& o);  // --deterministic on ([deterministic])
 
