@@ -74,6 +74,31 @@ TEST_CASE("window: classify_tile and first_kv_tile agree with the mask element b
   CHECK(masked_left > 0);
 }
 
+TEST_CASE("rows-seeing: the row range of each key is the mask read by key, with and without the mask and the window") {
+  Rng rng(11);
+  int64_t cells = 0, seen = 0;
+  for (int t = 0; t < 300; ++t) {
+    const int64_t N = 1 + int64_t(rng.below(200)), Nk = 1 + int64_t(rng.below(200));
+    const bool causal = t % 3 != 0;
+    const int64_t W = t % 4 == 0 ? 0 : 1 + int64_t(rng.below(t % 2 ? 30 : 300));
+    CAPTURE(N);
+    CAPTURE(Nk);
+    CAPTURE(causal);
+    CAPTURE(W);
+    for (int64_t j = 0; j < Nk + 3; ++j) {  // three keys past Nk: seen by no row
+      const int64_t lo = first_row_seeing(j, N, Nk, causal), hi = end_row_seeing(j, N, Nk, causal, W);
+      for (int64_t i = 0; i < N; ++i) {
+        const bool want = j < Nk && key_visible(i, j, N, Nk, causal, W);
+        CHECK((i >= lo && i < hi) == want);
+        ++cells;
+        seen += want;
+      }
+    }
+  }
+  CHECK(seen > 0);  // the draws reach both answers
+  CHECK(seen < cells);
+}
+
 TEST_CASE("gqa, window: the blueprints of the steps that take them match the reference, and count their closed form") {
   int ran = 0;
   for (const StepInfo* st : all_steps()) {

@@ -33,6 +33,23 @@ FA_HD constexpr int64_t first_key(int64_t i, int64_t N, int64_t Nk, int64_t wind
 FA_HD constexpr bool key_visible(int64_t i, int64_t j, int64_t N, int64_t Nk, bool causal, int64_t window = 0) {
   return j < visible_keys(i, N, Nk, causal) && j >= first_key(i, N, Nk, causal ? window : 0);
 }
+// [rows-seeing] The same mask read by key, for a kernel whose register rows are keys (step 19's Sᵀ):
+// of the rows 0 .. N − 1, key j is seen by rows first_row_seeing .. end_row_seeing − 1 (none when
+// j >= Nk). With the mask, row i sees key j when i >= j − (Nk − N); with a window also when
+// i < j − (Nk − N) + W. One range per key: the kernel compares each register's row with it, no branch.
+// (A template: a kernel calls it with 32-bit ints, which keeps its registers 32-bit.)
+template <class I>
+FA_HD constexpr I first_row_seeing(I j, I N, I Nk, bool causal) {
+  const I r = j - (Nk - N);
+  return !causal || r < 0 ? I(0) : r;
+}
+template <class I>
+FA_HD constexpr I end_row_seeing(I j, I N, I Nk, bool causal, I window = 0) {
+  if (j >= Nk) return 0;
+  if (!causal || window <= 0) return N;
+  const I r = j - (Nk - N) + window;
+  return r < 0 ? I(0) : (r < N ? r : N);
+}
 
 // Σ_i visible_keys(i) over all rows, in closed form: N·Nk without the mask; with it,
 // T(Nk) − T(max(0, Nk − N)) where T(x) = x(x+1)/2 (row N−1 always sees exactly Nk keys).

@@ -458,6 +458,44 @@ def step19_dq_turns():
               f"(above 1: by turns faster): {close}. The run stopped at its time budget: the rows it did not reach are not here.")
 
 
+def sass_stalls(step):
+    """Where a step's main kernel waits, by SASS opcode (sass_*_stepNN.csv, scripts/ncu_sass.py over Nsight's
+    source page): one column per profiled run (commit and shape), in date order; rows the opcodes that
+    hold the most samples in any run, then the stall reasons. A cell is the share of that run's warp-state
+    samples; an opcode's first cell names its most common reason there."""
+    rs = common.rows(f"sass_*_step{step}.csv")
+    if not rs:
+        return provenance(rs, "scripts/ncu_sass.py --report R.ncu-rep --out plots/data/sass_<gpu>_step" + step + ".csv")
+    runs = sorted({(r["date"], r["commit"], r["label"]) for r in rs})
+    by = {(r["commit"], r["label"], r["kind"], r["name"]): r for r in rs}
+    top_ops, top_reasons = [], []
+    for _, c, l in runs:
+        mine = [r for r in rs if (r["commit"], r["label"]) == (c, l)]
+        for kind, keep, n in (("opcode", top_ops, 8), ("reason", top_reasons, 5)):
+            for r in sorted((r for r in mine if r["kind"] == kind), key=lambda r: -float(r["samples_pct"]))[:n]:
+                if r["name"] not in keep:
+                    keep.append(r["name"])
+    body = []
+    for kind, names in (("opcode", top_ops), ("reason", top_reasons)):
+        for name in names:
+            cells = []
+            for i, (_, c, l) in enumerate(runs):
+                r = by.get((c, l, kind, name))
+                if r is None:
+                    cells.append("–")
+                    continue
+                cell = f"{float(r['samples_pct']):.1f}"
+                if kind == "opcode" and r["top_reason"]:
+                    cell += f" ({r['top_reason']} {float(r['top_reason_pct']):.0f} %)"
+                cells.append(cell)
+            body.append([f"`{name}`" if kind == "opcode" else f"stall `{name}`"] + cells)
+    header = ["opcode / reason"] + [f"`{c}`, {l}" for _, c, l in runs]
+    note = (" _A cell: the share (%) of the kernel's warp-state samples at that opcode (in parentheses its most"
+            " common stall reason, as a share of the opcode's samples), or with that stall reason. The samples"
+            " cover every warp, the producer's and the writer's waiting ones too._")
+    return provenance(rs) + note + "\n\n" + table(header, body)
+
+
 def bwd_model(step, pattern):
     """A backward step's rows of one run beside the model's prediction for them (docs/model.md: the
     per-resource model, computed from the ledger before any launch, never fitted): per point, the

@@ -330,23 +330,30 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 
     // [bwd-softmax] Pᵀ = exp2(Sᵀ·scale·log2 e − L·log2 e): register r of the lane is key
     // 16w + g + 8·((r % 4) / 2) of the consumer's 64, query 8·(r / 4) + 2·tg + r % 2 of the tile.
-    const bool masked = needs_mask(i0, i0 + Br, j0, f.N, f.Nk, Bc, f.causal, f.window);
     // lab:begin p-transposed {dQ dK dV}: [bwd-softmax]: per register of Sᵀ, its key and query, the mask, …
+    if (needs_mask(i0, i0 + Br, j0, f.N, f.Nk, Bc, f.causal, f.window)) {
+      // [causal-mask] [window] and the keys past Nk, on the tiles that need it alone ([mask-hoist]): the
+      // lane's two keys, each with the range of the tile's queries that see it ([rows-seeing]).
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int key = j0 + 64 * c + 16 * w + g + 8 * hr;
+        const int lo = first_row_seeing(key, f.N, f.Nk, f.causal) - i0, hi = end_row_seeing(key, f.N, f.Nk, f.causal, f.window) - i0;
+#pragma unroll
+        for (int n = 0; n < Br / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * n + 2 * tg + e;
+            if (col < lo || col >= hi) s[4 * n + 2 * hr + e] = -INFINITY;
+          }
+      }
+    }
+    // [mask-hoist] One straight run of exponentials for every tile: no branch between them.
 #pragma unroll
     for (int n = 0; n < Br / 8; ++n) {
-      const int col = 8 * n + 2 * tg;
       float2 l2v;
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l2v.x), "=f"(l2v.y) : "r"(l2_at(st) + 4 * col));
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l2v.x), "=f"(l2v.y) : "r"(l2_at(st) + 4 * (8 * n + 2 * tg)));
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 4 * n + e;
-        float x = s[r];
-        if (masked) {  // [causal-mask] [window] and the keys past Nk
-          const int key = j0 + 64 * c + 16 * w + g + 8 * (e / 2), row = i0 + col + e % 2;
-          if (!key_visible(row, key, f.N, f.Nk, f.causal, f.window)) x = -INFINITY;
-        }
-        s[r] = fast_exp2(fmaf(x, sl2, -(e % 2 ? l2v.y : l2v.x)));
-      }
+      for (int e = 0; e < 4; ++e) s[4 * n + e] = fast_exp2(fmaf(s[4 * n + e], sl2, -(e % 2 ? l2v.y : l2v.x)));
     }
     // lab:end
     // [c-to-a] Pᵀ as the A operand of dV += Pᵀ dO_i (step 14's conversion: register quad kk holds
