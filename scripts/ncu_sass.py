@@ -13,6 +13,7 @@ the whole kernel, and writes one CSV row per opcode and per reason.
                    into a report in a temporary folder (kept: its path is printed), then read as --report
   --report R       an ncu report taken with `--section SourceCounters` (ncu is run to export its page)
   --source-csv F   that page already exported: `ncu -i R --page source --csv --print-source sass > F`
+                   (gzipped if F ends in .gz)
   --label TEXT     what was profiled (the shape), written in every row
   --kernel SUBSTR  the kernel, when the page holds several (default: the first)
   --gpu, --commit, --date   the rows' leading columns (default: nvidia-smi's name, FA_COMMIT, now)
@@ -27,6 +28,7 @@ import argparse
 import collections
 import csv
 import datetime
+import gzip
 import io
 import os
 import subprocess
@@ -133,7 +135,9 @@ def main():
             return 2
         text = p.stdout
     else:
-        text = open(a.source_csv, encoding="utf-8", errors="replace").read()
+        opener = gzip.open if a.source_csv.endswith(".gz") else open
+        with opener(a.source_csv, "rt", encoding="utf-8", errors="replace") as f:
+            text = f.read()
     blocks = [b for b in pages(text) if a.kernel in (b[0] or "")]
     if not blocks:
         print("ncu_sass.py: no kernel" + (f" matching '{a.kernel}'" if a.kernel else "") + " on the page", file=sys.stderr)

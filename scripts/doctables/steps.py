@@ -496,6 +496,38 @@ def sass_stalls(step):
     return provenance(rs) + note + "\n\n" + table(header, body)
 
 
+def step19_hoist():
+    """Step 19's plain backward before and after the mask's hoist ([mask-hoist]): eb403a7's target-matrix
+    run (prehoist_*_bwd19.csv, the clock file of that commit kept) beside the current one (clock_*_bwd19.csv),
+    point by point by kernel time; closing line: the speed-up's geometric mean and range, and the points
+    docs/19's prediction named (fp16, N = 16384, no mask)."""
+    old = [r for r in common.rows("prehoist_*_bwd19.csv") if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
+    new = [r for r in common.rows("clock_*_bwd19.csv") if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
+    if not old or not new:
+        return provenance(old + new, "build/bench --steps 19 (docs/19_hopper_backward.md)")
+    key = lambda r: (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+    before = {key(r): r for r in old}
+    body, xs, named = [], [], []
+    for r in sorted(new, key=lambda r: (r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"]))):
+        b = before.get(key(r))
+        if b is None or not b.get("bwd_kernel_ms") or not r.get("bwd_kernel_ms"):
+            continue
+        x = float(b["bwd_kernel_ms"]) / float(r["bwd_kernel_ms"])
+        xs.append(x)
+        ok = "" if r["bwd_pass"] == "1" and b["bwd_pass"] == "1" else " (FAIL)"
+        body.append([r["dtype"], r["d"], "yes" if r["causal"] == "1" else "no", r["N"], f"{float(b['bwd_kernel_ms']):.3f}",
+                     f"{float(r['bwd_kernel_ms']):.3f}", f"{x:.2f}{ok}"])
+        if r["dtype"] == "fp16" and r["causal"] == "0" and r["N"] == "16384":
+            named.append(f"d = {r['d']}: **{x:.2f}**")
+    c_old, c_new = old[0]["commit"], new[0]["commit"]
+    return (provenance(old + new) + "\n\n"
+            + table(["dtype", "d", "causal", "N", f"`{c_old}` ms", f"`{c_new}` ms", "speed-up"], body)
+            + f"\n\nKernel time of the whole backward (CUPTI, every kernel summed, cold L2), two runs of the same "
+              f"`bench` command in one session each. Speed-up over the {len(xs)} points: geometric mean "
+              f"**{geomean(xs):.2f}**, range {min(xs):.2f}–{max(xs):.2f}. At the points the prediction named "
+              f"(fp16, N = 16384, no mask): " + "; ".join(named) + ".")
+
+
 def bwd_model(step, pattern):
     """A backward step's rows of one run beside the model's prediction for them (docs/model.md: the
     per-resource model, computed from the ledger before any launch, never fitted): per point, the
