@@ -14,6 +14,7 @@
 #include "blueprint/wgmma_emu.hpp"
 #include "core/rng.hpp"
 #include "core/shapes.hpp"
+#include "kernel/wgmma_layout.hpp"
 #include "reference/checks.hpp"
 #include "reference/reference.hpp"
 
@@ -104,6 +105,23 @@ TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 
     }
     if (t >= 2) CHECK(step19::dq_buffer_of(step19::kByTurns, 1, t, 0) != step19::dq_buffer_of(step19::kByTurns, 1, t - 2, 0));
   }
+}
+
+TEST_CASE("step 19 [desc-add]: a descriptor's low word plus offset >> 4 names the address plus the offset, wherever the block's operands lie, and not past 256 KB") {
+  // Every 1024-aligned block start and every 16-byte offset that keeps the address inside the block's
+  // shared memory (kSmemBudget, as large as a block may be): adding to the address field equals
+  // building the descriptor anew. One CHECK over the count of mismatches, so doctest stays fast.
+  int64_t pairs = 0, wrong = 0;
+  for (uint32_t base = 0; base < step19::kSmemBudget; base += wgmma::kGroupBytes)
+    for (uint32_t off = 0; base + off < step19::kSmemBudget; off += 16) {
+      ++pairs;
+      if (wgmma::desc_at(wgmma::desc_lo(base), off) != wgmma::desc(base + off)) ++wrong;
+    }
+  CHECK(pairs > 0);
+  CHECK(wrong == 0);
+  // The bound is real: at 256 KB the sum carries out of the 14-bit address field.
+  CHECK(wgmma::desc_at(wgmma::desc_lo(0x3FFF0), 16) != wgmma::desc(0x40000));
+  for (int d : step19::kHeadDims) CHECK(step19::smem_bytes(step19::schedule_for(d), d) <= step19::kSmemBudget);
 }
 
 TEST_CASE("step 19 [dq-wgmma]: the MN-major wgmma multiplies dS read from a dSᵀ tile by K, and a transposed read would be seen") {

@@ -43,6 +43,15 @@ FA_HD constexpr uint64_t desc(uint32_t addr, uint32_t lbo = 16, uint32_t sbo = k
   return uint64_t((addr >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) |
          (uint64_t(1) << 62);
 }
+// [desc-add] Every descriptor here has the same high word (SBO and the swizzle mode); the low word
+// is the address >> 4 with LBO >> 4 above it. So the descriptor of the matrix `offset` bytes (a
+// multiple of 16) past the one whose low word is `lo` is that high word over lo + offset >> 4: one
+// 32-bit add, instead of masking and shifting an address. The address field cannot carry out of its
+// 14 bits while the address stays below 256 KB (shared memory is 228 KB).
+FA_HD constexpr uint32_t desc_lo(uint32_t addr, uint32_t lbo = 16) { return uint32_t(desc(addr, lbo)); }
+FA_HD constexpr uint64_t desc_at(uint32_t lo, uint32_t offset, uint32_t sbo = kGroupBytes) {
+  return (desc(0, 0, sbo) & 0xFFFFFFFF00000000ull) | uint32_t(lo + (offset >> 4));
+}
 // The fields back (for tests and the doc's drawing).
 FA_HD constexpr uint32_t desc_addr(uint64_t d) { return uint32_t(d & 0x3FFF) << 4; }
 FA_HD constexpr uint32_t desc_lbo(uint64_t d) { return uint32_t((d >> 16) & 0x3FFF) << 4; }

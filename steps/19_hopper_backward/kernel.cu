@@ -52,6 +52,12 @@ __device__ inline float fast_exp2(float x) {
   return y;
 }
 
+// [desc-add] x, as a value the compiler cannot see through (a register move it must keep where it stands).
+__device__ inline uint32_t opaque(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
+  return x;
+}
+
 // [mbarrier] step 15's: a barrier in shared memory completes a phase when `count` arrivals have
 // happened and the announced transaction bytes have come in; a waiter names the phase by its parity.
 __device__ inline void mbar_init(uint32_t bar, int count) {
@@ -185,9 +191,10 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   if (sbase % wgmma::kGroupBytes != 0) __trap();  // [sw128] fail loudly, never silently
   constexpr uint32_t kTileKV = Bc * D * 2, kTileQ = Br * D * 2, kDs = Bc * Br * 2, kChunkBytes = kChunkFloats * 4;
   const uint32_t k_s = sbase, v_s = sbase + kTileKV;
-  auto q_at = [&](int st) { return sbase + 2 * kTileKV + st * 2 * kTileQ; };
+  auto q_off = [&](int st) { return 2 * kTileKV + st * 2 * kTileQ; };  // offsets from sbase ([desc-add])
+  auto q_at = [&](int st) { return sbase + q_off(st); };
   auto do_at = [&](int st) { return q_at(st) + kTileQ; };
-  const uint32_t ds0 = sbase + 2 * kTileKV + St * 2 * kTileQ;
+  const uint32_t ds_off = 2 * kTileKV + St * 2 * kTileQ, ds0 = sbase + ds_off;
   const uint32_t dqb0 = ds0 + 2 * kDs;
   auto chunk_at = [&](int c, int buf) { return dqb0 + (2 * c + buf) * kChunkBytes; };
   const uint32_t rows0 = dqb0 + 2 * C * kChunkBytes;
@@ -294,7 +301,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 
   // ---- [consumer] -------------------------------------------------------------------------------
   regs_inc<kConsumerRegs>();
-  const int c = wg - 1, w = warp % 4, tid = threadIdx.x % 128;
+  // [desc-add] The consumer's index, broadcast from lane 0 so that ptxas sees it warp-uniform.
+  const int c = __shfl_sync(0xffffffffu, wg - 1, 0), w = warp % 4, tid = threadIdx.x % 128;
   const int g = m16n8k16::group(lane), tg = m16n8k16::thread_in_group(lane);
   float dk[kPanels][32], dv[kPanels][32];
 #pragma unroll
@@ -302,7 +310,10 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 #pragma unroll
     for (int r = 0; r < 32; ++r) dk[pn][r] = 0.0f, dv[pn][r] = 0.0f;
   const float sl2 = f.scale * kLog2e;
-  const uint32_t k_wg = k_s + wgmma::kmajor_offset(64 * c, 0, Bc), v_wg = v_s + wgmma::kmajor_offset(64 * c, 0, Bc);
+  // [desc-add] Every descriptor below is one add to the low word of the block's first ([desc-at] in
+  // wgmma_layout.hpp), from warp-uniform values alone, so that ptxas can keep it in a uniform register:
+  // no mask, shift and move per product. kc: the offset of the consumer's 64 keys in K_j and V_j.
+  const uint32_t lo0 = wgmma::desc_lo(sbase), kc = wgmma::kmajor_offset(64 * c, 0, Bc);
   if (items > 0) mbar_wait(kv_full, 0);
   for (int t = 0; t < items; ++t) {
     const int st = t % St, h = head_of(t), i0 = row_of(t);
@@ -310,16 +321,19 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ (64 keys × 64 queries each, both operands K-major),
     // one group each.
     float s[32], dp[32];
+    // [desc-add] The low word read anew each item: the compiler forms each descriptor beside its
+    // product instead of hoisting all forty out of the loop into registers (which spilled).
+    const uint32_t lo = opaque(lo0);
+    auto at = [&](uint32_t off) { return wgmma::desc_at(lo, off); };
+    const uint32_t q_i = q_off(st), do_i = q_off(st) + kTileQ;
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T, 64>(s, wgmma::desc(k_wg + wgmma::kmajor_offset(0, kk, Bc)), wgmma::desc(q_at(st) + wgmma::kmajor_offset(0, kk, Br)),
-                           kk > 0);
+      wgmma::mma_ss<T, 64>(s, at(kc + wgmma::kmajor_offset(0, kk, Bc)), at(q_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
     wgmma::commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T, 64>(dp, wgmma::desc(v_wg + wgmma::kmajor_offset(0, kk, Bc)),
-                           wgmma::desc(do_at(st) + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+      wgmma::mma_ss<T, 64>(dp, at(kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc)), at(do_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
     wgmma::commit();
     // [overlap] Wait for Sᵀ alone: Pᵀ's exponentials run while dPᵀ is still multiplied, and dV's
     // product (which needs only Pᵀ) while dSᵀ is formed.
@@ -371,7 +385,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     for (int kk = 0; kk < Br / 16; ++kk)
 #pragma unroll
       for (int pn = 0; pn < kPanels; ++pn)
-        wgmma::mma_rs<T, 64>(dv[pn], pa[kk], wgmma::desc(do_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
+        wgmma::mma_rs<T, 64>(dv[pn], pa[kk], at(do_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
     wgmma::commit();
     if (OV) wgmma::wait<1>();  // dPᵀ is in; dV's product may still run
     else wgmma::wait<0>();
@@ -407,7 +421,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       for (int kk = 0; kk < Br / 16; ++kk)
 #pragma unroll
         for (int pn = 0; pn < kPanels; ++pn)
-          wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], wgmma::desc(q_at(st) + wgmma::mnmajor_offset(kk, pn, Br)), true);
+          wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], at(q_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
       wgmma::commit();
     };
     wgmma::fence();
@@ -429,8 +443,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         const int kk = Split == kByKeys ? 4 * c + x : x;
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch)
-          wgmma::mma_ss_mn<T, 64>(dq[ch], wgmma::desc(ds_s + wgmma::mnmajor_offset(kk, 0, Bc)),
-                                  wgmma::desc(k_s + wgmma::mnmajor_offset(kk, dq_panel_of(Split, c, ch), Bc)), x > 0);
+          wgmma::mma_ss_mn<T, 64>(dq[ch], at(ds_off + (t % 2) * kDs + wgmma::mnmajor_offset(kk, 0, Bc)),
+                                  at(wgmma::mnmajor_offset(kk, dq_panel_of(Split, c, ch), Bc)), x > 0);
       }
       wgmma::commit();
     }
