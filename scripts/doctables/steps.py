@@ -498,11 +498,21 @@ def sass_stalls(step):
 
 def step19_hoist():
     """Step 19's plain backward before and after the mask's hoist ([mask-hoist]): eb403a7's target-matrix
-    run (prehoist_*_bwd19.csv, the clock file of that commit kept) beside the current one (clock_*_bwd19.csv),
-    point by point by kernel time; closing line: the speed-up's geometric mean and range, and the points
-    docs/19's prediction named (fp16, N = 16384, no mask)."""
-    old = [r for r in common.rows("prehoist_*_bwd19.csv") if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
-    new = [r for r in common.rows("clock_*_bwd19.csv") if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
+    run (prehoist_*_bwd19.csv) beside 7a55647's (predesc_*_bwd19.csv, the clock files of those commits kept)."""
+    return step19_before_after("prehoist_*_bwd19.csv", "predesc_*_bwd19.csv")
+
+
+def step19_desc():
+    """Step 19's plain backward before and after [desc-add] (descriptors by one add): 7a55647's
+    target-matrix run (predesc_*_bwd19.csv) beside the current one (clock_*_bwd19.csv)."""
+    return step19_before_after("predesc_*_bwd19.csv", "clock_*_bwd19.csv")
+
+
+def step19_before_after(old_pattern, new_pattern):
+    """Two runs of step 19's target matrix, point by point by kernel time; closing line: the speed-up's
+    geometric mean and range, and the points docs/19's predictions name (fp16, N = 16384, no mask)."""
+    old = [r for r in common.rows(old_pattern) if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
+    new = [r for r in common.rows(new_pattern) if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
     if not old or not new:
         return provenance(old + new, "build/bench --steps 19 (docs/19_hopper_backward.md)")
     key = lambda r: (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))

@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 #pragma unroll
     for (int r = 0; r < 32; ++r) dk[pn][r] = 0.0f, dv[pn][r] = 0.0f;
   const float sl2 = f.scale * kLog2e;
-  // [desc-add] Every descriptor below is one add to the low word of the block's first ([desc-at] in
+  // [desc-add] Every descriptor below is one add to the low word of the block's first (desc_at in
   // wgmma_layout.hpp), from warp-uniform values alone, so that ptxas can keep it in a uniform register:
   // no mask, shift and move per product. kc: the offset of the consumer's 64 keys in K_j and V_j.
   const uint32_t lo0 = wgmma::desc_lo(sbase), kc = wgmma::kmajor_offset(64 * c, 0, Bc);
