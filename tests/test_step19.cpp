@@ -73,28 +73,6 @@ TEST_CASE("step 19 [dq-layout]: each Q tile's accumulator is a permutation of it
   }
 }
 
-// [dq-convert] The convert kernel's reads: every float of a chunk once, each lane 64 contiguous bytes
-// per quad (a warp 2 KB), and element 2·hr + e of a quad at the row and column acc_offset puts it.
-TEST_CASE("step 19 [dq-convert]: the convert warp's reads cover a chunk once, 64 contiguous bytes a lane per quad, at the rows and columns of [dq-layout]") {
-  std::set<int64_t> seen;
-  int checked = 0;
-  for (int lane = 0; lane < 32; ++lane)
-    for (int q = 0; q < step19::kChunk / 8; ++q)
-      for (int tg = 0; tg < 4; ++tg) {
-        const int at = step19::convert_offset(lane, q, tg);
-        CHECK(at == step19::convert_offset(lane, q, 0) + 4 * tg);                       // the lane's four quads in a row
-        CHECK(step19::convert_offset(lane, q, 0) == step19::convert_offset(0, q, 0) + 16 * lane);  // the warp's 2 KB
-        for (int hr = 0; hr < 2; ++hr)
-          for (int e = 0; e < 2; ++e) {
-            CHECK(step19::acc_offset(step19::convert_row(lane) + 8 * hr, 8 * q + 2 * tg + e) == at + 2 * hr + e);
-            seen.insert(at + 2 * hr + e);
-            ++checked;
-          }
-      }
-  CHECK(checked == step19::kChunkFloats);
-  CHECK(seen.size() == size_t(step19::kChunkFloats));
-}
-
 TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 256 does not, the register split fits the file") {
   const step19::Schedule s64 = step19::schedule_for(64), s128 = step19::schedule_for(128), s256 = step19::schedule_for(256);
   CHECK((s128.Br == 64 && s128.Bc == 128 && s128.consumers() == 2 && s128.threads() == 384));
@@ -112,8 +90,9 @@ TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 
   CHECK(step19::dq_by_columns(128, 2));
   CHECK_FALSE(step19::dq_by_columns(64, 2));
   CHECK(step19::default_split(128, 2) == step19::kByColumns);
-  CHECK(step19::default_split(64, 2) == step19::kByKeys);
-  CHECK(step19::split_of(64, step19::kDqTurns) == step19::kByTurns);
+  CHECK(step19::default_split(64, 2) == step19::kByTurns);
+  CHECK(step19::split_of(64, step19::kDqKeys) == step19::kByKeys);
+  CHECK(step19::split_of(128, step19::kDqKeys) == step19::kByKeys);
   CHECK(step19::dq_panel_of(step19::kByColumns, 1, 0) == 1);
   CHECK(step19::dq_panel_of(step19::kByTurns, 1, 0) == 0);
   CHECK(step19::dq_panel_of(step19::kByKeys, 1, 1) == 1);
@@ -195,9 +174,6 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
     const BackwardBlueprintResult base = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, step19::kFull);
     for (int a = 0; a < step19::kAblations; ++a) {
       CAPTURE(step19::kAblationNames[a]);
-      if (a == step19::kDqKeys && c.shape.d != 128) continue;   // refused (the default below d = 128)
-      if (a == step19::kDqTurns && c.shape.d != 64) continue;   // refused (by turns needs d of one panel)
-      if (a == step19::kDqSum && c.shape.d != 64) continue;     // refused (summed only by keys of one chunk)
       const BackwardBlueprintResult r = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, a);
       const BackwardCheck chk = check_backward(c.shape, p.in, p.dO, p.ref, r.grads);
       INFO(chk.summary());
@@ -209,21 +185,12 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
       CHECK(kv.matmul_flops == kv0.matmul_flops);  // the same products in every variant
       CHECK(kv.gmem_read == kv0.gmem_read);
       if (a == step19::kAtomics) {  // the staging's write and the writer's read of every chunk gone
-        const bool summed = c.shape.d == 64;  // [dq-sum] and the writer's sum: both chunks added from registers
-        CHECK(kv.gmem_atomic == (summed ? 2 : 1) * kv0.gmem_atomic);
-        const int64_t staged = kv.gmem_atomic + (summed ? kv0.gmem_atomic : 0);
-        CHECK(kv0.smem_write - kv.smem_write == staged);
-        CHECK(kv0.smem_read - kv.smem_read == staged);
+        CHECK(kv.gmem_atomic == kv0.gmem_atomic);
+        CHECK(kv0.smem_write - kv.smem_write == kv.gmem_atomic);
+        CHECK(kv0.smem_read - kv.smem_read == kv.gmem_atomic);
       }
       if (a == step19::kNoOverlap || a == step19::kDkFirst) CHECK(kv == kv0);  // an order of waits and issues, not of work
       if (a == step19::kDqKeys) CHECK(kv.gmem_atomic == 2 * kv0.gmem_atomic);  // both consumers add every column
-      if (a == step19::kDqTurns) CHECK(kv.gmem_atomic == kv0.gmem_atomic);  // one consumer per Q tile adds, as the sum does
-      if (a == step19::kDqSum) {  // [dq-sum] taken out: both chunks added; the writer's sum (a chunk read twice, one written) gone
-        const int64_t chunk = 64 * 64 * 4 * kv.tiles_computed;
-        CHECK(kv.gmem_atomic == 2 * kv0.gmem_atomic);
-        CHECK(kv0.smem_write - kv.smem_write == chunk);
-        CHECK(kv0.smem_read - kv.smem_read == chunk);
-      }
     }
   }
   CHECK(n > 0);
@@ -247,12 +214,10 @@ TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products 
       CHECK(kv.gmem_read == kv13.gmem_read);
       CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by columns: every element of dQ once per K/V tile
     } else {
-      CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by keys, the two partial sums summed first ([dq-sum]): once
-      const Ledger unsummed = step19::closed_form(s, step19::schedule_for(int(d)), step19::kDqSum).kernels[1].second;
-      CHECK(unsummed.gmem_atomic == 2 * kv13.gmem_atomic);  // --ablate dq-sum: twice, one partial sum per consumer
-      const Ledger turns = step19::closed_form(s, step19::schedule_for(int(d)), step19::kDqTurns).kernels[1].second;
-      CHECK(turns.gmem_atomic == kv13.gmem_atomic);  // by turns: once, as by columns
-      CHECK(turns.matmul_flops == kv.matmul_flops);
+      CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by turns: once, as by columns
+      const Ledger keys = step19::closed_form(s, step19::schedule_for(int(d)), step19::kDqKeys).kernels[1].second;
+      CHECK(keys.gmem_atomic == 2 * kv13.gmem_atomic);  // by keys (--ablate dq-keys): twice, one partial sum per consumer
+      CHECK(keys.matmul_flops == kv.matmul_flops);
     }
     CHECK(kv.barriers == num_tiles(N, step19::schedule_for(int(d)).Bc));  // one __syncthreads per block (a K/V tile each); the rest are mbarriers and named barriers
   }
@@ -327,19 +292,17 @@ TEST_CASE("step 19 [deterministic]: the ledger adds a semaphore read and increme
   }
 }
 
-TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16 or with --deterministic, dq-keys below d = 128, dq-turns and dq-sum above 64, d = 256") {
+TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16 or with --deterministic, d = 256") {
   Shape s;
   s.N = s.Nk = 128;
   s.d = 64;
   CHECK(step19::refusal(false, 64, false, {}).empty());
   CHECK(step19::refusal(false, 64, true, {}).find("--dropout") != std::string::npos);
   CHECK(step19::refusal(true, 128, false, {{"ablate", "atomics"}}).find("fp16 only") != std::string::npos);
-  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-keys"}}).find("default at d = 64") != std::string::npos);
-  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-turns"}}).empty());
-  CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-turns"}}).find("d = 64 only") != std::string::npos);
+  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-keys"}}).empty());
   CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-keys"}}).empty());
-  CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-sum"}}).empty());
-  CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-sum"}}).find("d = 64 only") != std::string::npos);
+  CHECK(step19::refusal(true, 64, false, {{"ablate", "dq-keys"}}).find("fp16 only") != std::string::npos);
+  CHECK_THROWS_AS(step19::refusal(false, 64, false, {{"ablate", "dq-turns"}}), std::invalid_argument);  // the default at d = 64 now
   CHECK_THROWS_AS(step19::refusal(false, 128, false, {{"ablate", "nonsense"}}), std::invalid_argument);
   CHECK(step19::refusal(true, 128, false, {{"deterministic", "on"}}).empty());  // both types, every d compiled
   CHECK(step19::refusal(false, 64, false, {{"deterministic", "on"}, {"ablate", "atomics"}}).find("without --deterministic") !=

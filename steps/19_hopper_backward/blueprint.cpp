@@ -44,10 +44,6 @@ std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
   if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
   if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
-  if (a == kDqKeys && !dq_by_columns(d, 2))
-    return "step19: --ablate dq-keys is the default at d = " + std::to_string(d) + " (dQ is split by keys below d = 128)";
-  if (a == kDqTurns && d != wgmma::kPanel) return "step19: --ablate dq-turns is compiled for d = 64 only (d one 64-column panel)";
-  if (a == kDqSum && d != wgmma::kPanel) return "step19: --ablate dq-sum is compiled for d = 64 only (dQ by keys, one chunk per consumer)";
   return "";
 }
 
@@ -81,8 +77,6 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const std::string why = refusal(s.dtype == DType::bf16, int(d), s.dropout > 0.0, {});
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
-  if (ablation == kDqTurns && d > wgmma::kPanel) throw Unsupported("step19: --ablate dq-turns needs d of one panel or less");
-  if (ablation == kDqSum && d > wgmma::kPanel) throw Unsupported("step19: --ablate dq-sum needs d of one panel or less");
   BackwardBlueprintResult res;
   res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};  // [gqa]
   res.ledger.kernels.reserve(3);  // references into the set stay valid
@@ -110,12 +104,12 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         const int64_t bh = b * s.H + h;
         const GlobalMat O(fwd.o.head(b, h), N, d, d, st, Lpre), G(dO.head(b, h), N, d, d, st, Lpre),
             Lse(fwd.lse.head(b, h), 1, N, N, f32, Lpre);
-        const int kPer = int(d / kPreCols);  // threads per row, kPreCols elements each
+        const int kPer = int(d / 8);  // threads per row, 8 elements (16 bytes) each
         for (int64_t i = 0; i < Np; ++i) {
           std::vector<float> part(size_t(kPer), 0.0f);
           if (i < N) {
             for (int th = 0; th < kPer; ++th)
-              for (int x = 0; x < kPreCols; ++x) part[size_t(th)] += G.load(i, kPreCols * th + x) * O.load(i, kPreCols * th + x);
+              for (int x = 0; x < 8; ++x) part[size_t(th)] += G.load(i, 8 * th + x) * O.load(i, 8 * th + x);
             Lpre.nonmatmul_ops += 2 * d + 1;  // a multiply and an add per element; L·log2 e
           }
           for (int64_t c = 0; c < d; ++c) Acc.store(bh * Np + i, c, 0.0f);
@@ -244,7 +238,6 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           if (det && Sem.load(bh, qt) != float(add_rank(qt, jt, N, Nk, Br, Bc, s.causal, s.window)))
             throw std::logic_error("step19: --deterministic: a block would wait for a block launched after it");
           const int64_t c_lo = split == kByTurns ? t % 2 : 0, c_end = split == kByTurns ? c_lo + 1 : C;  // by turns: consumer t % 2 alone
-          const bool sum = dq_summed(split, int(chunks), bulk, ablation);  // [dq-sum]
           for (int64_t c = c_lo; c < c_end; ++c)
             for (int64_t ch = 0; ch < chunks; ++ch) {
               wgmma::Acc dq{static_cast<int>(cols)};
@@ -263,18 +256,10 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                     if (bulk) buf.write(at / kChunk, at % kChunk, v);
                     else Acc.atomic_add((tile + at) / d, (tile + at) % d, v);
                   }
-              if (bulk && !sum)  // [dq-writer] the writer warp reads the chunk out in one bulk reduce-add
+              if (bulk)  // [dq-writer] the writer warp reads the chunk out in one bulk reduce-add
                 for (int64_t at = 0; at < Br * cols; ++at)
                   Acc.atomic_add((tile + at) / d, (tile + at) % d, buf.read(at / kChunk, at % kChunk));
             }
-          if (sum) {
-            // [dq-sum] The writer adds consumer 1's chunk into consumer 0's, then reduce-adds that one.
-            const size_t b = size_t(dq_buffer_of(split, 1, int(t), 0));
-            SmemTile &c0 = chunk[b], &c1 = chunk[2 + b];
-            const int64_t tile = (bh * Np + i0) * d;
-            for (int64_t at = 0; at < Br * cols; ++at) c0.write(at / kChunk, at % kChunk, c0.read(at / kChunk, at % kChunk) + c1.read(at / kChunk, at % kChunk));
-            for (int64_t at = 0; at < Br * cols; ++at) Acc.atomic_add((tile + at) / d, (tile + at) % d, c0.read(at / kChunk, at % kChunk));
-          }
           if (det) Sem.atomic_add(bh, qt, 1.0f);  // [deterministic] once the adds have landed
           Lkv.tiles_computed += 1;
           Lkv.tiles_masked += classify_tile(i0, std::min(i0 + Br, N), j0, j1, N, Nk, s.causal, s.window) == TileKind::Diagonal;
@@ -341,7 +326,6 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   const bool by_cols = split == kByColumns, all_keys = split != kByKeys, bulk = ablation != kAtomics;
   const int64_t W = by_cols ? wgmma::kPanel : PC, kq = all_keys ? Bc / 16 : 4 * panels;  // a chunk's columns; dQ's wgmmas per consumer
   const int64_t Cq = split == kByTurns ? 1 : C;  // consumers computing a pair's dQ
-  const bool sum = dq_summed(split, int(all_keys ? 1 : panels), bulk, ablation);  // [dq-sum]
   int64_t pairs = 0, q_rows = 0, masked = 0, diagonal = 0, skipped = 0, kv_rows = 0, active = 0;
   for (int64_t j = 0; j < Tc; ++j) {
     const int64_t j0 = j * Bc, j1 = std::min(j0 + Bc, Nk), first = first_q_tile(j0, N, Nk, Br, s.causal);
@@ -369,14 +353,14 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   const int64_t chunk_bytes = Br * W * 4 * (all_keys ? 1 : panels);  // a consumer's dQ of one item
   kv.gmem_read = BHk * kv_rows * d * 2 * 2 + BH * (q_rows * d * 2 * 2 + pairs * Br * 4 * 2);
   kv.gmem_write = BHk * Nk * d * 2 * 2;
-  kv.gmem_atomic = BH * pairs * (sum ? 1 : Cq) * chunk_bytes;  // [dq-sum] the chunks' sum once
+  kv.gmem_atomic = BH * pairs * Cq * chunk_bytes;
   if (det) kv.gmem_read += BH * pairs * 4, kv.gmem_atomic += BH * pairs * 4;  // [deterministic] a semaphore read (once, if no wait) and increment per pair
   kv.smem_write = BHk * active * 2 * Bc * d * 2                                    // K_j, V_j
                   + BH * pairs * (2 * Br * d * 2 + 2 * Br * 4 + C * 64 * Br * 2    // Q_i, dO_i, L, D; dSᵀ
-                                  + (bulk ? (Cq + sum) * chunk_bytes : 0));        // the staged dQ chunks; [dq-sum] their sum
+                                  + (bulk ? Cq * chunk_bytes : 0));                // the staged dQ chunks
   kv.smem_read = BH * pairs * C * ((2 * (d / 16) * (64 + Br) * 16 + 2 * (Br / 16) * panels * PC * 16) * 2  // Sᵀ, dPᵀ, dV, dK's operands
                                    + 128 * (Br / 2) * 4)                                                   // L and D
-                 + BH * pairs * (Cq * kq * (64 + W) * 16 * 2 + (bulk ? (Cq + sum) * chunk_bytes : 0));   // dQ's operands; the writer's reads
+                 + BH * pairs * Cq * (kq * (64 + W) * 16 * 2 + (bulk ? chunk_bytes : 0));                  // dQ's operands; the writer's reads
   kv.barriers = BHk * Tc;
   kv.matmul_flops = BH * pairs * (C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC) + Cq * kq * W) * kMmaFlops;
   kv.nonmatmul_ops = BH * (pairs * C * 64 * Br * 5 + masked * C * 64 * Br) + BHk * Tc * Bc * d;
@@ -407,7 +391,7 @@ LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o));
 }
 int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
-// [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic; dq-keys below d = 128, dq-turns and dq-sum above 64):
+// [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic):
 // held against the GPU before anything runs, as the launcher would refuse it. (Dropout is refused by
 // the harness: supports_dropout is false.)
 std::string run_options_reason(const Shape& s, const StepOptions& o) {
@@ -425,7 +409,7 @@ const StepInfo& info() {
     i.teaches = "warp-specialized backward; Pᵀ and dSᵀ as register operands; dQ by bulk reduce-add";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (d = 128: dQ split by keys); dk-first (FlashAttention-3's order: dQ before dK); dq-turns (d = 64: dQ by turns instead of by keys); dq-sum (d = 64: both consumers' dQ chunks added, not summed first) (docs/19_hopper_backward.md)"};
+      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK) (docs/19_hopper_backward.md)"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;
       const StepFlag det{"deterministic", {"off", "on"},

@@ -137,41 +137,34 @@ struct Ws {
   }
 };
 
-// [pre] One thread per kPreCols = 16 columns of a padded row (d / 16 threads a row, inside one warp):
-// D = Σ dO·O (fp32), L·log2 e (+inf past N, so that P = 0 there, and D = 0), the row's accumulator
-// zeroed; with `det`, the Q tile's semaphore too. Every load is issued before any is used (L's
-// first, by the row's first thread): the kernel moves bytes, and a thread's five loads are in flight at once.
+// [pre] One thread per 8 columns of a padded row: D = Σ dO·O (fp32), L·log2 e (+inf past N, so
+// that P = 0 there, and D = 0), the row's accumulator zeroed; with `det`, the Q tile's semaphore too.
 template <class T, int D>
 __global__ void step19_bwd_pre(BwdParams p, int det) {
-  constexpr int kPer = D / kPreCols;
+  constexpr int kPer = D / 8;  // threads per row (8 or 16: inside one warp)
   const Ws ws(p);
-  const int Np = int(ws.Np);  // B·H·Np rows fit 32 bits: their accumulator alone is 4·d bytes each
-  const int row = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kPer);  // over B·H·Np
-  const int c0 = kPreCols * int(threadIdx.x % kPer);
-  if (row >= p.f.B * p.f.H * Np) return;  // never taken: the grid is exact (Np is a multiple of 128)
-  const int bh = row / Np, i = row % Np, b = bh / p.f.H, h = bh % p.f.H;
-  const bool in = i < p.f.N, lead = c0 == 0;
-  const float lse = in && lead ? p.f.lse[b * p.f.lse_sb + h * p.f.lse_sh + i] : 0.0f;
-  uint4 o[2] = {}, g[2] = {};
-  if (in) {
-    const int64_t at = b * p.f.o_sb + h * p.f.o_sh + int64_t(i) * p.f.o_sn + c0;
-    const uint4* ov = reinterpret_cast<const uint4*>(static_cast<const T*>(p.f.o) + at);
-    const uint4* gv = reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) + at);
-    o[0] = ov[0], o[1] = ov[1], g[0] = gv[0], g[1] = gv[1];
-  }
-  float4* a = reinterpret_cast<float4*>(ws.acc + int64_t(row) * D + c0);  // a row's D floats (the tile's rows are contiguous)
-#pragma unroll
-  for (int x = 0; x < kPreCols / 4; ++x) a[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const T* ot = reinterpret_cast<const T*>(o);
-  const T* gt = reinterpret_cast<const T*>(g);
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kPer;  // over B·H·Np
+  const int c0 = 8 * (threadIdx.x % kPer);
+  if (row >= int64_t(p.f.B) * p.f.H * ws.Np) return;  // never taken: the grid is exact (Np is a multiple of 128)
+  const int bh = int(row / ws.Np), i = int(row % ws.Np), b = bh / p.f.H, h = bh % p.f.H;
   float s = 0.0f;
+  if (i < p.f.N) {
+    const int64_t at = b * p.f.o_sb + h * p.f.o_sh + int64_t(i) * p.f.o_sn + c0;
+    const uint4 o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.f.o) + at);
+    const uint4 g = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) + at);
+    const T* ov = reinterpret_cast<const T*>(&o);
+    const T* gv = reinterpret_cast<const T*>(&g);
 #pragma unroll
-  for (int x = 0; x < kPreCols; ++x) s += to_f32(gt[x]) * to_f32(ot[x]);
+    for (int x = 0; x < 8; ++x) s += to_f32(gv[x]) * to_f32(ov[x]);
+  }
+  float4* a = reinterpret_cast<float4*>(ws.acc + row * D + c0);  // a row's D floats (the tile's rows are contiguous)
+  a[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  a[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (int off = kPer / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lead) {
+  if (c0 == 0) {
     ws.dd[row] = s;
-    ws.l2[row] = in ? lse * kLog2e : INFINITY;
+    ws.l2[row] = i < p.f.N ? p.f.lse[b * p.f.lse_sb + h * p.f.lse_sh + i] * kLog2e : INFINITY;
     if (det && i % kSemRows == 0) ws.sem[row / kSemRows] = 0;  // [deterministic] (Np is a multiple of kSemRows)
   }
 }
@@ -181,10 +174,9 @@ struct Maps {
 };
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
-// overlap), Split ([dq-split]: by columns at d = 128, by keys at d = 64 and with --ablate dq-keys,
-// by turns with --ablate dq-turns), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]),
-// Sum ([dq-sum] where it applies; false: --ablate dq-sum).
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Sum>
+// overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
+// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]).
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
@@ -219,7 +211,6 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   constexpr int kChunks = Split == kByKeys ? kPanels : 1;
   auto buf_of = [&](int t, int ch) { return dq_buffer_of(Split, kChunks, t, ch); };
   auto use_of = [&](int t) { return dq_use_of(Split, kChunks, t); };
-  constexpr bool kSum = Sum && dq_summed(Split, kChunks, Bulk, kFull);  // [dq-sum]
 
   const AttnParams& f = p.f;
   const Ws ws(p);
@@ -248,7 +239,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   // [roles] Warpgroup 0: warp 0 the producer, warp 1 the writer (warps 2 and 3 idle); 1 and 2 the consumers.
   if (wg == 0) {
     regs_dec<kProducerRegs>();
-    if (items == 0 || (lane != 0 && !(kSum && warp == 1))) return;  // [dq-sum] the writer's 32 lanes sum
+    if (items == 0 || lane != 0) return;
     if (warp == 0) {
       // ---- [producer] ------------------------------------------------------------------------
       mbar_arrive_expect(kv_full, 2 * kTileKV);
@@ -270,12 +261,11 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       }
     } else if (warp == 1 && Bulk) {
       // ---- [dq-writer] -----------------------------------------------------------------------
-      // Lane 0 alone below, but for [dq-sum]'s shared-memory adds, which the whole warp makes.
       for (int t = 0; t < items; ++t) {
         const int64_t bh = int64_t(b) * f.H + head_of(t);
         float* tile = ws.acc + (bh * ws.Np + row_of(t)) * D;
         int* sem = ws.sem + bh * ws.Tp + row_of(t) / Br;
-        if (Det && lane == 0) {
+        if constexpr (Det) {
           // [deterministic] This block's turn at the Q tile: every block before it has added and
           // released; the bulk adds below come after the acquire.
           const int rank = int(add_rank(row_of(t) / Br, jt, f.N, f.Nk, Br, Bc, f.causal, f.window));
@@ -283,40 +273,15 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
           }
           fence_proxy_async_global();
         }
-        if constexpr (kSum) {
-          // [dq-sum] Consumer 0's chunk += consumer 1's, 16 bytes per lane per step; consumer 1's buffer
-          // is free once read; the sum goes out in one bulk reduce-add.
-          const int buf = buf_of(t, 0);
-          const uint32_t c0 = chunk_at(0, buf), c1 = chunk_at(1, buf);
-          mbar_wait(dq_full(0, buf), uint32_t(use_of(t)) & 1u);
-          mbar_wait(dq_full(1, buf), uint32_t(use_of(t)) & 1u);
-#pragma unroll 2
-          for (int k = lane; k < kChunkFloats / 4; k += 32) {
-            float4 x, y;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w) : "r"(c0 + 16 * k));
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(y.x), "=f"(y.y), "=f"(y.z), "=f"(y.w) : "r"(c1 + 16 * k));
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(c0 + 16 * k), "f"(x.x + y.x), "f"(x.y + y.y), "f"(x.z + y.z),
-                         "f"(x.w + y.w)
-                         : "memory");
+        for (int c = 0; c < C; ++c) {
+          if (!dq_computes(Split, c, t)) continue;  // by turns: the other consumer's item
+          for (int ch = 0; ch < kChunks; ++ch) {
+            mbar_wait(dq_full(c, buf_of(t, ch)), uint32_t(use_of(t)) & 1u);
+            bulk_reduce_add(tile + dq_panel_of(Split, c, ch) * kChunkFloats, chunk_at(c, buf_of(t, ch)), kChunkBytes);
           }
-          wgmma::fence_proxy_async();  // each lane's sums, before the bulk copy reads them
-          __syncwarp();
-          if (lane == 0) {
-            mbar_arrive(dq_empty(1, buf));
-            bulk_reduce_add(tile, c0, kChunkBytes);
-          }
-        } else {
-          for (int c = 0; c < C; ++c) {
-            if (!dq_computes(Split, c, t)) continue;  // by turns: the other consumer's item
-            for (int ch = 0; ch < kChunks; ++ch) {
-              mbar_wait(dq_full(c, buf_of(t, ch)), uint32_t(use_of(t)) & 1u);
-              bulk_reduce_add(tile + dq_panel_of(Split, c, ch) * kChunkFloats, chunk_at(c, buf_of(t, ch)), kChunkBytes);
-            }
-            // [deterministic] By keys unsummed both consumers add into the same floats: consumer 0's first.
-            if (Det && Split == kByKeys && c + 1 < C) bulk_commit(), bulk_wait_all();
-          }
+          // [deterministic] By keys both consumers add into the same floats: consumer 0's adds land first.
+          if (Det && Split == kByKeys && c + 1 < C) bulk_commit(), bulk_wait_all();
         }
-        if (lane != 0) continue;
         bulk_commit();
         if constexpr (Det) {
           bulk_wait_all();  // the adds have landed in global memory, not only read out of shared memory
@@ -326,10 +291,10 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
           bulk_wait_read_all();  // the chunks may be written again
         }
         (void)sem;
-        for (int c = 0; c < (kSum ? 1 : C); ++c)
+        for (int c = 0; c < C; ++c)
           for (int ch = 0; ch < kChunks && dq_computes(Split, c, t); ++ch) mbar_arrive(dq_empty(c, buf_of(t, ch)));
       }
-      if (lane == 0) bulk_wait_all();
+      bulk_wait_all();
     }
     return;
   }
@@ -468,8 +433,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     else asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
     // [dq-wgmma] [dq-split] dQ_i's chunk = dS K_j: A = dS read from dSᵀ (keys × queries, MN-major),
     // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
-    // 64 keys and every column (d = 64: one panel; d = 128: two chunks); by turns (--ablate dq-turns),
-    // the whole of d = 64 over all Bc keys, on the consumer's turns alone.
+    // 64 keys and every column (--ablate dq-keys; d = 64: one panel; d = 128: two chunks); by turns
+    // (d = 64), the whole of d over all Bc keys, on the consumer's turns alone.
     float dq[kChunks][32];
     const bool mine = dq_computes(Split, c, t);  // warpgroup-uniform
     if (mine) {
@@ -539,44 +504,30 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     }
 }
 
-// [dq-convert] dQ = scale · accumulator in the storage type. A thread takes the accumulator as the
-// consumers left it ([dq-layout]): in a Q tile's 64-column chunk, the four 16-byte register quads q of
-// consumer threads 4L .. 4L + 3 (lane L of the convert warp: warp w = L / 8, group g = L % 8) are 64
-// contiguous bytes, rows 16w + g and 16w + g + 8 of columns 8q .. 8q + 7. With quads q and q + 1 a
-// thread writes 32 contiguous bytes of each of its two rows; a warp reads 2 KB in a row per quad.
+// [dq-convert] dQ = scale · accumulator, 8 elements per thread, 16-byte stores; the accumulator is
+// read back through [dq-layout] (columns c, c + 1 are adjacent there).
 template <class T, int D>
 __global__ void step19_dq_convert(BwdParams p) {
-  constexpr int kPairs = kChunk / 16;        // quad pairs per chunk (4): 16 columns each
-  constexpr int kPerTile = (D / kChunk) * kPairs * 32;  // threads per Q tile of 64 rows
+  constexpr int Br = schedule_for(D).Br;
   const Ws ws(p);
-  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, tiles = int64_t(p.f.B) * p.f.H * (ws.Np / kChunk);
-  if (e >= tiles * kPerTile) return;
-  const int lane = int(e % 32), pair = int(e / 32 % kPairs), panel = int(e / (32 * kPairs) % (D / kChunk));
-  const int64_t tile = e / kPerTile;  // over B·H·(Np / 64)
-  const int bh = int(tile / (ws.Np / kChunk)), i0 = int(tile % (ws.Np / kChunk)) * kChunk, b = bh / p.f.H, h = bh % p.f.H;
-  const float* a = ws.acc + (int64_t(bh) * ws.Np + i0) * D + panel * kChunkFloats;
-  float4 v[2][4];
+  const int64_t e8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, rows = int64_t(p.f.B) * p.f.H * p.f.N;
+  if (e8 >= rows * (D / 8)) return;
+  const int64_t row = e8 / (D / 8);
+  const int c0 = int(e8 % (D / 8)) * 8, bh = int(row / p.f.N), i = int(row % p.f.N), b = bh / p.f.H, h = bh % p.f.H;
+  const float* a = ws.acc + (int64_t(bh) * ws.Np + (i / Br) * Br) * D;  // the Q tile's accumulator
+  float v[8];
 #pragma unroll
-  for (int u = 0; u < 2; ++u)
-#pragma unroll
-    for (int tg = 0; tg < 4; ++tg) v[u][tg] = *reinterpret_cast<const float4*>(a + convert_offset(lane, 2 * pair + u, tg));
-  const int r0 = i0 + convert_row(lane), col = panel * kChunk + 16 * pair;
-  T* dQ = static_cast<T*>(p.dq) + b * p.f.q_sb + h * p.f.q_sh + col;
-  const float sc = p.f.scale;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {  // row r0 from each quad's .x .y, row r0 + 8 from .z .w
-    const int r = r0 + 8 * hr;
-    if (r >= p.f.N) continue;
-    uint4 out[2];
-    uint32_t* w = reinterpret_cast<uint32_t*>(out);
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int tg = 0; tg < 4; ++tg)
-        w[4 * u + tg] = hr == 0 ? pack2<T>(sc * v[u][tg].x, sc * v[u][tg].y) : pack2<T>(sc * v[u][tg].z, sc * v[u][tg].w);
-    uint4* dst = reinterpret_cast<uint4*>(dQ + int64_t(r) * p.f.q_sn);
-    dst[0] = out[0], dst[1] = out[1];
+  for (int x = 0; x < 8; x += 2) {
+    const float2 two = *reinterpret_cast<const float2*>(a + acc_offset(i % Br, c0 + x));
+    v[x] = two.x, v[x + 1] = two.y;
   }
+  uint4 out;
+  out.x = pack2<T>(p.f.scale * v[0], p.f.scale * v[1]);
+  out.y = pack2<T>(p.f.scale * v[2], p.f.scale * v[3]);
+  out.z = pack2<T>(p.f.scale * v[4], p.f.scale * v[5]);
+  out.w = pack2<T>(p.f.scale * v[6], p.f.scale * v[7]);
+  T* dQ = static_cast<T*>(p.dq) + b * p.f.q_sb + h * p.f.q_sh + int64_t(i) * p.f.q_sn + c0;
+  *reinterpret_cast<uint4*>(dQ) = out;
 }
 
 namespace {
@@ -617,7 +568,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
   return m;
 }
 
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Sum = true>
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -630,11 +581,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Sum>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Sum>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -645,7 +596,7 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Sum><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
@@ -660,12 +611,7 @@ void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
     if (ablation == kAtomics) return launch_kv<T, D, false, true, kSplit>(p, st);
     if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kSplit>(p, st);
     if (ablation == kDkFirst) return launch_kv<T, D, true, true, kSplit, false>(p, st);
-    if constexpr (kSplit != kByKeys)
-      if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
-    if constexpr (D == wgmma::kPanel) {
-      if (ablation == kDqTurns) return launch_kv<T, D, true, true, kByTurns>(p, st);
-      if (ablation == kDqSum) return launch_kv<T, D, true, true, kByKeys, true, false, false>(p, st);
-    }
+    if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }
@@ -673,10 +619,10 @@ void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
 template <class T, int D>
 void launch_typed(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
   const AttnParams& f = p.f;
-  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / kPreCols), 256), 256, 0, st>>>(p, det ? 1 : 0);
+  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, det ? 1 : 0);
   CUDA_CHECK_LAUNCH("step19_bwd_pre");
   launch_main<T, D>(p, ablation, det, st);
-  step19_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * (rows_padded(f.N) / kChunk) * (D / kChunk) * 4 * 32, 256), 256, 0, st>>>(p);
+  step19_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p);
   CUDA_CHECK_LAUNCH("step19_dq_convert");
 }
 

@@ -42,17 +42,17 @@ inline constexpr int64_t kSmemBudget = 227 * 1024;
 // [dq-split] dQ_i = dS K_j (Br × d, summed over the block's Bc keys) is split between the two consumers:
 //   by columns where a consumer's half of d is a whole 64-column panel (d = 128): consumer c computes
 //     columns 64c .. 64c + 63 over all Bc keys;
-//   by keys otherwise (d = 64; --ablate dq-keys at d = 128): consumer c computes every column over its
-//     own 64 keys, and both partial sums are added into the same accumulator (at d = 64 summed by the
-//     writer first, [dq-sum]);
-//   by turns (--ablate dq-turns, d = 64): consumer t % 2 computes item t's whole dQ over all Bc keys,
-//     the other none — half the adds of by keys, measured slower (docs/19_hopper_backward.md).
+//   by turns otherwise (d = 64): consumer t % 2 computes item t's whole dQ over all Bc keys, the
+//     other none;
+//   by keys (--ablate dq-keys): consumer c computes every column over its own 64 keys, and both
+//     partial sums are added into the same accumulator — twice the adds of the others
+//     (docs/19_hopper_backward.md: by keys was the default at d = 64 until by turns measured faster).
 // By columns and by turns read both halves of dSᵀ: the consumers meet at a named barrier every Q tile,
 // and each Q tile's dQ is added once. By keys each consumer runs free. A consumer's dQ is one 64 × 64
 // chunk (32 registers) per chunk it computes.
 enum DqSplit : int { kByColumns = 0, kByTurns, kByKeys };
 FA_HD constexpr bool dq_by_columns(int d, int consumers) { return (d / consumers) % wgmma::kPanel == 0; }
-FA_HD constexpr int default_split(int d, int consumers) { return dq_by_columns(d, consumers) ? kByColumns : kByKeys; }
+FA_HD constexpr int default_split(int d, int consumers) { return dq_by_columns(d, consumers) ? kByColumns : kByTurns; }
 inline constexpr int kChunk = 64;                         // a consumer's dQ: 64 rows × 64 columns of fp32
 inline constexpr int kChunkFloats = kChunk * kChunk;      // 4096 floats, 16 KB
 // Whether consumer c computes (and the writer adds) a chunk of item t, and which accumulator chunk
@@ -61,7 +61,7 @@ FA_HD constexpr bool dq_computes(int split, int c, int t) { return split != kByT
 FA_HD constexpr int dq_panel_of(int split, int c, int ch) { return split == kByColumns ? c : split == kByKeys ? ch : 0; }
 // [handshake] A consumer's dQ chunk buffers are filled and emptied once per use, parity use % 2 for
 // both barriers (a consumer waits for the release of the buffer's previous use). With one chunk per
-// item (by columns; by keys at d = 64) item t stages into buffer t % 2 (its use t / 2); with two (by
+// item (by columns; by keys at d = 64, --ablate dq-keys) item t stages into buffer t % 2 (its use t / 2); with two (by
 // keys at d = 128) chunk ch into buffer ch (use t); by turns, consumer c's u-th item (t = 2u + c)
 // into buffer u % 2 (use u / 2).
 FA_HD constexpr int dq_buffer_of(int split, int chunks, int t, int ch) { return split == kByTurns ? (t / 2) % 2 : chunks == 1 ? t % 2 : ch; }
@@ -138,17 +138,9 @@ FA_HD constexpr int64_t acc_offset(int r, int c) {
   return int64_t(c / kChunk) * kChunkFloats + 4 * (128 * (reg / 4) + t) + reg % 4;
 }
 
-// [dq-convert] How step19_dq_convert reads the accumulator back: lane L of a convert warp takes the
-// register quads q of consumer threads 4L .. 4L + 3 (tg = 0 .. 3), 16 contiguous bytes each, at chunk
-// offset convert_offset(L, q, tg); element 2·hr + e of that quad is row convert_row(L) + 8·hr, column
-// 8q + 2·tg + e of the chunk (tested against acc_offset).
-FA_HD constexpr int convert_offset(int lane, int q, int tg) { return 4 * (128 * q + 4 * lane + tg); }
-FA_HD constexpr int convert_row(int lane) { return 16 * (lane / 8) + lane % 8; }
-
 // [workspace] Per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ
 // accumulator; with --deterministic, then one 32-bit semaphore per (b, h, Q tile of kSemRows rows).
 inline constexpr int kRowPad = 128;
-inline constexpr int kPreCols = 16;  // [pre] columns of a row per thread of step19_bwd_pre
 inline constexpr int kSemRows = 64;  // = Schedule::Br
 FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
 FA_HD constexpr int64_t semaphores(int64_t BH, int64_t N) { return BH * (rows_padded(N) / kSemRows); }
@@ -198,28 +190,18 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //   atomics   dQ added from the consumers' registers with 16-byte fp32 reductions
 //             (red.global.add.v4.f32) instead of staged and bulk-added by the writer warp;
 //   overlap   every product waited for before the next elementwise step (no [overlap]);
-//   dq-keys   d = 128: dQ split by keys (each consumer every column over its own 64 keys, two chunks)
-//             instead of by columns — the consumers no longer meet every Q tile, at 32 more registers;
-//   dq-turns  d = 64: dQ by turns instead of by keys — each Q tile's dQ added once, not twice, and the
-//             consumers meet every Q tile;
+//   dq-keys   dQ split by keys (each consumer every column over its own 64 keys) instead of by columns
+//             (d = 128: two chunks, 32 more registers) or by turns (d = 64): the consumers no longer
+//             meet every Q tile, and each Q tile's dQ is added twice;
 //   dk-first  FlashAttention-3's order: dQ issued before dK and staged while dK runs, the Q/dO stage
-//             released at the next item's first wait — instead of dK issued before the consumers meet;
-//   dq-sum    d = 64: each consumer's chunk reduce-added on its own (two adds into the same floats
-//             per Q tile) instead of summed by the writer first ([dq-sum]).
+//             released at the next item's first wait — instead of dK issued before the consumers meet.
 // Compiled for fp16 only (refusal()), without --deterministic.
-enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kDqTurns, kDqSum, kAblations };
-inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "dq-turns", "dq-sum"};
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kAblations };
+inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first"};
 int ablation_of(const StepOptions& o);
-// [dq-sum] By keys with one chunk per consumer (d = 64) the two consumers' chunks are partial sums of
-// the same 64 × 64 floats of dQ_i. The writer warp adds consumer 1's chunk into consumer 0's in shared
-// memory and reduce-adds the sum once: half the adds into global memory, and with --deterministic one
-// ordered add per Q tile instead of two, each waited for. (--ablate dq-sum: both chunks added.)
-FA_HD constexpr bool dq_summed(int split, int chunks, bool bulk, int ablation) {
-  return split == kByKeys && chunks == 1 && bulk && ablation != kDqSum;
-}
 // [dq-split] How a run splits dQ.
 FA_HD constexpr int split_of(int d, int ablation) {
-  return ablation == kDqKeys ? kByKeys : ablation == kDqTurns ? kByTurns : default_split(d, 2);
+  return ablation == kDqKeys ? kByKeys : default_split(d, 2);
 }
 
 bool deterministic(const StepOptions& o);  // --deterministic on ([deterministic])
