@@ -12,7 +12,7 @@ from .model import (ceilings, io_complexity, model_step, model_summary, model_to
                     step08_stored)
 from .peers import bwd19_deterministic, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
-from .steps import (ablation, bwd_first, bwd_model, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
+from .steps import (ablation, bwd_first, bwd_model, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
                     ncu_on_chip, ncu_stalls, step12_dropout, step_backward, step_dtype, step_ncu, step_sweep, tour)
 
 
@@ -80,6 +80,9 @@ TABLES = {
     "step19-sass": lambda: sass_stalls("19"),
     "step19-hoist": step19_hoist,
     "step19-desc": step19_desc,
+    "step19-sum-kernels": lambda: step19_kernels("preturns_*_bwd19.csv", "dqsum_*_bwd19.csv"),
+    "step19-sum-ablation": lambda: ablation("19", pass_="bwd", pattern="dqsumabl_*_step19.csv"),
+    "step19-turns": step19_turns,
     "step19-ablation": lambda: ablation("19", pass_="bwd"),
     "step19-ncu": lambda: ncu_stalls(("19",)),
     "step19-model": lambda: bwd_model("19", "clock_*_bwd19.csv"),

@@ -171,7 +171,7 @@ def ncu_on_chip(steps, ns=("1024", "4096")):
          "shared memory / block (B)"], body)
 
 
-def ablation(step, label="without", only=None, pass_="fwd"):
+def ablation(step, label="without", only=None, pass_="fwd", pattern=None):
     """The step with each of its changes taken out alone (bench --variants ablations -> ablation_*_stepNN.csv):
     per (d, causal, N), the full step's time and, per ablation, its time over the full step's (above 1:
     the change helped). Closing line: per ablation, the geometric mean of that ratio over the points
@@ -179,7 +179,7 @@ def ablation(step, label="without", only=None, pass_="fwd"):
     experiment is another tile: above 1, the default tile is faster). pass_ "bwd": the backward's times and
     its gradient check (a backward step's ablations)."""
     ms, ok = ("ms", "pass") if pass_ == "fwd" else ("bwd_ms", "bwd_pass")
-    rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(f"ablation_*_step{step}.csv") if r["step"] == step]
+    rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(pattern or f"ablation_*_step{step}.csv") if r["step"] == step]
     if only:  # the default and the variants of one flag ("tiles", "ablate")
         rs = [r for r in rs if r["variant"] == "-" or r["variant"].startswith(only + "=")]
     if not rs:
@@ -504,8 +504,51 @@ def step19_hoist():
 
 def step19_desc():
     """Step 19's plain backward before and after [desc-add] (descriptors by one add): 7a55647's
-    target-matrix run (predesc_*_bwd19.csv) beside the current one (clock_*_bwd19.csv)."""
-    return step19_before_after("predesc_*_bwd19.csv", "clock_*_bwd19.csv")
+    target-matrix run (predesc_*_bwd19.csv) beside c241b00's (preturns_*_bwd19.csv)."""
+    return step19_before_after("predesc_*_bwd19.csv", "preturns_*_bwd19.csv")
+
+
+def step19_turns():
+    """Step 19's plain backward before and after dQ by turns at d = 64 (the default again): c241b00's
+    target-matrix run (preturns_*_bwd19.csv) beside the current one (clock_*_bwd19.csv)."""
+    return step19_before_after("preturns_*_bwd19.csv", "clock_*_bwd19.csv")
+
+
+def step19_kernels(old_pattern, new_pattern):
+    """Two runs of step 19's target matrix, kernel by kernel (the bwd_kernels_ms column: CUPTI, each
+    kernel of the backward summed over its launches): per point, bwd_pre and dq_convert in µs and
+    bwd_kv in ms, before and after. Closing line: per kernel, the geometric mean of after over before
+    at each head dimension (above 1: slower)."""
+    old = [r for r in common.rows(old_pattern) if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
+    new = [r for r in common.rows(new_pattern) if r["step"] == "19" and plain_variant(r["variant"]) == "-"]
+    if not old or not new:
+        return provenance(old + new, "build/bench --steps 19 (docs/19_hopper_backward.md)")
+    key = lambda r: (r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))
+    split = lambda r: {k: float(v) for k, v in (x.split(":") for x in r["bwd_kernels_ms"].split(";"))}
+    before = {key(r): r for r in old}
+    names = ("bwd_pre", "bwd_kv", "dq_convert")
+    body, ratio = [], {(n, d): [] for n in names for d in (64, 128)}
+    for r in sorted(new, key=lambda r: (r["dtype"], -int(r["d"]), int(r["causal"]), int(r["N"]))):
+        b = before.get(key(r))
+        if b is None or not b.get("bwd_kernels_ms") or not r.get("bwd_kernels_ms"):
+            continue
+        kb, kn = split(b), split(r)
+        row = [r["dtype"], r["d"], "yes" if r["causal"] == "1" else "no", r["N"]]
+        for n in names:
+            f = (lambda x: f"{x:.3f}") if n == "bwd_kv" else (lambda x: f"{1000 * x:.0f}")
+            row += [f(kb[n]), f(kn[n])]
+            ratio[(n, int(r["d"]))].append(kn[n] / kb[n])
+        ok = "" if r["bwd_pass"] == "1" else " (FAIL)"
+        row[-1] += ok
+        body.append(row)
+    c_old, c_new = old[0]["commit"], new[0]["commit"]
+    head = ["dtype", "d", "causal", "N"]
+    for n, unit in (("bwd_pre", "µs"), ("bwd_kv", "ms"), ("dq_convert", "µs")):
+        head += [f"{n} `{c_old}` {unit}", f"{n} `{c_new}` {unit}"]
+    close = "; ".join(f"{n} at d = {d}: **{geomean(x):.2f}** ({min(x):.2f}–{max(x):.2f})" for (n, d), x in ratio.items() if x)
+    return (provenance(old + new) + "\n\n" + table(head, body)
+            + "\n\nKernel time per kernel (CUPTI, cold L2), the same `bench` command at both commits. `"
+            + c_new + "` over `" + c_old + "` (above 1: slower), geometric mean (range): " + close + ".")
 
 
 def step19_before_after(old_pattern, new_pattern):
