@@ -38,7 +38,7 @@ constexpr const char* kSwitch[] = {"off", "on"};
 }
 bool deterministic(const StepOptions& o) { return choice_index(o, "deterministic", kSwitch, 2, "step19") == 1; }
 
-std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
+std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
   const bool det = deterministic(o);
   if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
@@ -197,9 +197,9 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                   const float ddv[2] = {Ds[stg].read(0, col), Ds[stg].read(0, col + 1)};
                   for (int e = 0; e < 4; ++e) {
                     const mf::Coord rc = {16 * w + mf::group(lane) + 8 * (e / 2), col + e % 2};
-                    float x = sT.reg(w, lane, 4 * n + e);
-                    if (masked && !key_visible(i0 + rc.col, j0 + 64 * c + rc.row, N, Nk, s.causal, s.window)) x = -kInf;
-                    const float pv = std::exp2(std::fma(x, sl2, -l2v[e % 2]));
+                    float sv = sT.reg(w, lane, 4 * n + e);
+                    if (masked && !key_visible(i0 + rc.col, j0 + 64 * c + rc.row, N, Nk, s.causal, s.window)) sv = -kInf;
+                    const float pv = std::exp2(std::fma(sv, sl2, -l2v[e % 2]));
                     float& dpv = dpT.reg(w, lane, 4 * n + e);
                     dpv = pv * (dpv - ddv[e % 2]);
                     sT.reg(w, lane, 4 * n + e) = pv;
