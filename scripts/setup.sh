@@ -8,7 +8,7 @@
 
 FA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FA_BUILD="${FA_BUILD:-$FA_ROOT/build}"
-FA_PACKAGES=(cmake make g++ libeigen3-dev doctest-dev libgnuplot-iostream-dev gnuplot-nox librandom123-dev)
+FA_PACKAGES=(cmake make g++ libeigen3-dev doctest-dev libgnuplot-iostream-dev gnuplot-nox librandom123-dev python3-torch python3-pytest)
 
 fa_say() { printf '[fa] %s\n' "$*" >&2; }
 
