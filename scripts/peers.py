@@ -16,9 +16,14 @@ FlashAttention's convention (forward 4·B·H·N²·d, halved when causal; backwa
 A backend that refuses a shape, or runs out of memory, gets a row with its reason and no numbers.
 With N = Nk, PyTorch's is_causal (top-left) equals our bottom-right mask.
 
+`--backends package` adds the course's own kernels through the Python package (python/,
+flash_attn_steps.flash_attn_func on [B, N, H, d] tensors, its native layout), by the same clock: what
+a PyTorch user of the package gets, beside what the step programs measure for the same kernels.
+
 Without PyTorch or without a GPU it prints why and exits 0 (a skipped step, not a failure).
 """
 import argparse
+import contextlib
 import csv
 import os
 import sys
@@ -64,11 +69,15 @@ def main():
                 ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
     if args.backends:
         want = args.backends.split(",")
-        unknown = [b for b in want if b not in {n for n, _ in backends}]
+        unknown = [b for b in want if b not in {n for n, _ in backends} | {"package"}]
         if unknown:
             print(f"peers.py: unknown backend(s) {unknown}", file=sys.stderr)
             return 2
-        backends = [(n, be) for n, be in backends if n in want]
+        backends = [(n, be) for n, be in backends if n in want] + ([("package", None)] if "package" in want else [])
+    fas = None
+    if any(n == "package" for n, _ in backends):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+        import flash_attn_steps as fas  # its C library: build/libfa_python.so, or FLASH_ATTN_STEPS_LIB
     ns = [int(x) for x in args.ns.split(",")] if args.ns else [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
 
     clock = Clock(torch, reps=args.reps, graph_calls=args.graph)
@@ -109,10 +118,16 @@ def main():
                                 w.writerow(row + ["", "", "", "", "skipped: the math backend materializes S (N > 4096)"] + empty[4:])
                                 continue
                             fwd_fn = lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=bool(causal))
-                            both_fn = lambda: torch.autograd.grad(fwd_fn(), (q, kk, v), do)
+                            args_ = (q, kk, v)
+                            if name == "package":  # [B, N, H, d]: the package's own layout, no copies
+                                args_ = tuple(x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, kk, v))
+                                do_p = do.transpose(1, 2).contiguous()
+                                fwd_fn = lambda: fas.flash_attn_func(*args_, causal=bool(causal))
+                            grads_of = lambda out: torch.autograd.grad(out, args_, do_p if name == "package" else do)
+                            both_fn = lambda: grads_of(fwd_fn())
                             notes = []
                             try:
-                                with sdpa_kernel(be):
+                                with (sdpa_kernel(be) if be is not None else contextlib.nullcontext()):
                                     fwd_fn()
                                     t = clock.time_call(fwd_fn, notes, "forward")
                                     fwd, kern, nk, fb, gms = (t["event_ms"], t["kernel_ms"], t["kernels"], t["fallbacks"],
@@ -120,8 +135,7 @@ def main():
                                     bwd = bkern = nbk = bgms = None
                                     if not args.fwd_only:
                                         bwd = max(clock.event_ms(both_fn) - fwd, 1e-6)  # events: fwd + bwd less fwd
-                                        bkern, nbk, bfb = clock.kernel_ms(lambda out: torch.autograd.grad(out, (q, kk, v), do),
-                                                                          before=fwd_fn)
+                                        bkern, nbk, bfb = clock.kernel_ms(grads_of, before=fwd_fn)
                                         fb += bfb
                                         both_g = clock.graph_or_none(both_fn, notes, "forward + backward")
                                         bgms = both_g - gms if both_g is not None and gms is not None else None

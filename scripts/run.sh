@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build one program and run it:   scripts/run.sh [stepNN|tour] [flags]
+# Build one program and run it:   scripts/run.sh [stepNN|tour|python] [flags]
 #   scripts/run.sh                     the tour: every step on one shape (a first run; on a GPU at
 #                                      N = 1024 with five timed reps, to be quick)
 #   scripts/run.sh step01 --causal     step 01 on the GPU if there is one, else its CPU blueprint
 #   scripts/run.sh step01 --help       every flag
+#   scripts/run.sh python [FILE.py …]  the Python package's C library (python/, docs/python.md), then
+#                                      FILE.py (default python/examples/first_call.py) with PYTHONPATH set
 # It builds only what that program needs. With a GPU (nvidia-smi sees one) it builds in build/ for
 # that GPU's architecture alone; without one it builds the CPU parts only (no kernel is compiled:
 # nothing could run them) in build-cpu/, so a first run takes minutes, not a quarter of an hour.
@@ -29,6 +31,21 @@ fi
 case "$target" in
   -*) fa_say "the first argument names a program (stepNN or tour); flags come after it"; exit 2 ;;
 esac
+if [ "$target" = python ]; then
+  # The package: its C library, then a script with a Python that imports torch (Debian: python3-torch).
+  fa_say "building fa_python, the package's C library (-j$FA_JOBS; full log: $FA_BUILD.make.log)"
+  make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory fa_python >"$FA_BUILD.make.log" 2>&1 \
+    || { tail -n 40 "$FA_BUILD.make.log" >&2; fa_say "build of fa_python failed"; exit 1; }
+  py=""
+  for p in python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c "import torch" 2>/dev/null; then py="$p"; break; fi
+  done
+  [ -n "$py" ] || { fa_say "no python3 here imports torch (Debian: apt-get install python3-torch)"; exit 1; }
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" FLASH_ATTN_STEPS_LIB="$FA_BUILD/libfa_python.so"
+  if [ $# -eq 0 ] || [[ "$1" == -* ]]; then set -- "$root/python/examples/first_call.py" "$@"; fi
+  exec "$py" "$@"
+fi
 if ! grep -q "^$target:" "$FA_BUILD/Makefile" 2>/dev/null; then
   fa_say "no program '$target' (programs: tour, step01 ... step18, bench, model)"
   exit 2

@@ -8,7 +8,10 @@
 
 FA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FA_BUILD="${FA_BUILD:-$FA_ROOT/build}"
-FA_PACKAGES=(cmake make g++ libeigen3-dev doctest-dev libgnuplot-iostream-dev gnuplot-nox librandom123-dev python3-torch python3-pytest)
+FA_PACKAGES=(cmake make g++ libeigen3-dev doctest-dev libgnuplot-iostream-dev gnuplot-nox librandom123-dev)
+# What the caller needs beyond those (scripts/test.sh: Debian's PyTorch and pytest, for the Python
+# package's tests), set as a bash array before sourcing.
+FA_PACKAGES+=("${FA_EXTRA_PACKAGES[@]}")
 
 fa_say() { printf '[fa] %s\n' "$*" >&2; }
 

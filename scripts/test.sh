@@ -4,6 +4,7 @@
 # script says how many. Without a GPU, CMake compiles the kernels for every architecture a lab may
 # have (75;80;86;89;90: CMakeLists.txt), so CI catches a change that breaks one of them.
 set -euo pipefail
+FA_EXTRA_PACKAGES=(python3-torch python3-pytest)  # the Python package's tests (python/tests), CPU-only torch
 source "$(dirname "$0")/setup.sh"
 
 fa_say "building (-j$FA_JOBS)"

@@ -126,6 +126,54 @@ class FirstRun(unittest.TestCase):
         self.assertTrue(self.table_from([{"date": "x"}]).startswith("_Not measured yet"))
 
 
+class PythonPackage(unittest.TestCase):
+    """docs/python.md's tables on made-up rows: what they compute, not what a GPU measured."""
+
+    def with_rows(self, table, files):
+        real = common.rows
+        try:
+            common.rows = lambda pat: next((rs for prefix, rs in files.items() if pat.startswith(prefix)), [])
+            return dt.TABLES[table]()
+        finally:
+            common.rows = real
+
+    def gpt(self, shift):
+        ident = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "layers": "1", "d_model": "8",
+                 "heads": "1", "context": "8", "batch": "1", "attn_clock": "kineto;in-situ (no L2 flush)"}
+        steps, runs = [], []
+        for backend, off in (("sdpa", 0.0), ("steps", shift)):
+            for seed, noise in enumerate((-0.1, 0.0, 0.1)):
+                for step in range(1, 41):
+                    steps.append({"backend": backend, "seed": str(seed), "step": str(step),
+                                  "loss": str(5 - step / 10 + noise + off)})
+                runs.append(dict(ident, backend=backend, seed=str(seed), steps="40", final_loss=str(1 + noise + off),
+                                 final_val_loss="", step_ms_median="10", attn_kernel_ms_per_step="2" if off else "1"))
+        return self.with_rows("python-gpt", {"gpt_steps": steps, "gpt_runs": runs})
+
+    def test_curves_within_the_seed_spread_agree_at_every_step(self):
+        text = self.gpt(0.05)  # inside the spread of 0.2
+        self.assertIn("at **40 of 40** steps", text)
+        self.assertIn("package / SDPA: **2.00**", text)
+
+    def test_a_curve_outside_the_spread_disagrees(self):
+        self.assertIn("at **0 of 40** steps", self.gpt(0.5))
+
+    def test_no_rows_give_one_sentence(self):
+        for table in ("python-gpt", "python-peers"):
+            self.assertTrue(self.with_rows(table, {}).startswith("_no measurements yet"))
+
+    def test_the_package_beside_the_step_programs(self):
+        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "dtype": "fp16", "d": "128", "causal": "0",
+                "N": "1024", "B": "16", "H": "16"}
+        peers = [dict(base, **PEER, backend="package", status="ok", kernel_ms="1.1", bwd_kernel_ms="2.2", device="a GPU"),
+                 dict(base, **PEER, backend="cudnn", status="ok", kernel_ms="1", bwd_kernel_ms="4.4", torch="2.11")]
+        step = [dict(base, **OURS, step="19", variant="-", kernel_ms="1.0", bwd_kernel_ms="2.0", bwd_ms="2.0",
+                     device="a GPU", cuda="13.0")]
+        text = self.with_rows("python-peers", {"pypeers": peers, "clock_": step})
+        self.assertIn("| fp16 | 128 | no | 1024 | 1.100 | 1.000 | 1.100 | 2.200 | 2.000 | 1.100 | 2.000 |", text)
+        self.assertIn("_Timing (both sides): kernel time", text)
+
+
 class ScriptsNamed(unittest.TestCase):
     def test_every_script_is_in_the_readme_layout_and_in_scripts_readme(self):
         readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()

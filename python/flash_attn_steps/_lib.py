@@ -49,7 +49,8 @@ def _candidates():
     if env:
         return [pathlib.Path(env)]
     here = pathlib.Path(__file__).resolve().parent
-    return [here / LIBRARY_NAME, here.parent.parent / "build" / LIBRARY_NAME]
+    root = here.parent.parent
+    return [here / LIBRARY_NAME, root / "build" / LIBRARY_NAME, root / "build-cpu" / LIBRARY_NAME]
 
 
 _lib = None
@@ -71,8 +72,9 @@ def lib():
     if found is None:
         raise ImportError(
             "flash_attn_steps: its C library is not built (looked for " + ", ".join(str(p) for p in tried)
-            + "). Build it from the repository's root: scripts/setup.sh configures build/, then "
-            "`make -C build fa_python`; or point " + ENV_LIBRARY + " at a libfa_python.so")
+            + "). Build it from the repository's root: `scripts/run.sh python` (build/ with a GPU, "
+            "build-cpu/ without), or `make -C build fa_python` in a configured build; or point " + ENV_LIBRARY +
+            " at a libfa_python.so")
     L = ctypes.CDLL(str(found))
     c = ctypes
     P, S = c.POINTER(FaPtrs), c.POINTER(FaShape)

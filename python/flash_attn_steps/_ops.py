@@ -53,8 +53,9 @@ def bwd_impl(dout, q, k, v, out, lse, scale, causal, window, dropout_p, seed, de
     return _core.backward(step, dout, q, k, v, out, lse, s, o)
 
 
+# [precheck] the steps' own refusals asked before the forward runs
 def precheck(q, k, causal, window, scale, dropout_p, needs_grad, deterministic):
-    """[precheck] Before anything runs: whether the forward's step takes the call, and with
+    """Before anything runs: whether the forward's step takes the call, and with
     `needs_grad` the backward's too, so that a refusal comes before any launch (q, k [B, N, H, d],
     padded; for packed sequences one sequence's shape stands for all: what a step refuses does not
     depend on the lengths)."""
@@ -70,9 +71,10 @@ def _bounds(cu):
     return list(zip(c[:-1], c[1:]))
 
 
+# [varlen-loop] packed sequences, one step call per sequence on views (dropout's offset: the sequence)
 def varlen_fwd_impl(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed):
     """Packed sequences [total, H, d]: out [total_q, H, d], lse [H, total_q]. One step call per
-    sequence on views of the packed tensors ([varlen-loop]: the kernels do not take cu_seqlens yet)."""
+    sequence on views of the packed tensors (the kernels do not take cu_seqlens yet)."""
     out = torch.zeros_like(q)
     lse = torch.full((q.shape[1], q.shape[0]), float("inf"), dtype=torch.float32, device=q.device)
     for b, ((q0, q1), (k0, k1)) in enumerate(zip(_bounds(cu_q), _bounds(cu_k))):

@@ -21,7 +21,8 @@ from ._lib import UnsupportedError
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
-# ---- [checks] -----------------------------------------------------------------------------------
+# ---- argument checks ----------------------------------------------------------------------------
+# [checks] each raises naming the argument, before anything runs
 
 def _tensor(name, t, ndim, like=None):
     if not isinstance(t, torch.Tensor):
@@ -126,7 +127,9 @@ def _seed(dropout_p):
     return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
 
 
-# ---- [pad-d] a head dimension the kernels are not compiled for ----------------------------------
+# ---- a head dimension the kernels are not compiled for ---------------------------------------------
+# [pad-d] zeros appended to q, k and v: QKᵀ is unchanged, O's extra columns are 0 (sliced off), and
+# autograd takes the pad and the slice back out of the gradients
 
 def _pad(t, dp):
     d = t.shape[-1]

@@ -1,0 +1,130 @@
+"""The Python package's tables (docs/python.md): the small GPT trained with both attention backends, and
+the package's kernel time beside the step programs' and SDPA's."""
+import statistics
+from collections import defaultdict
+
+from . import common
+from .common import clock_caption, geomean, kms, point, provenance, table, plain_variant
+from .peers import peers_note
+
+GPT_HOW = "python/examples/gpt.py (docs/python.md, 'A small GPT')"
+PEERS_HOW = "scripts/peers.py OUT.csv --backends package,flash,cudnn (docs/python.md)"
+SMOOTH = 20  # steps: the loss curves are compared as trailing means over this many steps, as plot_gpt draws them
+
+
+def _smoothed(losses):
+    out, acc = [], 0.0
+    for i, x in enumerate(losses):
+        acc += x
+        if i >= SMOOTH:
+            acc -= losses[i - SMOOTH]
+        out.append(acc / min(i + 1, SMOOTH))
+    return out
+
+
+def gpt_agreement(steps_rows):
+    """Per step, each backend's smoothed loss over its seeds: the steps where the two backends' means differ
+    by no more than the larger of their seed-to-seed spreads (lowest to highest seed), of all steps both
+    have. Returns (agreeing steps, steps, the largest difference over the spread)."""
+    curves = defaultdict(dict)  # backend -> seed -> [loss by step]
+    for r in sorted(steps_rows, key=lambda r: int(r["step"])):
+        curves[r["backend"]].setdefault(r["seed"], []).append(float(r["loss"]))
+    if len(curves) != 2:
+        return 0, 0, None
+    smooth = {b: [_smoothed(v) for v in seeds.values()] for b, seeds in curves.items()}
+    n = min(len(c) for runs in smooth.values() for c in runs)
+    agree, worst = 0, 0.0
+    for i in range(n):
+        means, spreads = [], []
+        for runs in smooth.values():
+            xs = [c[i] for c in runs]
+            means.append(statistics.mean(xs))
+            spreads.append(max(xs) - min(xs))
+        gap, room = abs(means[0] - means[1]), max(spreads)
+        agree += gap <= room
+        worst = max(worst, gap / room if room > 0 else float("inf") if gap > 0 else 0.0)
+    return agree, n, worst
+
+
+def python_gpt():
+    """The small GPT (python/examples/gpt.py) trained with SDPA and with the package, per backend over its
+    seeds: the final training and validation loss (mean, and lowest–highest), the median training step
+    (CUDA events around a whole step) and the attention kernels' GPU time per step (Kineto). Closing lines:
+    whether the curves agree within the seed-to-seed spread, and the package's attention time over SDPA's."""
+    runs = common.rows("gpt_runs_*.csv")
+    steps = common.rows("gpt_steps_*.csv")
+    if not runs:
+        return provenance([], GPT_HOW)
+    by = defaultdict(list)
+    for r in runs:
+        by[r["backend"]].append(r)
+    body, attn = [], {}
+    for backend in sorted(by):
+        rs = by[backend]
+        fl = [float(r["final_loss"]) for r in rs]
+        fv = [float(r["final_val_loss"]) for r in rs if r["final_val_loss"]]
+        sm = statistics.mean(float(r["step_ms_median"]) for r in rs)
+        am = [float(r["attn_kernel_ms_per_step"]) for r in rs if r["attn_kernel_ms_per_step"]]
+        attn[backend] = statistics.mean(am) if am else None
+        body.append([backend, len(rs), rs[0]["steps"], f"{statistics.mean(fl):.4f} ({min(fl):.4f}–{max(fl):.4f})",
+                     f"{statistics.mean(fv):.4f} ({min(fv):.4f}–{max(fv):.4f})" if fv else "–", f"{sm:.1f}",
+                     f"{attn[backend]:.3f}" if attn[backend] is not None else "–"])
+    r0 = runs[0]
+    text = (provenance(runs) + f" _Model: {r0['layers']} layers, d_model {r0['d_model']}, {r0['heads']} heads, context "
+            f"{r0['context']}, batch {r0['batch']}; training step by CUDA events, attention by Kineto's kernel records "
+            f"({r0['attn_clock'] or 'not measured'})._\n\n")
+    text += table(["backend", "seeds", "steps", "final loss", "final validation loss", "step ms (median)",
+                   "attention fwd+bwd kernel ms per step"], body)
+    agree, n, worst = gpt_agreement(steps)
+    if n:
+        text += (f"\n\nLoss curves (trailing means over {SMOOTH} steps): the backends' means differ by no more than the "
+                 f"larger seed-to-seed spread at **{agree} of {n}** steps (largest difference over the spread "
+                 f"{worst:.2f}).")
+    if attn.get("steps") and attn.get("sdpa"):
+        text += f" Attention kernel time per step, package / SDPA: **{attn['steps'] / attn['sdpa']:.2f}**."
+    return text
+
+
+def python_peers():
+    """The package's flash_attn_func by kernel time beside the step programs' own kernel time for the same
+    kernels (clock_*_bwd19.csv: step 16's forward, step 19's backward) and beside SDPA's cuDNN and flash
+    backends (the same peers.py run). Closing lines: package / step program per pass (the prediction: within
+    3 % everywhere), and cuDNN's time over the package's."""
+    rs = common.rows("pypeers_*.csv")
+    pk = {point(r): r for r in rs if r["backend"] == "package" and r["status"] == "ok"}
+    if not pk:
+        return provenance([], PEERS_HOW)
+    peer = {(r["backend"],) + point(r): r for r in rs if r["backend"] != "package" and r["status"] == "ok"}
+    steps = {point(r): r for r in common.rows("clock_*_bwd19.csv")
+             if r["step"] == "19" and plain_variant(r["variant"]) == "-" and r.get("bwd_kernel_ms")}
+    keys = sorted(pk, key=lambda k: (k[0], -k[1], k[2], k[3]))
+    body, fwd_r, bwd_r, cud_r, used_steps, used_peers = [], [], [], [], [], []
+    f = lambda x: f"{x:.3f}" if x is not None else "–"  # noqa: E731
+    for k in keys:
+        p, s, c = pk[k], steps.get(k), peer.get(("cudnn",) + k)
+        pf, pb = float(p["kernel_ms"]), float(p["bwd_kernel_ms"]) if p["bwd_kernel_ms"] else None
+        sf, sb = (kms(s), kms(s, "bwd")) if s and (s["B"], s["H"]) == (p["B"], p["H"]) else (None, None)
+        cb = float(c["bwd_kernel_ms"]) if c and c["bwd_kernel_ms"] else None
+        if sf:
+            fwd_r.append(pf / sf)
+            used_steps.append(s)
+        if sb and pb:
+            bwd_r.append(pb / sb)
+        if cb and pb:
+            cud_r.append(cb / pb)
+            used_peers.append(c)
+        body.append([k[0], k[1], "yes" if k[2] else "no", k[3], f"{pf:.3f}", f(sf), f(pf / sf if sf else None),
+                     f(pb), f(sb), f(pb / sb if sb and pb else None), f(cb / pb if cb and pb else None)])
+    text = provenance(list(pk.values())) + (peers_note(used_peers, list(pk.values()), "scripts/peers.py")
+                                            if used_peers else " " + clock_caption(list(pk.values()), list(pk.values())))
+    if used_steps:
+        text += " " + provenance(used_steps).replace("_Measured", "_The step programs' rows: measured")
+    text += "\n\n" + table(["dtype", "d", "causal", "N", "package fwd ms", "step 16 fwd ms", "package / step 16",
+                            "package bwd ms", "step 19 bwd ms", "package / step 19", "cuDNN / package (bwd)"], body)
+    lines = []
+    for name, xs in (("forward, package / step 16", fwd_r), ("backward, package / step 19", bwd_r),
+                     ("backward, cuDNN / package", cud_r)):
+        if xs:
+            lines.append(f"{name}: geometric mean **{geomean(xs):.3f}**, range {min(xs):.3f}–{max(xs):.3f} "
+                         f"over {len(xs)} points")
+    return text + ("\n\n" + "; ".join(lines) + "." if lines else "")
