@@ -4,7 +4,7 @@
 // smoothed over a window of steps, with the band between its lowest and highest seed: where the two
 // bands overlap, the backends agree within the seed-to-seed spread.
 //
-//   plot_gpt [--csv FILE] [--out DIR] [--window K]     (default plots/data/gpt_h200.csv, plots/)
+//   plot_gpt [--csv FILE] [--out DIR] [--window K]     (default plots/data/gpt_steps_h200.csv, plots/)
 #include "plotting.hpp"
 
 #include <filesystem>
@@ -99,7 +99,7 @@ void draw(const Runs& runs, size_t window, const std::string& png) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv = std::string(FA_PLOTS_DIR) + "/data/gpt_h200.csv", out = FA_PLOTS_DIR;
+  std::string csv = std::string(FA_PLOTS_DIR) + "/data/gpt_steps_h200.csv", out = FA_PLOTS_DIR;
   size_t window = 20;
   const std::string usage = "usage: plot_gpt [--csv FILE] [--out DIR] [--window K]\n";
   for (int i = 1; i < argc; ++i) {
