@@ -26,6 +26,7 @@
 #include "core/registry.hpp"
 #include "core/step.hpp"
 #include "harness/gpu.hpp"
+#include "harness/parallel.hpp"
 #include "kernel/dropout.hpp"
 
 namespace {
@@ -280,9 +281,10 @@ int fa_dropout_keep(const fa_shape* shape, int64_t b, int64_t h, uint8_t* keep) 
     const fa::Shape s = to_shape(shape);
     if (b < 0 || b >= s.B || h < 0 || h >= s.H) throw CapiError(FA_INVALID, "dropout mask: (b, h) outside the shape");
     const uint32_t t = fa::dropout_threshold(float(s.dropout));
-    for (int64_t i = 0; i < s.N; ++i)
+    fa::parallel_for(s.N, [&](int64_t i) {  // rows apart: the same bits on any number of threads
       for (int64_t j = 0; j < s.Nk; ++j)
         keep[i * s.Nk + j] = fa::dropout_keep(s.dropout_seed, s.dropout_offset, b * s.H + h, i, j, t) ? 1 : 0;
+    });
   });
 }
 
@@ -303,37 +305,25 @@ int fa_cuda_workspace_bytes(const char* step_id, const fa_shape* shape, const ch
   });
 }
 
-// [capi-gpu] The step's forward on device tensors: writes o and lse. `stream` is a cudaStream_t.
-int fa_cuda_forward(const char* step_id, const fa_shape* shape, const char* options, const fa_ptrs* ptrs, void* workspace,
-                    void* stream) {
+// [capi-gpu] The step's forward on device tensors (backward = 0: writes o and lse), or its backward
+// (dout with o's strides, dq with q's, dk with k's, dv with v's). `stream` is a cudaStream_t.
+static int cuda_call(const char* step_id, const fa_shape* shape, const char* options, const fa_ptrs* ptrs, void* workspace,
+                     void* stream, bool backward) {
   return guarded([&] {
     const fa::StepInfo& step = find_step(step_id);
     const fa::Shape s = to_shape(shape);
     const fa::StepOptions opts = parse_options(step, options);
 #ifdef FA_HAVE_CUDA
-    require_gpu(step, s, opts, false);
-    const fa::AttnParams p = attn_params(s, ptrs, workspace);
-    // [capi-decode] A step that sets up state per problem (step 17: the cache lengths and the new
-    // tokens taken out of K and V into its workspace) does it first. It may overwrite K and V past
-    // each sequence's cached tokens: the package hands it a copy of the cache, never the caller's.
-    if (step.prepare) step.prepare(s, p, opts, stream);
-    step.launch(p, opts, stream);
-#else
-    (void)ptrs, (void)workspace, (void)stream;
-    throw CapiError(FA_UNSUPPORTED, "this build has no CUDA");
-#endif
-  });
-}
-
-// [capi-gpu] The step's backward: dout has o's strides, dq q's, dk k's, dv v's.
-int fa_cuda_backward(const char* step_id, const fa_shape* shape, const char* options, const fa_ptrs* ptrs, void* workspace,
-                     void* stream) {
-  return guarded([&] {
-    const fa::StepInfo& step = find_step(step_id);
-    const fa::Shape s = to_shape(shape);
-    const fa::StepOptions opts = parse_options(step, options);
-#ifdef FA_HAVE_CUDA
-    require_gpu(step, s, opts, true);
+    require_gpu(step, s, opts, backward);
+    if (!backward) {
+      const fa::AttnParams p = attn_params(s, ptrs, workspace);
+      // [capi-decode] A step that sets up state per problem (step 17: the cache lengths and the new
+      // tokens taken out of K and V into its workspace) does it first. It may overwrite K and V past
+      // each sequence's cached tokens: the package hands it a copy of the cache, never the caller's.
+      if (step.prepare) step.prepare(s, p, opts, stream);
+      step.launch(p, opts, stream);
+      return;
+    }
     if (step.backward_saved_bytes && step.backward_saved_bytes(s, opts) > 0)
       throw CapiError(FA_UNSUPPORTED, step.program() + " reads a tensor its forward saves beyond O and L: not offered here");
     fa::BwdParams p;
@@ -345,10 +335,20 @@ int fa_cuda_backward(const char* step_id, const fa_shape* shape, const char* opt
     p.workspace = workspace;
     step.launch_backward(p, opts, stream);
 #else
-    (void)ptrs, (void)workspace, (void)stream;
+    (void)ptrs, (void)workspace, (void)stream, (void)backward;
     throw CapiError(FA_UNSUPPORTED, "this build has no CUDA");
 #endif
   });
+}
+
+int fa_cuda_forward(const char* step_id, const fa_shape* shape, const char* options, const fa_ptrs* ptrs, void* workspace,
+                    void* stream) {
+  return cuda_call(step_id, shape, options, ptrs, workspace, stream, false);
+}
+
+int fa_cuda_backward(const char* step_id, const fa_shape* shape, const char* options, const fa_ptrs* ptrs, void* workspace,
+                     void* stream) {
+  return cuda_call(step_id, shape, options, ptrs, workspace, stream, true);
 }
 
 }  // extern "C"

@@ -127,6 +127,17 @@ def _seed(dropout_p):
     return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
 
 
+def _scalars(d, dropout_p, softmax_scale, causal, window_size, deterministic, return_attn_probs, **unsupported):
+    """The scalar arguments every attention call shares, checked: (dropout P, scale, causal, window)."""
+    _unsupported(**unsupported)
+    p = _dropout(dropout_p)
+    scale = _scale(softmax_scale, d)
+    causal, window = _window(_flag("causal", causal), window_size)
+    _flag("deterministic", deterministic)
+    _flag("return_attn_probs", return_attn_probs)
+    return p, scale, causal, window
+
+
 # ---- a head dimension the kernels are not compiled for ---------------------------------------------
 # [pad-d] zeros appended to q, k and v: QKᵀ is unchanged, O's extra columns are 0 (sliced off), and
 # autograd takes the pad and the slice back out of the gradients
@@ -177,12 +188,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     d = _heads(q, k, v)
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k: batch size {k.shape[0]} differs from q's {q.shape[0]}")
-    _unsupported(softcap=(softcap, 0.0), alibi_slopes=(alibi_slopes, None))
-    p = _dropout(dropout_p)
-    scale = _scale(softmax_scale, d)
-    causal, window = _window(_flag("causal", causal), window_size)
-    _flag("deterministic", deterministic)
-    _flag("return_attn_probs", return_attn_probs)
+    p, scale, causal, window = _scalars(d, dropout_p, softmax_scale, causal, window_size, deterministic,
+                                        return_attn_probs, softcap=(softcap, 0.0), alibi_slopes=(alibi_slopes, None))
     dp = _core.padded_head_dim(d)
     qp, kp, vp = _pad(q, dp), _pad(k, dp), _pad(v, dp)
     if qp.shape[1] and kp.shape[1] and not _compiling():
@@ -256,12 +263,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     nk = _cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k", q.device)
     if nq != nk:
         raise ValueError(f"cu_seqlens_k: {nk} sequences, cu_seqlens_q {nq}")
-    _unsupported(softcap=(softcap, 0.0), alibi_slopes=(alibi_slopes, None), block_table=(block_table, None))
-    p = _dropout(dropout_p)
-    scale = _scale(softmax_scale, d)
-    causal, window = _window(_flag("causal", causal), window_size)
-    _flag("deterministic", deterministic)
-    _flag("return_attn_probs", return_attn_probs)
+    p, scale, causal, window = _scalars(d, dropout_p, softmax_scale, causal, window_size, deterministic,
+                                        return_attn_probs, softcap=(softcap, 0.0), alibi_slopes=(alibi_slopes, None),
+                                        block_table=(block_table, None))
     dp = _core.padded_head_dim(d)
     qp, kp, vp = _pad(q, dp), _pad(k, dp), _pad(v, dp)
     if qp.shape[0] and kp.shape[0] and not _compiling():

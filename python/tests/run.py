@@ -37,7 +37,14 @@ def main(argv):
     here = pathlib.Path(__file__).resolve().parent
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, device {device}, "
           f"matrix {'full' if full else 'ci'}", flush=True)
-    return pytest.main(["-q", "-rs", "-p", "no:cacheprovider", str(here)] + rest)
+    workers = []
+    if device == "cuda" and full:  # the whole matrix: several processes share the GPU where xdist is there
+        try:
+            import xdist  # noqa: F401
+            workers = ["-n", os.environ.get("FLASH_ATTN_STEPS_TEST_WORKERS", "4")]
+        except ImportError:
+            pass
+    return pytest.main(["-q", "-rs", "-p", "no:cacheprovider", str(here)] + workers + rest)
 
 
 if __name__ == "__main__":
