@@ -18,6 +18,7 @@ Ledger& Ledger::operator+=(const Ledger& o) {
   cuda_core_flops += o.cuda_core_flops;
   nonmatmul_ops += o.nonmatmul_ops;
   exps += o.exps;
+  fma_exps += o.fma_exps;
   tiles_computed += o.tiles_computed;
   tiles_masked += o.tiles_masked;
   tiles_skipped += o.tiles_skipped;
@@ -41,6 +42,7 @@ std::string Ledger::diff(const Ledger& o) const {
   f("cuda_core_flops", cuda_core_flops, o.cuda_core_flops);
   f("nonmatmul_ops", nonmatmul_ops, o.nonmatmul_ops);
   f("exps", exps, o.exps);
+  f("fma_exps", fma_exps, o.fma_exps);
   f("tiles_computed", tiles_computed, o.tiles_computed);
   f("tiles_masked", tiles_masked, o.tiles_masked);
   f("tiles_skipped", tiles_skipped, o.tiles_skipped);
@@ -117,11 +119,11 @@ void print_ledger(std::ostream& os, const LedgerSet& ls) {
 
 void write_ledger_csv(std::ostream& os, const LedgerSet& ls) {
   os << "kernel,gmem_read,gmem_write,smem_read,smem_write,barriers,matmul_flops,cuda_core_flops,nonmatmul_ops,tiles_computed,"
-        "tiles_masked,tiles_skipped,smem_peak,workspace,gmem_atomic,exps\n";
+        "tiles_masked,tiles_skipped,smem_peak,workspace,gmem_atomic,exps,fma_exps\n";
   for (const auto& [name, led] : ls.kernels)
     os << name << "," << led.gmem_read << "," << led.gmem_write << "," << led.smem_read << "," << led.smem_write << ","
        << led.barriers << "," << led.matmul_flops << "," << led.cuda_core_flops << "," << led.nonmatmul_ops << "," << led.tiles_computed << ","
-       << led.tiles_masked << "," << led.tiles_skipped << "," << led.smem_peak << "," << led.workspace << "," << led.gmem_atomic << "," << led.exps << "\n";
+       << led.tiles_masked << "," << led.tiles_skipped << "," << led.smem_peak << "," << led.workspace << "," << led.gmem_atomic << "," << led.exps << "," << led.fma_exps << "\n";
 }
 
 void GlobalMat::bounds(int64_t r, int64_t c) const {

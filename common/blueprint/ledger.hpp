@@ -43,7 +43,8 @@ struct Ledger {
   int64_t matmul_flops = 0;
   int64_t cuda_core_flops = 0;
   int64_t nonmatmul_ops = 0;
-  int64_t exps = 0;
+  int64_t exps = 0;      // exponentials on the special-function unit (MUFU.EX2)
+  int64_t fma_exps = 0;  // [exp2-poly] exponentials computed on the FMA units (their operations are in nonmatmul_ops)
   int64_t tiles_computed = 0, tiles_masked = 0, tiles_skipped = 0;
   int64_t smem_peak = 0;
   int64_t workspace = 0;

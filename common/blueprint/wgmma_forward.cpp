@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -81,6 +82,9 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
         const int64_t i0 = it * sc.Br, rows = std::min<int64_t>(sc.Br, s.N - i0);
         Smem smem(sc.smem_budget, led);
         SmemTile Qs = smem.tile(sc.Br, d, st);
+        std::optional<SmemTile> own_o;  // [own-o] step 20: a tile of its own for O's staging
+        if (sc.own_o) own_o.emplace(smem.tile(sc.Br, d, st));
+        SmemTile& Os = own_o ? *own_o : Qs;
         Stages kv;  // [stages]
         for (int64_t stage = 0; stage < sc.stages; ++stage) {
           kv.k.push_back(smem.tile(sc.Bc, d, st));
@@ -138,19 +142,26 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                   for (int n = 0; n < sc.Bc / 8; ++n)
                     gmax[size_t(lane)][size_t(hr)] =
                         std::max({gmax[size_t(lane)][size_t(hr)], S.reg(w, q, 4 * n + 2 * hr), S.reg(w, q, 4 * n + 2 * hr + 1)});
+            int fma_groups = 0;  // [exp2-poly] a row's column groups whose exponentials run on the FMA units
+            for (int n = 0; n < sc.Bc / 8; ++n) fma_groups += ops.exp2_on_fma && ops.exp2_on_fma(n);
             for (int lane = 0; lane < 32; ++lane)
               for (int hr = 0; hr < 2; ++hr) {
                 float& m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
                 const float m_new = std::max(m, gmax[size_t(lane)][size_t(hr)] * sl2);
-                const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
-                const float alpha = std::exp2(m - m_use);
-                led.exps += 1 + 2 * (sc.Bc / 8);  // alpha and the lane's p of the row: no guard, every tile
-                m = m_new;
+                // [lazy-rescale] A row keeps its max unless the hook says to take the new one (always without it).
+                const bool take = ops.takes_new_max ? ops.takes_new_max(m, m_new) : true;
+                if (ops.row_tiles && mf::thread_in_group(lane) == 0) ++*ops.row_tiles, *ops.rescales += take;
+                const float m_use = !take ? m : m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
+                const float alpha = take ? std::exp2(m - m_use) : 1.0f;
+                led.exps += 1 + 2 * (sc.Bc / 8 - fma_groups);  // alpha and the lane's p of the row: no guard, every tile
+                led.fma_exps += 2 * fma_groups;
+                led.nonmatmul_ops += 2 * fma_groups * ops.fma_ops_per_exp;
+                if (take) m = m_new;
                 float rs = 0.0f;
                 for (int n = 0; n < sc.Bc / 8; ++n)
                   for (int e = 0; e < 2; ++e) {
                     float& v = S.reg(w, lane, 4 * n + 2 * hr + e);
-                    v = std::exp2(std::fma(v, sl2, -m_use));
+                    v = ops.exp2 ? ops.exp2(n, std::fma(v, sl2, -m_use)) : std::exp2(std::fma(v, sl2, -m_use));
                     rs += v;
                   }
                 float& l = wg.l[size_t(w)][size_t(lane)][size_t(hr)];
@@ -228,7 +239,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                   const mf::Coord c = wgmma::acc_elem(w, lane, r);
                   const int64_t row = 64 * g + c.row;  // in the tile
                   const float li = lsum[(r % 4) / 2];
-                  Qs.write(row, PC * pn + c.col, li > 0.0f ? wg.o[size_t(pn)].reg(w, lane, r) * (1.0f / li) : 0.0f);
+                  Os.write(row, PC * pn + c.col, li > 0.0f ? wg.o[size_t(pn)].reg(w, lane, r) * (1.0f / li) : 0.0f);
                   if (i0 + row < s.N) ++led.nonmatmul_ops;
                 }
               if (mf::thread_in_group(lane) == 0)
@@ -241,7 +252,7 @@ BlueprintResult forward(const Shape& s, const Inputs& in, const Tiles& sc, const
                 }
             }
           }
-        Qs.store_to(O, i0, 0);
+        Os.store_to(O, i0, 0);
       }
     }
   return res;

@@ -32,6 +32,7 @@ struct Tiles {
   int64_t Br, Bc, stages;
   Loads loads;
   int64_t smem_budget, smem_peak;
+  bool own_o = false;  // [own-o] step 20: O staged in a tile of its own at the end, not over Q
   int64_t warpgroups() const { return Br / 64; }
 };
 
@@ -65,6 +66,19 @@ struct Ops {
   // The consumers' schedule over a block's Tcount tiles with G warpgroups (the ring only). The default
   // is step 15's (step 16 passes its own): tile by tile, each warpgroup s, softmax, pv in turn; then release.
   void (*turns)(int64_t Tcount, int64_t G, Consumer& c) = nullptr;
+  // [exp2-poly] Step 20: p = exp2(n, x) for the entries of a row's column group n (its keys 8n … 8n + 7
+  // of the tile; null: std::exp2), and which groups the ledger counts on the FMA units — fma_ops each —
+  // rather than as exponentials (null: none).
+  float (*exp2)(int n, float x) = nullptr;
+  bool (*exp2_on_fma)(int n) = nullptr;
+  int fma_ops_per_exp = 0;
+  // [lazy-rescale] Step 20: whether a row takes the tile's max m_new over the max m_old its exponentials
+  // used so far (null: always, every tile rescales). A row that does not keeps m_old: α = 1. The ledger
+  // counts the rescale either way (the most a tile does); `rescales` and `row_tiles` (when set) count
+  // what the data decided: rows' tiles that took a new max, of all rows' tiles visited.
+  bool (*takes_new_max)(float m_old, float m_new) = nullptr;
+  int64_t* rescales = nullptr;
+  int64_t* row_tiles = nullptr;
 };
 
 void s_product(wgmma::Acc& S, const SmemTile& Qs, int64_t g, const SmemTile& Ks, int64_t d, Ledger& led);

@@ -14,10 +14,9 @@
 
 namespace fa::step16 {
 
-namespace {
-
 // [pingpong] [overlap] The consumers' turns over a block's Tcount tiles: turn j (0 .. Tcount) of each
-// warpgroup in order; then the stage of tile j − 1 goes back to the producer.
+// warpgroup in order; then the stage of tile j − 1 goes back to the producer. (Step 20's blueprint
+// runs the same turns: it calls this one.)
 void turns(int64_t Tcount, int64_t G, wgmma_bp::Consumer& c) {
   // lab:begin pingpong-turns: [pingpong]: Tcount + 1 turns; in turn j each warpgroup g …
   for (int64_t j = 0; j <= Tcount; ++j) {
@@ -30,6 +29,8 @@ void turns(int64_t Tcount, int64_t G, wgmma_bp::Consumer& c) {
   }
   // lab:end
 }
+
+namespace {
 
 wgmma_bp::Tiles tiles(const Schedule& sc, int64_t d) {
   return {sc.Br, sc.Bc, sc.stages, wgmma_bp::Loads::Ring, kSmemBudget, smem_bytes(sc, int(d))};
