@@ -11,7 +11,7 @@
 #                                                   -> decode_<gpu>.csv           (docs/17: step17-target)
 #   bwd     steps 13 and 19's backward, N = 1k, 4k, 16k, d = 64, 128, both masks, fp16 and bf16; flash and cuDNN's
 #                                                   -> clock_<gpu>_bwd.csv, peers_<gpu>_clock_bwd.csv (step13-target)
-#   fwd     steps 12, 14, 15, 16 over N = 1k ... 16k, d = 64, 128 (14-16 also 256), both masks, fp16 and
+#   fwd     steps 12, 14, 15, 16, 20 over N = 1k ... 16k, d = 64, 128 (14-16, 20 also 256), both masks, fp16 and
 #           bf16; flash and cuDNN's forward       -> clock_<gpu>_fwd.csv, peers_<gpu>_clock_fwd.csv
 #                                                      (step12-target, step14/15-target, step16-target, step16-d256)
 #   early   steps 07 (forward) and 08 (backward), fp16, N = 512 ... 16k, d = 64, 128, both masks; flash
@@ -51,7 +51,7 @@ for ph in $phases; do
       peers "$out/peers_${slug}_clock_bwd.csv" --backends flash,cudnn --ns "$(target bwd ns)" --ds "$(target bwd ds)" \
         --dtypes "$(target bwd dtypes)" ;;
     fwd)
-      bench --steps 12,14,15,16 --ns "$(target fwd ns)" --ds "$(target fwd ds),$(target fwd wide_ds)" \
+      bench --steps 12,14,15,16,20 --ns "$(target fwd ns)" --ds "$(target fwd ds),$(target fwd wide_ds)" \
         --causal "$(target fwd causal)" --dtypes "$(target fwd dtypes)" --variants default --out "$out/clock_${slug}_fwd.csv"
       peers "$out/peers_${slug}_clock_fwd.csv" --backends flash,cudnn --ns "$(target fwd ns)" \
         --ds "$(target fwd ds),$(target fwd wide_ds)" --dtypes "$(target fwd dtypes)" --fwd-only ;;

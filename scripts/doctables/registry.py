@@ -11,6 +11,7 @@ from .first_run import first_run
 from .model import (ceilings, io_complexity, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
                     step08_stored)
 from .python_pkg import python_gpt, python_peers
+from .step20 import step20_ablation, step20_exp2, step20_target, step20_units
 from .peers import bwd19_deterministic, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
 from .steps import (ablation, bwd_first, bwd_model, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
@@ -101,6 +102,11 @@ TABLES = {
     "versus-peers": versus_peers,
     "loop-and-grid": loop_and_grid,
     "tour": tour,
+    # Step 20 (docs/20_persistent.md): the units of the exponentials, the target run, --exp2, the ablations.
+    "step20-units": step20_units,
+    "step20-target": step20_target,
+    "step20-exp2": step20_exp2,
+    "step20-ablation": step20_ablation,
     # The Python package (docs/python.md): the small GPT both ways, the package beside the steps and SDPA.
     "python-gpt": python_gpt,
     "python-peers": python_peers,
@@ -125,5 +131,6 @@ TABLES = {
 # The tables that set a step beside PyTorch's backends: each must carry CLOCK_CAPTION (tests/test_doc_tables.py).
 PEER_TABLES = ("step12-target", "step13-target", "step14-target", "step15-target", "step16-target", "step16-d256",
                "step17-target", "step17-clocks", "versus-peers")
-# python-peers (docs/python.md) is one too, but nothing measured it yet: its function writes the caption
-# (clock_caption, which refuses mixed clocks) with its first rows; it joins the list once they are in.
+# python-peers (docs/python.md) and step20-target (docs/20) are ones too, but nothing measured them yet: their
+# functions write the caption (clock_caption, which refuses mixed clocks) with their first rows; they join
+# the list once those are in.

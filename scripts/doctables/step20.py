@@ -1,0 +1,139 @@
+"""Step 20's tables (docs/20_persistent.md): the units the exponentials can run on, the target run beside
+step 16 and the peers, --exp2's three ways, the ablations."""
+from . import common
+from .common import geomean, ktf, kms, provenance, table
+from .peers import FWD_TARGET_POINTS, fwd_rows, peer_cells, peers_note
+from .steps import ablation
+
+TARGET_HOW = "scripts/peer_tables.sh OUTDIR fwd (docs/20_persistent.md, 'Measured')"
+# The ledger's operations per entry of S besides its exponential (common/blueprint/wgmma_forward.cpp: 5 per
+# entry, the exponential one of them): the scale, the max, the sum, the conversion of P.
+OTHER_OPS = 4
+POLY_OPS = 9  # kPolyOps, steps/20_persistent/schedule.hpp
+
+
+def step20_units():
+    """Per head dimension, from the measured ceilings (peaks_<gpu>.csv, bench --peaks): the time of the two
+    products per exponential (4d FLOPs at the wgmma rate), of one exponential on MUFU (the ex2 rate), and of
+    the FMA pipe's other work per entry; their ratio; and the share φ of exponentials on the FMA units
+    (POLY_OPS each) that loads both pipes equally: (1 − φ)/E = (OTHER_OPS + POLY_OPS·φ)/F."""
+    rs = {r["peak"]: r for r in common.rows("peaks_*.csv")}
+    need = ("wgmma-f16", "ex2", "fp32-fma")
+    if not all(k in rs for k in need):
+        return provenance([], "build/bench --peaks (docs/profiling.md)")
+    W, E, F = float(rs["wgmma-f16"]["value"]), float(rs["ex2"]["value"]), float(rs["fp32-fma"]["value"]) / 2
+    body = []
+    for d in (64, 128, 256):
+        t_mma, t_exp = 4 * d / W, 1 / E
+        t_fma = OTHER_OPS / F
+        phi = (F - OTHER_OPS * E) / (F + POLY_OPS * E)
+        body.append([d, 4 * d, f"{t_mma * 1e12:.3f}", f"{t_exp * 1e12:.3f}", f"{t_fma * 1e12:.3f}",
+                     f"{t_exp / t_mma:.2f}", f"{phi:.2f}"])
+    used = [rs[k] for k in need]
+    return (provenance(used, "build/bench --peaks") + " _Per SM it is the same ratio: every rate is the whole GPU's._\n\n"
+            + table(["d", "FLOPs per exponential (4d)", "products ps per exponential", "MUFU ps per exponential",
+                     f"FMA pipe ps per entry (other {OTHER_OPS} ops)", "exponentials / products",
+                     "share φ on the FMA units that balances the pipes"], body)
+            + f"\n\nThe rates: `wgmma-f16` {W / 1e12:.0f} TFLOP/s, `ex2` {E / 1e12:.2f} T/s, `fp32-fma` {2 * F / 1e12:.1f} "
+              "TFLOP/s (two FLOPs an FMA); the polynomial costs "
+              f"{POLY_OPS} FMA-pipe operations (`kPolyOps`), an entry {OTHER_OPS} besides its exponential.")
+
+
+def _variant(r, default="exp2=mixed"):
+    """A step 20 row's variant without the default --exp2 ("-" for the plain step)."""
+    parts = [x for x in r["variant"].split(";") if x not in (default, "-")]
+    return ";".join(parts) or "-"
+
+
+def step20_target():
+    """Step 20 beside step 16 and PyTorch's flash and cuDNN backends of the same run (the fwd phase of
+    peer_tables.sh) over the target matrix and d = 256: TFLOP/s and ratios by kernel time. Closing lines:
+    the goals of docs/20 (step 20 / cuDNN geometric mean ≥ 1.1, no point below 0.9; ≥ 740 TFLOP/s in bf16 at
+    d = 128, N = 16k, no mask) and step 20 / step 16."""
+    ours, by, peers = fwd_rows()
+    mine = [r for r in ours if r["step"] == "20"]
+    if not mine:
+        return provenance([], TARGET_HOW)
+    points = list(FWD_TARGET_POINTS) + [(dt, 256, c, n) for dt in sorted({k[0] for k in FWD_TARGET_POINTS})
+                                        for c in sorted({k[2] for k in FWD_TARGET_POINTS})
+                                        for n in sorted({k[3] for k in FWD_TARGET_POINTS})]
+    body, vs16, vsc, vsf, used, missing = [], [], [], [], [], []
+    for key in points:
+        dt, d, c, n = key
+        r, r16 = by.get(("20",) + key), by.get(("16",) + key)
+        if not r:
+            missing.append(key)
+            body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 6)
+            continue
+        row = [dt, d, "yes" if c else "no", n, f"{ktf(r):.1f}" + ("" if r["pass"] == "1" else " (FAIL)")]
+        if r16 and kms(r16):
+            x = kms(r16) / kms(r)
+            vs16.append((x, key))
+            row.append(f"{x:.3f}")
+        else:
+            row.append("–")
+        for peer, acc in ((peers.get(("flash",) + key), vsf), (peers.get(("cudnn",) + key), vsc)):
+            row += peer_cells(peer, r, acc, key, used, "fwd")
+        body.append(row)
+    head = provenance(mine, TARGET_HOW) + (peers_note(used, mine) if used else "")
+    head += " _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides._"
+    t = table(["dtype", "d", "causal", "N", "step 20 TFLOP/s", "step 20 / step 16", "flash (FA2) TFLOP/s",
+               "step 20 / flash", "cuDNN TFLOP/s", "step 20 / cuDNN"], body)
+    name = lambda k: f"{k[0]} d = {k[1]} {'causal' if k[2] else 'no mask'} N = {k[3]}"  # noqa: E731
+    lines = []
+    if vsc:
+        xs = [x for x, _ in vsc]
+        low = sorted((x, k) for x, k in vsc if x < 0.9)
+        lines.append(f"Over the {len(xs)} points: step 20 / cuDNN geometric mean **{geomean(xs):.3f}** (goal ≥ 1.1), "
+                     f"minimum {min(xs):.3f}; points below 0.9 (goal: none): **{len(low)}**"
+                     + (" — " + "; ".join(f"{name(k)}: {x:.3f}" for x, k in low) + "." if low else "."))
+    if vs16:
+        xs = [x for x, _ in vs16]
+        lines.append(f"Step 20 / step 16: geometric mean **{geomean(xs):.3f}**, range {min(xs):.3f}–{max(xs):.3f}.")
+    head_pt = by.get(("20", "bf16", 128, 0, 16384))
+    if head_pt:
+        lines.append(f"bf16, d = 128, N = 16384, no mask: **{ktf(head_pt):.1f}** TFLOP/s (goal ≥ 740).")
+    if missing:
+        lines.append(f"**Not measured: {len(missing)} of the {len(points)} points.**")
+    fails = sum(r["pass"] != "1" for r in mine)
+    lines.append(f"{fails} row(s) FAILED the check." if fails else "Every step 20 row passed its check against the reference.")
+    return head + "\n\n" + t + "\n\n" + " ".join(lines)
+
+
+def step20_exp2():
+    """--exp2's three ways at the same points (exp2_<gpu>_step20.csv: bench --steps 20 --variants all), by
+    kernel time: each one's time over mixed's (above 1: mixed is faster)."""
+    rs = [r for r in common.rows("exp2_*_step20.csv") if r["step"] == "20" and r.get("kernel_ms")]
+    if not rs:
+        return provenance([], "build/bench --steps 20 --variants all (docs/20_persistent.md, '2^x')")
+    by = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"].split(";")[0]): r for r in rs}
+    keys = sorted({k[:4] for k in by}, key=lambda k: (k[0], -k[1], k[2], k[3]))
+    body, ratios = [], {"mufu": [], "poly": []}
+    for k in keys:
+        mixed = by.get(k + ("exp2=mixed",))
+        if not mixed:
+            continue
+        row = [k[0], k[1], "yes" if k[2] else "no", k[3], f"{kms(mixed):.3f}"]
+        for v in ("mufu", "poly"):
+            r = by.get(k + (f"exp2={v}",))
+            if r and r["pass"] == "1":
+                ratios[v].append(kms(r) / kms(mixed))
+                row.append(f"{kms(r) / kms(mixed):.2f}")
+            else:
+                row.append("FAIL" if r else "–")
+        body.append(row)
+    summary = "; ".join(f"`{v}` / `mixed` geometric mean **{geomean(x):.2f}** ({min(x):.2f}–{max(x):.2f})"
+                        for v, x in ratios.items() if x)
+    return (provenance(rs) + "\n\n" + table(["dtype", "d", "causal", "N", "mixed ms (kernel)", "mufu / mixed",
+                                             "poly / mixed"], body) + "\n\n" + summary + ".")
+
+
+def step20_ablation():
+    """Each of step 20's changes taken out alone (bench --variants ablations): steps.ablation on rows whose
+    variant names drop the default --exp2."""
+    real = common.rows
+    try:
+        common.rows = lambda pat: [dict(r, variant=_variant(r)) for r in real(pat)]
+        return ablation("20")
+    finally:
+        common.rows = real
