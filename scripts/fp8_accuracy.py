@@ -17,7 +17,9 @@ course's step 21), in PyTorch on the CPU, every rounding where such a kernel rou
     the float32 P;
   - O = Σ P̃ Ṽ / l in float32, rounded to bf16.
 The "bf16" row is the same loop in bf16 (step 16's arithmetic: P rounded to bf16, no scales); "fp8-p1"
-is per-tensor FP8 with P cast without its scale (the plain FP8 baseline: small weights underflow).
+is per-tensor FP8 with P cast without its scale (the plain FP8 baseline: small weights underflow);
+"fp8-qk-only" has block scales and the transform on Q and K alone, P and V as in "bf16" (how much of
+the error is S's, how much P·V's).
 Every row is compared, as RMSE and largest error, with float64 attention on the bf16 inputs. Inputs:
 FlashAttention-3's protocol (standard normal entries; "outliers": 0.1 % of them times 10) in bf16.
 
@@ -36,7 +38,7 @@ import sys
 E4M3_MAX = 448.0
 P_SCALE = 256.0
 TILE = 128
-VARIANTS = ("bf16", "fp8-p1", "fp8-tensor", "fp8-block", "fp8-tensor-incoherent", "fp8-block-incoherent")
+VARIANTS = ("bf16", "fp8-p1", "fp8-tensor", "fp8-block", "fp8-tensor-incoherent", "fp8-block-incoherent", "fp8-qk-only")
 
 
 def load_torch():
@@ -156,6 +158,11 @@ def run_variant(variant, q, k, v, causal, scale, seed):
     ones_q, ones_k = torch.ones(H, N, dtype=torch.float64), torch.ones(H, k.shape[1], dtype=torch.float64)
     if variant == "bf16":
         return bf16(flash(q, k, v, ones_q, ones_k, ones_k, causal, bf16, scale))
+    if variant == "fp8-qk-only":  # block scales and the transform on Q and K; P and V as in bf16
+        M = hadamard(d, seed)
+        cq, sq = quantize(q @ M, TILE)
+        ck, sk = quantize(k @ M, TILE)
+        return bf16(flash(cq, ck, v, sq, sk, torch.ones_like(ones_k), causal, bf16, scale))
     block = TILE if "block" in variant else 0
     if "incoherent" in variant:
         M = hadamard(d, seed)

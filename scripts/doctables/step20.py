@@ -179,4 +179,37 @@ def fp8_accuracy():
         lines.append(f"Outliers, block scales and incoherent processing: at most 9.1e-3 (FlashAttention-3's figure) at "
                      f"**{met} of {len(out)}** points (largest {worst:.2e}); per-tensor over it, geometric mean "
                      f"**{geomean(tens):.2f}×**" + (" (FlashAttention-3 reports 2.6×)." if tens else "."))
-    return head + "\n\n" + table(["inputs", "d", "causal", "N"] + [f"`{v}`" for v in variants], body) + "\n\n" + " ".join(lines)
+    return (head + "\n\n" + table(["inputs", "d", "causal", "N"] + [f"`{v}`" for v in variants], body) + "\n\n" +
+            " ".join(lines) + "\n\n" + fp8_verdicts(by, keys, variants))
+
+
+def fp8_verdicts(by, keys, variants):
+    """The four predictions of docs/fp8_accuracy.md (written before the first run), held against the rows."""
+    fp8 = [v for v in variants if v != "bf16"]
+    scaled = [v for v in fp8 if v not in ("fp8-p1", "fp8-qk-only")]
+    r = lambda k, v: by.get(k + (v,))  # noqa: E731
+    out = []
+    worst = min(r(k, v) / r(k, "bf16") for k in keys for v in fp8 if r(k, v) and r(k, "bf16"))
+    out.append(f"(1) bf16 more than 10× more accurate than every FP8 row at every point: "
+               f"{'**held**' if worst > 10 else '**missed**'} (the smallest ratio is {worst:.1f}×).")
+    normal = [k for k in keys if k[0] == "normal"]
+    spread = max(max(r(k, v) for v in scaled) / min(r(k, v) for v in scaled) for k in normal) if normal else 0
+    out.append(f"(2) on normal inputs the scaled rows within 1.5× of each other: "
+               f"{'**held**' if spread <= 1.5 else '**missed**'} (largest spread {spread:.2f}×).")
+    outl = [k for k in keys if k[0] == "outliers"]
+    if outl:
+        top = sum(r(k, "fp8-tensor") >= max(r(k, v) for v in scaled) for k in outl)
+        gain = geomean([r(k, "fp8-tensor") / r(k, "fp8-block-incoherent") for k in outl])
+        out.append(f"(3) with outliers, per-tensor scales the least accurate scaled row ({top} of {len(outl)} points) and "
+                   f"block scales with the transform at least 2× better: {'**held**' if top == len(outl) and gain >= 2 else '**missed**'} "
+                   f"({gain:.2f}× as a geometric mean).")
+    p1_worst = sum(r(k, "fp8-p1") >= max(r(k, v) for v in fp8) for k in keys)
+    out.append(f"(4) `fp8-p1` the least accurate row: worst at {p1_worst} of {len(keys)} points, "
+               f"{'**held**' if p1_worst == len(keys) else '**missed**'}.")
+    text = "Predictions: " + " ".join(out)
+    for p in ("normal", "outliers"):  # how much of block + incoherent's error S alone makes (P and V in bf16)
+        xs = [r(k, "fp8-qk-only") / r(k, "fp8-block-incoherent") for k in keys if k[0] == p and r(k, "fp8-qk-only")]
+        if xs:
+            text += (f" {'Where the error comes from' if p == 'normal' else 'With outliers'}: `fp8-qk-only` over "
+                     f"`fp8-block-incoherent`, geometric mean **{geomean(xs):.2f}** on {p} inputs.")
+    return text
