@@ -67,14 +67,17 @@ void print_ledger(std::ostream& os, const LedgerSet& ls);
 // CSV: a header line, then one line per kernel.
 void write_ledger_csv(std::ostream& os, const LedgerSet& ls);
 
-// How an element is stored: fp32 (4 bytes) or the storage type (2 bytes, rounded on store).
+// How an element is stored: fp32 (4 bytes), the storage type (2 bytes, rounded on store), or an e4m3
+// code (1 byte, rounded to e4m3 on store: [fp8], step 21 — its values are codes, the scales apart).
 struct Store {
   int bytes = 4;
   bool rounds = false;
   DType dtype = DType::f16;
-  static Store f32() { return {4, false, DType::f16}; }
-  static Store of(DType t) { return {2, true, t}; }
-  float apply(float x) const { return rounds ? round_to(dtype, x) : x; }
+  bool e4m3 = false;
+  static Store f32() { return {4, false, DType::f16, false}; }
+  static Store of(DType t) { return {2, true, t, false}; }
+  static Store code8() { return {1, true, DType::f16, true}; }
+  float apply(float x) const { return !rounds ? x : e4m3 ? round_to_e4m3(x) : round_to(dtype, x); }
 };
 
 // A matrix in global memory ("HBM"), rows × cols with leading dimension ld. Every element access

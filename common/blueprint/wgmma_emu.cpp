@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "kernel/wgmma_layout.hpp"
+
 namespace fa::wgmma {
 
 namespace mf = fa::m16n8k16;
@@ -73,6 +75,48 @@ void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t
       }
     for (int nb = 0; nb < d.n / 8; ++nb) mf::mma(d.tiles[size_t(w * (d.n / 8) + nb)], af, bf[size_t(nb)], led);
   }
+}
+
+void mma_ss_e4m3(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int64_t b_r0, int64_t kk, bool accumulate,
+                 Ledger& led) {
+  check_n(d);
+  if (!accumulate) clear(d);
+  std::vector<float> A(size_t(64 * 32)), B(size_t(d.n * 32));  // each byte read once per instruction
+  for (int r = 0; r < 64; ++r)
+    for (int k = 0; k < 32; ++k) A[size_t(32 * r + k)] = a.read(a_r0 + r, 32 * kk + k);
+  for (int n = 0; n < d.n; ++n)
+    for (int k = 0; k < 32; ++k) B[size_t(32 * n + k)] = b.read(b_r0 + n, 32 * kk + k);
+  for (int w = 0; w < 4; ++w)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int r = 0; r < d.n / 2; ++r) {
+        const mf::Coord c = acc_elem(w, lane, r);
+        float sum = 0.0f;
+        for (int k = 0; k < 32; ++k) sum += A[size_t(32 * c.row + k)] * B[size_t(32 * c.col + k)];
+        d.reg(w, lane, r) += sum;
+      }
+  led.matmul_flops += int64_t(2) * 64 * d.n * 32;
+}
+
+void mma_rs_e4m3(Acc& d, const std::vector<AFrag8>& a, const SmemTile& bt, int64_t n0, int64_t kk, bool accumulate, Ledger& led) {
+  check_n(d);
+  if (a.size() != 4) throw std::logic_error("wgmma: a register A operand is four warps' fragments");
+  if (!accumulate) clear(d);
+  std::vector<float> B(size_t(d.n * 32));
+  for (int n = 0; n < d.n; ++n)
+    for (int k = 0; k < 32; ++k) B[size_t(32 * n + k)] = bt.read(n0 + n, 32 * kk + k);
+  for (int w = 0; w < 4; ++w)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int r = 0; r < d.n / 2; ++r) {
+        const mf::Coord c = acc_elem(w, lane, r);  // row in 0..63: warp w's rows are 16w .. 16w + 15
+        const int rw = c.row - 16 * w, g = rw % 8;
+        float sum = 0.0f;
+        for (int k = 0; k < 32; ++k) {  // A(row, k): lane 4g + (k % 16) / 4, register 2(k / 16) + rw / 8, byte k % 4
+          const int holder = 4 * g + (k % 16) / 4, q = 2 * (k / 16) + rw / 8;
+          sum += a[size_t(w)][size_t(holder)][size_t(4 * q + k % 4)] * B[size_t(32 * c.col + k)];
+        }
+        d.reg(w, lane, r) += sum;
+      }
+  led.matmul_flops += int64_t(2) * 64 * d.n * 32;
 }
 
 }  // namespace fa::wgmma

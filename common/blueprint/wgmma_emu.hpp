@@ -4,6 +4,7 @@
 // Operands read from shared memory are read once per instruction (the warpgroup shares them), and
 // counted as such by the SmemTile; 2·64·N·16 tensor-core FLOPs per instruction.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -35,5 +36,19 @@ void mma_rs(Acc& d, const std::vector<m16n8k16::AFrag>& a, const SmemTile& b, in
 // (m, k) of A = a(16kk + k, m) for m < 64 (dS read from a dSᵀ tile), element (k, n) of B =
 // b(16kk + k, n0 + n) for n < N. (64 + N)·16 elements read.
 void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t n0, bool accumulate, Ledger& led);
+
+// [fp8] e4m3 × e4m3, k = 32 per instruction (step 21); tiles hold the codes' values (SmemTile of
+// Store::e4m3(): a byte each), products exact in fp32, each instruction's 32 products summed in fp32 and
+// added to D. 2·64·N·32 FLOPs.
+// D (+)= A·Bᵀ, both K-major: A = rows a_r0 .. a_r0 + 63 of `a`, B = rows b_r0 .. b_r0 + N − 1 of `b`, both
+// at columns 32kk .. 32kk + 31. (64 + N)·32 bytes read.
+void mma_ss_e4m3(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int64_t b_r0, int64_t kk, bool accumulate,
+                 Ledger& led);
+// The e4m3 A fragment of one warp: [lane][4q + i], byte i of register q — row g + 8(q % 2), column
+// 4t + i + 16(q / 2) of the warp's 16 × 32 block (lane = 4g + t).
+using AFrag8 = std::vector<std::array<float, 16>>;
+// D (+)= A·B: A from registers (a[w]: warp w's fragment), B K-major from shared memory: element (k, n)
+// = bt(n0 + n, 32kk + k) (Vᵀ stored [dim][key]). N·32 bytes read.
+void mma_rs_e4m3(Acc& d, const std::vector<AFrag8>& a, const SmemTile& bt, int64_t n0, int64_t kk, bool accumulate, Ledger& led);
 
 }  // namespace fa::wgmma

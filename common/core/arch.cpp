@@ -98,6 +98,9 @@ std::string unsupported_reason(const StepInfo& step, const Shape& s, const StepO
   if (step.max_cc > 0 && gpu.cc > step.max_cc)
     return who + "needs " + step.needs + ", which only compute capability " + cc_string(step.max_cc) + " has (sm_" +
            std::to_string(step.max_cc) + "a: an architecture-specific instruction set, not carried forward); " + describe(gpu);
+  // [fp8] No GPU runs an FP8 step on fp16 or bf16, nor another step on e4m3.
+  if (step.fp8 && !s.fp8) return who + "runs FP8 only (--dtype e4m3)";
+  if (!step.fp8 && s.fp8) return who + "has no FP8 path (--dtype e4m3 is step 21's)";
   if (!step.head_dims.empty() && std::find(step.head_dims.begin(), step.head_dims.end(), int(s.d)) == step.head_dims.end()) {
     std::string dims;
     for (int d : step.head_dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);

@@ -72,4 +72,36 @@ inline float from_bits(DType t, uint16_t b) {
 // The value a float becomes when stored in the storage type.
 inline float round_to(DType t, float f) { return from_bits(t, to_bits(t, f)); }
 
+// [e4m3] FP8 E4M3 (OCP's, what Hopper's FP8 tensor cores take; step 21): a sign, 4 exponent bits
+// (bias 7), 3 mantissa bits. 1.mmm·2^(e−7) for e = 1 … 15, m·2^-9 for e = 0 (subnormals); no
+// infinity; S.1111.111 is NaN, so the largest value is 1.110·2^8 = 448. Rounding to nearest loses at
+// most 2^-4 relatively in the normal range (|x| >= 2^-6), at most 2^-10 absolutely below it.
+// This conversion is cvt.rn.satfinite.e4m3x2.f32's: ties to even, |x| > 448 saturates to ±448, NaN
+// gives the NaN code.
+inline constexpr float kE4m3Max = 448.0f;
+inline constexpr double kE4m3UnitRoundoff = 0x1p-4;
+inline uint8_t float_to_e4m3_bits(float f) {
+  const uint32_t x = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);   // >= 448 (and inf): satfinite
+  if (a < 0x3c800000u) {  // below 2^-6: units of 2^-9 (code 8 is 2^-6, the smallest normal: the carry is right)
+    const float q = bits_float(a) * 512.0f;  // exact; nearbyint rounds to even
+    return static_cast<uint8_t>(sign | static_cast<uint32_t>(std::nearbyint(q)));
+  }
+  uint32_t c = ((((a >> 23) - 127u + 7u)) << 3) | ((a & 0x7fffffu) >> 20);
+  const uint32_t rest = a & 0xfffffu;  // the 20 bits dropped
+  if (rest > 0x80000u || (rest == 0x80000u && (c & 1u))) ++c;  // below 448, so at most 0x7e
+  return static_cast<uint8_t>(sign | c);
+}
+inline float e4m3_bits_to_float(uint8_t b) {
+  const float s = (b & 0x80u) ? -1.0f : 1.0f;
+  const uint32_t e = (b >> 3) & 0xfu, m = b & 7u;
+  if (e == 15 && m == 7) return std::nanf("");
+  if (e == 0) return s * static_cast<float>(m) * 0x1p-9f;
+  return s * std::ldexp(1.0f + static_cast<float>(m) / 8.0f, int(e) - 7);
+}
+inline float round_to_e4m3(float f) { return e4m3_bits_to_float(float_to_e4m3_bits(f)); }
+
 }  // namespace fa

@@ -25,7 +25,9 @@ double Shape::flops_fa_convention() const {
 std::string Shape::str() const {
   std::ostringstream os;
   os << "B=" << B << " H=" << H << " N=" << N << " Nk=" << Nk << " d=" << d
-     << " causal=" << (causal ? 1 : 0) << " " << dtype_name(dtype);
+     << " causal=" << (causal ? 1 : 0) << " " << type_name();
+  if (fp8 && fp8_block) os << " fp8-scales=block";
+  if (fp8 && incoherent) os << " incoherent";
   if (dropout > 0.0) os << " dropout=" << dropout;
   if (Hkv > 0 && Hkv != H) os << " Hkv=" << Hkv;
   if (window > 0) os << " window=" << window;
@@ -39,6 +41,23 @@ std::string Shape::str() const {
     }
   }
   return os.str();
+}
+
+bool set_inputs(InputSpec& spec, const std::string& name) {
+  if (name == "default") spec.offset = 0.5, spec.outliers = 0.0;
+  else if (name == "normal") spec.offset = 0.0, spec.outliers = 0.0;
+  else if (name == "outliers") spec.offset = 0.0, spec.outliers = 0.001;
+  else return false;
+  spec.qk_spread = spec.v_spread = 1.0;
+  return true;
+}
+
+bool set_type(Shape& s, const std::string& name) {
+  if (name == "fp16" || name == "f16" || name == "half") s.dtype = DType::f16, s.fp8 = false;
+  else if (name == "bf16") s.dtype = DType::bf16, s.fp8 = false;
+  else if (name == "e4m3") s.dtype = DType::bf16, s.fp8 = true;
+  else return false;
+  return true;
 }
 
 std::string validate(const Shape& s) {
@@ -63,6 +82,9 @@ std::string validate(const Shape& s) {
     return os.str();
   }
   if (s.window < 0) return "--window must be a positive number of keys";
+  if (s.fp8 && s.dtype != DType::bf16) return "--dtype e4m3 keeps O in bf16 (an fp8 shape's dtype is bf16)";
+  if (!s.fp8 && (s.fp8_block || s.incoherent)) return "--fp8-scales and --incoherent go with --dtype e4m3";
+  if (s.fp8 && s.incoherent && (s.d & (s.d - 1)) != 0) return "--incoherent needs d a power of two (the Hadamard transform)";
   if (s.window > 0 && !s.causal) return "--window needs --causal: the window's right edge is the causal diagonal";
   if (s.decode()) {
     if (int64_t(s.cache_lens.size()) != s.B) {
@@ -97,13 +119,16 @@ namespace {
 // Fill t with offset + spread·randn rounded to the storage type. The tensor is drawn in fixed
 // chunks, each chunk from its own generator seeded by (seed, stream, chunk): the same values for a
 // seed whatever the number of threads. Each tensor of a problem has its own stream.
-void fill_randn(Tensor4& t, DType dtype, uint64_t seed, uint64_t stream, double offset, double spread) {
+void fill_randn(Tensor4& t, DType dtype, uint64_t seed, uint64_t stream, double offset, double spread, double outliers = 0.0) {
   constexpr int64_t kChunk = int64_t(1) << 16;
   const int64_t n = static_cast<int64_t>(t.v.size()), chunks = (n + kChunk - 1) / kChunk;
   parallel_for(chunks, [&](int64_t c) {
     Rng rng(seed * 0x100000001b3ull + stream * 0x9e3779b97f4a7c15ull + uint64_t(c));
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
-      t.v[static_cast<size_t>(i)] = round_to(dtype, static_cast<float>(offset + spread * rng.normal()));
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+      double x = offset + spread * rng.normal();
+      if (outliers > 0.0 && rng.uniform() <= outliers) x *= kOutlierScale;  // [outliers] (no draw without them)
+      t.v[static_cast<size_t>(i)] = round_to(dtype, static_cast<float>(x));
+    }
   });
 }
 
@@ -114,9 +139,9 @@ enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamDO = 4
 
 Inputs make_inputs(const Shape& s, const InputSpec& spec) {
   Inputs in{Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};
-  fill_randn(in.q, s.dtype, spec.seed, kStreamQ, spec.offset, spec.qk_spread);
-  fill_randn(in.k, s.dtype, spec.seed, kStreamK, spec.offset, spec.qk_spread);
-  fill_randn(in.v, s.dtype, spec.seed, kStreamV, spec.offset, spec.v_spread);
+  fill_randn(in.q, s.dtype, spec.seed, kStreamQ, spec.offset, spec.qk_spread, spec.outliers);
+  fill_randn(in.k, s.dtype, spec.seed, kStreamK, spec.offset, spec.qk_spread, spec.outliers);
+  fill_randn(in.v, s.dtype, spec.seed, kStreamV, spec.offset, spec.v_spread, spec.outliers);
   return in;
 }
 

@@ -33,6 +33,13 @@ struct Shape {
   // inputs hold them there). Nk is the cache's capacity; cache_lens[b] + N <= Nk.
   std::vector<int64_t> cache_lens;
   DType dtype = DType::f16;
+  // [fp8] --dtype e4m3 (step 21): the step quantizes Q, K and V to e4m3 with scales of its own, from
+  // the bf16 values the inputs hold; O stays in bf16 (dtype is bf16), L in fp32.
+  bool fp8 = false;
+  // [fp8-scales] One scale per (batch, head) of each tensor, or per block of 128 rows of it
+  // (--fp8-scales tensor|block). [incoherent] Q and K multiplied first by one random orthogonal matrix
+  // (a randomized Hadamard transform): QKᵀ is unchanged, the outliers are spread (--incoherent).
+  bool fp8_block = false, incoherent = false;
   double scale = 0.0;  // 0 means 1/sqrt(d)
   // Dropout on the attention weights (common/kernel/dropout.hpp): probability P of dropping a weight
   // (0 = none), and the Philox key and counter offset the mask is drawn from.
@@ -40,6 +47,14 @@ struct Shape {
   uint64_t dropout_seed = 0, dropout_offset = 0;
 
   double softmax_scale() const;
+  // The storage type's name as --dtype takes it: "fp16", "bf16", or "e4m3" for an fp8 shape.
+  const char* type_name() const { return fp8 ? "e4m3" : dtype_name(dtype); }
+  // [fp8] The same shape on the unquantized inputs (bf16, no FP8): check (b)'s reference.
+  Shape without_fp8() const {
+    Shape r = *this;
+    r.fp8 = r.fp8_block = r.incoherent = false;
+    return r;
+  }
   int64_t q_elems() const { return B * H * N * d; }
   int64_t hkv() const { return Hkv > 0 ? Hkv : H; }
   int64_t kv_head(int64_t h) const { return h / (H / hkv()); }
@@ -57,6 +72,10 @@ struct Shape {
   double flops_fa_convention() const;
   std::string str() const;  // "B=2 H=4 N=128 Nk=128 d=64 causal=0 fp16"
 };
+
+// [fp8] A --dtype value into the shape: fp16, bf16, or e4m3 (an fp8 shape: Q, K, V quantized by the
+// step, O in bf16). False, and the shape unchanged, for any other name.
+bool set_type(Shape& s, const std::string& name);
 
 // "" when the shape is valid; otherwise a message that names the offending flag.
 std::string validate(const Shape& s);
@@ -84,7 +103,14 @@ struct InputSpec {
   double offset = 0.5;
   double qk_spread = 1.0;
   double v_spread = 1.0;
+  // [outliers] The fraction of entries multiplied by kOutlierScale after they are drawn (0: none).
+  // FlashAttention-3's FP8 protocol: offset 0, spread 1, 0.1 % of the entries ten times larger.
+  double outliers = 0.0;
 };
+inline constexpr double kOutlierScale = 10.0;
+// [outliers] --inputs: "default" (the spec above), "normal" (standard normal entries) or "outliers"
+// (standard normal, 0.1 % of them times 10); false for any other name.
+bool set_inputs(InputSpec& spec, const std::string& name);
 
 struct Inputs {
   Tensor4 q, k, v;  // [B,H,N,d], [B,Hkv,Nk,d], [B,Hkv,Nk,d], values exactly representable in dtype

@@ -119,9 +119,20 @@ inline std::vector<Case> gqa_window_matrix() {
           gqa_case(1, 2, 1, 50, 70, 64, true, 1000, DType::bf16),     gqa_case(2, 2, 1, 150, 150, 32, true, 17, DType::bf16),
           gqa_case(1, 2, 2, 200, 200, 64, true, 70, DType::f16, 6.0), gqa_case(1, 4, 2, 70, 333, 128, false, 0, DType::bf16)};
 }
-// Whether a step takes every feature a case uses.
+// Whether a step takes every feature a case uses; [fp8] an FP8 step takes d a multiple of 32 (an FP8
+// wgmma's k) and nothing else.
 inline bool takes_case(const StepInfo& st, const Shape& s) {
-  return (s.hkv() == s.H || st.supports_gqa) && (s.window == 0 || st.supports_window);
+  return (s.hkv() == s.H || st.supports_gqa) && (s.window == 0 || st.supports_window) && (!st.fp8 || s.d % 32 == 0);
+}
+// [fp8] A case as a step runs it: for an FP8 step (StepInfo::fp8) the same shape in e4m3, every other
+// step's unchanged. (The reference then runs on the dequantized inputs: reference.hpp.)
+inline Case for_step(Case c, const StepInfo& st) {
+  if (st.fp8) set_type(c.shape, "e4m3");
+  return c;
+}
+inline Shape for_step(Shape s, const StepInfo& st) {
+  if (st.fp8) set_type(s, "e4m3");
+  return s;
 }
 // [dropout] A few cases of the shape matrix with dropout, for the steps that take --dropout: ragged,
 // Nk != N, both masks and dtypes, two probabilities and seeds (the reference draws the same mask).

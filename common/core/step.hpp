@@ -115,6 +115,9 @@ struct StepInfo {
   // --dropout P (common/kernel/dropout.hpp): the steps whose forward (and backward) apply it; any other
   // step refuses a nonzero P with a message.
   bool supports_dropout = false;
+  // [fp8] The step runs Q, K and V in e4m3 (--dtype e4m3: its default and only storage type, O in
+  // bf16); every other step refuses e4m3, and an FP8 step refuses fp16 and bf16.
+  bool fp8 = false;
   // [gqa] [window] Whether the step takes --hkv below --h and --window (the reference does; a step
   // that does not refuses them with exit 2).
   bool supports_gqa = false, supports_window = false;

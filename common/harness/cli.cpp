@@ -44,6 +44,7 @@ bool is_switch(const StepFlag& f) {
 // The steps whose StepInfo sets supports_dropout, for the refusal's message (fa_common cannot
 // consult the registry, which links every step and so fa_common itself).
 constexpr const char* kDropoutSteps = "steps 12 and 13";
+constexpr const char* kFp8Steps = "step 21";  // [fp8] the steps whose StepInfo sets fp8
 
 }  // namespace
 
@@ -63,7 +64,11 @@ std::string usage(const StepInfo& step) {
      << "  --causal         causal mask, bottom-right aligned when NK != N (query i sees keys j <= i + NK - N)\n"
      << "  --hkv HKV        key/value heads (default H): H/HKV query heads share each (GQA; 1 is MQA)\n"
      << "  --window W       sliding window, with --causal: query i sees keys i + NK - N - W < j <= i + NK - N\n"
-     << "  --dtype T        storage type of Q, K, V, P, O: fp16 (default) or bf16\n";
+     << (step.fp8 ? "  --dtype T        e4m3 (the only one): Q, K, V quantized to FP8 by the step, O in bf16\n"
+                  : "  --dtype T        storage type of Q, K, V, P, O: fp16 (default) or bf16\n");
+  if (step.fp8)
+    os << "  --fp8-scales S   tensor (default: one scale per batch and head) or block (one per 128 rows)\n"
+       << "  --incoherent     Q and K through one random Hadamard transform before they are quantized\n";
   if (step.supports_decode)
     os << "decoding (defaults: GPU B=4 H=32 HKV=8 QLEN=1 NK=16384 d=128; CPU B=2 H=4 HKV=2 QLEN=1 NK=300 d=64):\n"
        << "  --qlen Q         new tokens per sequence (--n; 1 to " << step.max_n << ", > 1: speculative decoding, causal\n"
@@ -79,6 +84,7 @@ std::string usage(const StepInfo& step) {
      << "run:\n"
      << "  --backend B      auto (default: GPU if present), gpu, or cpu (the blueprint)\n"
      << "  --seed S         input seed (default 42); inputs are 0.5 + randn, rounded to the storage type\n"
+     << "  --inputs I       default (0.5 + randn), normal (randn) or outliers (randn, 0.1 % of entries times 10)\n"
      << "  --dropout-seed S seed of the dropout mask (Philox; default: the --seed value)\n"
      << "  --reps R         timed repetitions on the GPU, median reported (default 20; 0 = check only)\n"
      << "  --warmup W       untimed launches before timing (default 3)\n"
@@ -167,13 +173,23 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     }
     else if (a == "--dtype") {
       const std::string v = next();
-      if (v == "fp16" || v == "f16" || v == "half") o.shape.dtype = DType::f16;
-      else if (v == "bf16") o.shape.dtype = DType::bf16;
-      else throw CliError("--dtype must be fp16 or bf16 (got '" + v + "')");
+      if (v == "fp8") throw CliError("--dtype fp8: name the format, e4m3 (step 21's; e5m2 is not offered)");
+      if (!set_type(o.shape, v)) throw CliError("--dtype must be fp16, bf16 or e4m3 (got '" + v + "')");
+      o.dtype_given = true;
     }
     else if (a == "--scale") {
       o.shape.scale = parse_double(a, next());
       if (!(o.shape.scale > 0.0)) throw CliError("--scale must be a positive number");
+    }
+    else if (a == "--fp8-scales") {
+      const std::string v = next();
+      if (v != "tensor" && v != "block") throw CliError("--fp8-scales must be tensor or block (got '" + v + "')");
+      o.shape.fp8_block = v == "block";
+      o.fp8_flags_given = true;
+    }
+    else if (a == "--incoherent") {
+      o.shape.incoherent = has_inline ? parse_int(a, value, 0, 1) == 1 : true;
+      o.fp8_flags_given = true;
     }
     else if (a == "--dropout") {
       const std::string v = next();
@@ -187,6 +203,11 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
       o.dropout_seed_given = true;
     }
     else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_int(a, next(), 0, INT64_MAX));
+    else if (a == "--inputs") {
+      o.inputs = next();
+      InputSpec probe;
+      if (!set_inputs(probe, o.inputs)) throw CliError("--inputs must be default, normal or outliers (got '" + o.inputs + "')");
+    }
     else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, next(), 0, 100000));
     else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(a, next(), 0, 1000));
     else if (a == "--runs") o.runs = static_cast<int>(parse_int(a, next(), 1, 100));
@@ -260,6 +281,17 @@ CliOptions parse_cli(const StepInfo& step, const std::vector<std::string>& args)
     if (o.shape.window > 0 && !step.supports_window)
       throw CliError("--window: " + step.program() + " has no sliding window");
   }
+  // [fp8] An FP8 step runs e4m3 alone (its default); every other step refuses it.
+  if (step.fp8 && !o.shape.fp8) {
+    if (o.dtype_given && !o.help)
+      throw CliError("--dtype " + std::string(o.shape.type_name()) + ": " + step.program() +
+                     " runs FP8 only (--dtype e4m3, its default; step 16 runs fp16 and bf16)");
+    set_type(o.shape, "e4m3");
+  }
+  if (!step.fp8 && o.shape.fp8 && !o.help)
+    throw CliError("--dtype e4m3: " + step.program() + " has no FP8 path (" + kFp8Steps + " runs it)");
+  if (o.fp8_flags_given && !o.shape.fp8 && !o.help)
+    throw CliError("--fp8-scales and --incoherent: " + step.program() + " has no FP8 path (" + kFp8Steps + " runs it)");
   // --grade's own flags need it, and it picks backends and prints its own report.
   if (!o.grade && o.grade_case < 0) {
     for (const auto& [given, flag] : {std::pair{o.grade_json, "--json"}, {!o.grade_track.empty(), "--track"},

@@ -26,7 +26,15 @@ struct CliOptions {
   Shape shape;
   bool shape_given = false;  // any of --b --h --n --nk --d was given
   bool b_given = false, h_given = false, n_given = false, nk_given = false, d_given = false;
+  bool dtype_given = false;
+  bool fp8_flags_given = false;  // --fp8-scales or --incoherent ([fp8])
   uint64_t seed = 42;
+  std::string inputs = "default";  // [outliers] --inputs default|normal|outliers (set_inputs)
+  InputSpec input_spec() const {
+    InputSpec s{seed};
+    set_inputs(s, inputs);
+    return s;
+  }
   // --dropout P fills shape.dropout; the mask's seed (shape.dropout_seed) is --seed unless
   // --dropout-seed is given. Only a step with StepInfo::supports_dropout takes P > 0.
   bool dropout_given = false, dropout_seed_given = false;

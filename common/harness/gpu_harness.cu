@@ -207,6 +207,7 @@ struct ForwardBuffers {
     p.decode = s.decode();
     p.causal = s.causal;
     p.bf16 = s.dtype == DType::bf16;
+    p.fp8 = s.fp8, p.fp8_block = s.fp8_block, p.incoherent = s.incoherent;  // [fp8]
     p.scale = static_cast<float>(s.softmax_scale());
     // [dropout] The mask's parameters: the backward (BwdParams::f, from here too) redraws the forward's.
     p.dropout = static_cast<float>(s.dropout);

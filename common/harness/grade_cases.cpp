@@ -132,12 +132,13 @@ std::vector<GradeCase> all_cases(const StepInfo& st, const CliOptions& o) {
     for (const test::Case& c : test::dropout_matrix()) matrix.push_back(c);
   for (Track t : {Track::Cpu, Track::Gpu})
     for (const StepOptions& v : vars)
-      for (const test::Case& c : matrix) cs.push_back({t, c, v});
+      for (const test::Case& c : matrix)
+        if (test::takes_case(st, c.shape)) cs.push_back({t, test::for_step(c, st), v});  // [fp8] e4m3, d >= 32
   CliOptions g = o;
   apply_default_shape(g, true);  // the shape flags, else the GPU's benchmark shape
   test::Case speed;
   speed.shape = g.shape;
-  speed.inputs = InputSpec{o.seed};
+  speed.inputs = o.input_spec();
   cs.push_back({Track::Speed, speed, vars.empty() ? st.default_options() : vars.front()});
   return cs;
 }
@@ -309,7 +310,7 @@ std::string reproduce(const std::string& argv0, const GradeCase& g) {
   const Shape& s = g.c.shape;
   std::ostringstream os;
   os << argv0 << " --backend " << (g.track == Track::Cpu ? "cpu" : "gpu") << " --b " << s.B << " --h " << s.H << " --n "
-     << s.N << " --nk " << s.Nk << " --d " << s.d << (s.causal ? " --causal" : "") << " --dtype " << dtype_name(s.dtype)
+     << s.N << " --nk " << s.Nk << " --d " << s.d << (s.causal ? " --causal" : "") << " --dtype " << s.type_name()
      << " --seed " << g.c.inputs.seed;
   if (s.Hkv > 0 && s.Hkv != s.H) os << " --hkv " << s.Hkv;
   if (s.window > 0) os << " --window " << s.window;

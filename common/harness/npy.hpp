@@ -9,7 +9,7 @@
 
 namespace fa {
 
-// descr: "<f4" (float32) or "<f2" (float16). Throws std::runtime_error if the file cannot be written.
+// descr: "<f4" (float32), "<f2" (float16) or "|u1" (uint8: e4m3 codes, [fp8]). Throws std::runtime_error if the file cannot be written.
 void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
                const void* data, size_t bytes);
 // A tensor in the storage type: float16 for fp16; float32 for bf16 (exact; NumPy has no bf16).

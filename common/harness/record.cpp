@@ -22,7 +22,7 @@ std::string csv_header() {
          "bwd_save_gmem_write_bytes,"
          "model_ms,bound_by,ms_min,ms_max,runs,launches,bwd_model_ms,bwd_bound_by,bwd_ms_min,bwd_ms_max,bwd_launches,"
          "kernel_ms,graph_ms,graph_calls,kernel_tflops,bwd_kernel_ms,bwd_graph_ms,bwd_kernel_tflops,kernels_ms,"
-         "bwd_kernels_ms,clock";
+         "bwd_kernels_ms,clock,fp8_scales,incoherent,inputs,rmse,raw_rmse";
 }
 
 std::string format_parts(const std::vector<std::pair<std::string, double>>& parts) {
@@ -35,7 +35,7 @@ std::string format_parts(const std::vector<std::pair<std::string, double>>& part
 std::string csv_row(const RunRecord& r) {
   const Ledger t = r.ledger.total();
   std::ostringstream os;
-  os << r.step << "," << r.variant << "," << r.backend << ",\"" << r.device << "\"," << dtype_name(r.shape.dtype) << ","
+  os << r.step << "," << r.variant << "," << r.backend << ",\"" << r.device << "\"," << r.shape.type_name() << ","
      << r.shape.B << "," << r.shape.H << "," << r.shape.N << "," << r.shape.Nk << "," << r.shape.d << ","
      << (r.shape.causal ? 1 : 0) << "," << r.seed << "," << std::setprecision(4) << std::scientific << r.check.max_abs
      << "," << r.check.rel_l2 << "," << r.check.lse_max_abs << "," << (r.forward_passed() ? 1 : 0) << ","
@@ -83,6 +83,13 @@ std::string csv_row(const RunRecord& r) {
   if (r.has_backward) num(r.bwd_kernel_tflops());
   os << "," << format_parts(r.kernel.parts) << "," << format_parts(r.bwd_kernel.parts) << ","
      << (r.kernel.ms_median > 0 ? kKernelClock : "");
+  // [fp8] [outliers] appended after the clock's columns: the scales, the transform, the inputs' protocol,
+  // and O's RMSE (against the checked reference; raw_rmse: an fp8 run's against the unquantized inputs).
+  os << "," << (r.shape.fp8 ? (r.shape.fp8_block ? "block" : "tensor") : "") << "," << (r.shape.fp8 ? (r.shape.incoherent ? "1" : "0") : "")
+     << "," << r.inputs << "," << std::setprecision(6) << std::scientific;
+  if (r.rmse >= 0) os << r.rmse;
+  os << ",";
+  if (r.raw_rmse >= 0) os << r.raw_rmse;
   return os.str();
 }
 

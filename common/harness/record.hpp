@@ -41,6 +41,10 @@ struct RunRecord {
   std::string graph_note;
   int graph_calls = 0;
   int64_t stray_writes = 0;
+  // O's RMSE against the checked reference; [fp8] for an fp8 run, also against the reference on the
+  // inputs before quantization (FP8's own error, measured, not checked). Negative: not computed.
+  double rmse = -1, raw_rmse = -1;
+  std::string inputs = "default";  // [outliers] --inputs
   // [device-inputs] Inputs drawn on the GPU (a problem too large for the host), checked on
   // checked_groups (sequence, key/value head) groups.
   bool device_inputs = false;

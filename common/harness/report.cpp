@@ -103,6 +103,10 @@ void print_report(std::ostream& os, const StepInfo& step, const RunRecord& r, co
   if (!step.flags.empty()) os << ", " << r.variant;
   os << "\n";
   os << "check     " << r.check.summary() << "\n";
+  if (r.shape.fp8)
+    os << "          [fp8] checked against the reference on the dequantized inputs; against the bf16 inputs (FP8's own\n"
+       << "          error, not a check): RMSE " << std::scientific << std::setprecision(3) << r.raw_rmse << " (RMSE here "
+       << r.rmse << ")" << std::defaultfloat << "\n";
   if (r.device_inputs)
     os << "          inputs drawn on the GPU (K above 2^28 elements); the reference checked " << r.checked_groups
        << " (sequence, key/value head) groups, every query head of each\n";

@@ -15,6 +15,7 @@
 #include "harness/gpu.hpp"
 #include "harness/grade.hpp"
 #include "harness/npy.hpp"
+#include "reference/quantize.hpp"
 #include "reference/reference.hpp"
 
 namespace fa {
@@ -152,11 +153,13 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   }
   r.shape = o.shape;
   r.seed = o.seed;
+  r.inputs = o.inputs;
   const Shape& s = o.shape;
   // [device-inputs] A problem too large for the host is drawn on the GPU and checked on samples.
   if (on_gpu && inputs_on_device(s)) {
     if (step.has_backward()) throw std::invalid_argument("a problem this large (K above 2^28 elements) is for a forward-only step: the backward's reference needs every input on the host");
     if (!o.save_dir.empty()) throw std::invalid_argument("--save: the inputs of a problem this large (K above 2^28 elements) are drawn on the GPU and never held on the host");
+    if (o.inputs != "default") throw std::invalid_argument("--inputs: a problem this large (K above 2^28 elements) draws its inputs on the GPU, by the default protocol only");
     const DeviceSpec dev = gpu_device_spec();
     r.backend = "gpu";
     r.device = dev.name;
@@ -188,7 +191,7 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false));
     return r;
   }
-  const Inputs in = make_inputs(s, InputSpec{o.seed});
+  const Inputs in = make_inputs(s, o.input_spec());
   const Reference ref = reference_forward(s, in, pick_rows(s, o.seed));
   const LedgerSet closed = step.closed_form(s, o.step);
   if (!o.save_dir.empty()) std::filesystem::create_directories(o.save_dir);
@@ -235,6 +238,9 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     r.predicted_for = dev.source;
   }
   r.check = check_forward(s, in, ref, out);
+  r.rmse = o_rmse(s, ref, out);
+  // [fp8] FP8's own error: O against the reference on the inputs before quantization (reported, not checked).
+  if (s.fp8) r.raw_rmse = o_rmse(s, reference_forward(s.without_fp8(), in, ref.rows), out);
   r.predicted = predict(r.ledger, dev);
   if (!on_gpu) r.launches_note = "a CPU run launches nothing";
   r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false));
@@ -244,6 +250,14 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     write_npy_storage(o.save_dir + "/v.npy", s.dtype, in.v);
     write_npy_storage(o.save_dir + "/o.npy", s.dtype, out.o);
     write_npy_f32(o.save_dir + "/lse.npy", out.lse, true);
+    if (s.fp8) {  // [fp8] the codes (uint8, e4m3 bits) and descales the GPU's quantize kernels make too (test_gpu)
+      const Fp8Inputs f = quantize_fp8(s, in);
+      for (const auto& [name, t] : {std::pair{"q", &f.q}, {"k", &f.k}, {"v", &f.v}}) {
+        write_npy(o.save_dir + "/" + name + "8.npy", "|u1", {t->B, t->heads, t->rows, t->d}, t->codes.data(), t->codes.size());
+        write_npy(o.save_dir + "/" + name + "_descale.npy", "<f4", {t->B, t->heads, t->groups}, t->descales.data(),
+                  t->descales.size() * 4);
+      }
+    }
   }
   if (step.has_backward()) run_backward(step, o, on_gpu, cfg, in, out, dev, r);
   return r;

@@ -37,6 +37,9 @@ struct AttnParams {
   bool decode = false;
   bool causal = false;
   bool bf16 = false;                     // storage type: false = fp16, true = bf16
+  // [fp8] Step 21: Q, K, V (bf16) quantized to e4m3 by the step itself, with a scale per (b, head)
+  // or per 128 rows (fp8_block), Q and K through the Hadamard transform first (incoherent).
+  bool fp8 = false, fp8_block = false, incoherent = false;
   float scale = 0.0f;                    // softmax scale (already resolved, never 0)
   void* workspace = nullptr;             // step-specific scratch in global memory
   // Dropout on the attention weights (common/kernel/dropout.hpp); p = 0: none. Steps 12 and 13 only.

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "reference/quantize.hpp"
+
 namespace fa {
 
 namespace {
@@ -35,15 +37,37 @@ double o_tolerance(const Shape& s, const InputMagnitudes& mag) {
 // Tensor cores may round their fp32 accumulation coarser than IEEE fp32; a factor of 8 covers it.
 double lse_tolerance(const Shape& s, const InputMagnitudes& mag, double lse_magnitude) {
   const double d = double(s.d);
+  // [fp8] S from exact products of codes, summed by the FP8 tensor cores to about 14 bits (2^-13
+  // relatively per sum of d products, not fp32's d·2^-24), times the descales in fp32.
+  if (s.fp8) return 8.0 * d * 0x1p-13 * s.softmax_scale() * mag.q * mag.k + 0x1p-20 * (1.0 + lse_magnitude);
   return 8.0 * d * d * 0x1p-24 * s.softmax_scale() * mag.q * mag.k +
          0x1p-20 * (1.0 + lse_magnitude);
 }
 
+double o_rmse(const Shape& s, const Reference& ref, const Forward& out) {
+  double e2 = 0.0;
+  int64_t n = 0;
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+    for (size_t r = 0; r < ref.rows.size(); ++r)
+      for (int64_t c = 0; c < s.d; ++c) {
+        const double e = double(out.o.at(bh / s.H, bh % s.H, ref.rows[r], c)) - ref.o_at(bh, int64_t(r), c);
+        e2 += e * e;
+        ++n;
+      }
+  return n > 0 ? std::sqrt(e2 / double(n)) : 0.0;
+}
+
 Check check_forward(const Shape& s, const Inputs& in, const Reference& ref, const Forward& out) {
   Check c;
-  const InputMagnitudes mag = magnitudes(in);
+  // [fp8] The magnitudes of what the kernel multiplies: the dequantized (and transformed) inputs.
+  const InputMagnitudes mag = s.fp8 ? magnitudes(dequantize(quantize_fp8(s, in))) : magnitudes(in);
   c.atol = o_tolerance(s, mag);
   c.checked_rows = static_cast<int64_t>(ref.rows.size());
+  if (!ref.o_tol.empty()) {  // [fp8] the largest of the elements' tolerances, for the report
+    c.atol = 0.0;
+    c.tol_ratio = 0.0;
+    for (double t : ref.o_tol) c.atol = std::max(c.atol, t);
+  }
   const double inf = std::numeric_limits<double>::infinity();
 
   for (float x : out.o.v) c.nonfinite_o += std::isfinite(x) ? 0 : 1;
@@ -57,6 +81,10 @@ Check check_forward(const Shape& s, const Inputs& in, const Reference& ref, cons
         for (int64_t col = 0; col < s.d; ++col) {
           const double got = out.o.at(b, h, i, col), want = ref.o_at(bh, r, col);
           const double e = std::isfinite(got) ? std::fabs(got - want) : inf;
+          if (!ref.o_tol.empty()) {  // [fp8] each element against its own tolerance (reference.hpp)
+            const double q = e / ref.o_tol[static_cast<size_t>((bh * c.checked_rows + r) * s.d + col)];
+            if (!(q <= c.tol_ratio)) c.tol_ratio = std::isnan(q) ? inf : q, c.ratio_worst = {b, h, i, col};
+          }
           err2 += e * e;
           ref2 += want * want;
           if (!(e <= c.max_abs) || c.worst.b < 0) {  // NaN-proof: a NaN error always takes the slot
@@ -79,18 +107,21 @@ Check check_forward(const Shape& s, const Inputs& in, const Reference& ref, cons
     }
   c.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   if (!std::isfinite(err2)) c.rel_l2 = inf;
-  c.pass = c.nonfinite_o == 0 && c.bad_lse == 0 && c.max_abs <= c.atol;
+  c.pass = c.nonfinite_o == 0 && c.bad_lse == 0 && (ref.o_tol.empty() ? c.max_abs <= c.atol : c.tol_ratio <= 1.0);
   return c;
 }
 
 std::string Check::summary() const {
   std::ostringstream os;
   os.precision(3);
-  os << (pass ? "PASS" : "FAIL") << "  max|ΔO| " << std::scientific << max_abs << " (tol " << atol << ")"
+  os << (pass ? "PASS" : "FAIL") << "  max|ΔO| " << std::scientific << max_abs << " (tol " << (tol_ratio >= 0 ? "up to " : "") << atol << ")"
      << "  rel-L2 " << rel_l2 << "  max|ΔL| " << lse_max_abs;
   if (worst.b >= 0)
     os << "  worst O at (b=" << worst.b << ", h=" << worst.h << ", i=" << worst.i << ", c=" << worst.j
        << "): got " << worst_got << ", want " << worst_want;
+  if (tol_ratio >= 0 && ratio_worst.b >= 0)
+    os << "  [fp8] worst |ΔO|/tolerance " << tol_ratio << " at (b=" << ratio_worst.b << ", h=" << ratio_worst.h << ", i=" << ratio_worst.i
+       << ", c=" << ratio_worst.j << ")";
   if (nonfinite_o) os << "  non-finite O: " << nonfinite_o;
   if (bad_lse) os << "  L out of tolerance in " << bad_lse << " rows (worst at b=" << lse_worst.b
                   << ", h=" << lse_worst.h << ", i=" << lse_worst.i << ")";

@@ -23,6 +23,10 @@ struct Check {
   int64_t checked_rows = 0;      // per (b, h)
   int64_t nonfinite_o = 0;       // non-finite O anywhere (all rows are scanned, not only checked ones)
   int64_t bad_lse = 0;           // L not finite where it should be, or not +inf where it should be
+  // [fp8] An fp8 shape's O is held element by element to the reference's o_tol: the largest ratio
+  // |ΔO| / tolerance and where (pass needs it at most 1); -1 for other shapes, which use atol.
+  double tol_ratio = -1.0;
+  Where ratio_worst;
   bool pass = false;
   std::string summary() const;   // one line: PASS/FAIL with the numbers and the worst place
 };
@@ -33,6 +37,8 @@ struct InputMagnitudes {
   double q = 0, k = 0, v = 0;  // max |Q|, max |K|, max |V|
 };
 InputMagnitudes magnitudes(const Inputs& in);
+// The root-mean-square error of O over the reference's rows (every head): FlashAttention-3's FP8 metric.
+double o_rmse(const Shape& s, const Reference& ref, const Forward& out);
 double o_tolerance(const Shape& s, const InputMagnitudes& mag);
 double lse_tolerance(const Shape& s, const InputMagnitudes& mag, double lse_magnitude);
 

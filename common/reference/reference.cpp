@@ -9,6 +9,7 @@
 
 #include "kernel/dropout.hpp"
 #include "harness/parallel.hpp"
+#include "reference/quantize.hpp"
 #include "core/rng.hpp"
 
 namespace fa {
@@ -61,13 +62,26 @@ std::vector<int64_t> pick_rows(const Shape& s, uint64_t seed, double budget) {
   return rows;
 }
 
+namespace {
+Reference forward_impl(const Shape& s, const Inputs& in, const std::vector<int64_t>& rows, bool fp8_tol);
+}
+
 Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<int64_t>& rows) {
+  // [fp8] An fp8 shape's reference runs on the values its codes stand for (common/reference/quantize.hpp),
+  // with each element's tolerance for P's cast beside it.
+  if (s.fp8) return forward_impl(s.without_fp8(), dequantize(quantize_fp8(s, in)), rows, true);
+  return forward_impl(s, in, rows, false);
+}
+
+namespace {
+Reference forward_impl(const Shape& s, const Inputs& in, const std::vector<int64_t>& rows, bool fp8_tol) {
   const int64_t R = static_cast<int64_t>(rows.size());
   Reference ref;
   ref.rows = rows;
   ref.d = s.d;
   ref.o.assign(static_cast<size_t>(s.B * s.H * R * s.d), 0.0);
   ref.lse.assign(static_cast<size_t>(s.B * s.H * R), 0.0);
+  if (fp8_tol) ref.o_tol.assign(ref.o.size(), 0.0);
   const double scale = s.softmax_scale();
   const double inf = std::numeric_limits<double>::infinity();
   const DropoutMask drop(s);
@@ -103,10 +117,30 @@ Reference reference_forward(const Shape& s, const Inputs& in, const std::vector<
       MatD O = P * V;  // [R, d]
       for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < s.d; ++c) ref.o[static_cast<size_t>((bh * R + r) * s.d + c)] = O(r, c);
+      if (fp8_tol) {
+        // [fp8] P's cast to e4m3 (after ×256) errs by at most half a unit, u₈·P_ij (2^-18 below the normal
+        // range), uniformly and independently: standard deviation ≤ u₈·P_ij/√3, and O_ic's error has
+        //   σ_ic = (u₈/√3)·sqrt(Σ_j P_ij² V_jc²)  (+ (2^-18/√3)·sqrt(Σ_j V_jc²) for the subnormal weights).
+        // The FP8 tensor cores keep about 14 bits of a running sum (DeepSeek-AI, 2024, §3.3.2): each of the
+        // ⌈Nk/32⌉ k = 32 products adds at most 2^-13 of the sum's size, A_ic = Σ_j P_ij |V_jc|, to its error.
+        // Tolerance: 8σ_ic + ⌈Nk/32⌉·2^-13·A_ic + u_bf16·|O_ic| (O's rounding) + 1e-6. Eight standard
+        // deviations hold over every element of any shape; one dominant weight (σ = u₈|V|/√3) fits too.
+        const double u8 = kE4m3UnitRoundoff / std::sqrt(3.0), sub = 0x1p-18 / std::sqrt(3.0);
+        const double steps = double((s.Nk + 31) / 32) * 0x1p-13;
+        const MatD P2 = P.cwiseAbs2(), V2 = V.cwiseAbs2();
+        const MatD var = P2 * V2, A = P.cwiseAbs() * V.cwiseAbs();
+        const Eigen::VectorXd vsum = V2.colwise().sum().transpose();
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t c = 0; c < s.d; ++c)
+            ref.o_tol[static_cast<size_t>((bh * R + r) * s.d + c)] =
+                8.0 * (u8 * std::sqrt(var(r, c)) + sub * std::sqrt(vsum(c))) + steps * A(r, c) +
+                unit_roundoff(DType::bf16) * std::fabs(O(r, c)) + 1e-6;
+      }
     }
   });
   return ref;
 }
+}  // namespace
 
 std::vector<int64_t> pick_heads(const Shape& s, double budget) {
   const int64_t BH = s.B * s.H;

@@ -8,6 +8,11 @@
 // common/kernel/dropout.hpp from (s.dropout_seed, s.dropout_offset, b·H + h, i, j) — the kernels' bits; L
 // is unchanged (the log-sum-exp before dropout). P = 0 is the computation above, bit for bit.
 //
+// [fp8] For an fp8 shape (s.fp8) the inputs are first quantized as the kernels quantize them, and the
+// reference runs on the values the codes stand for (common/reference/quantize.hpp): what an FP8 kernel
+// is checked against. Its error against the unquantized inputs is FP8's own, measured apart
+// (reference_forward on s.without_fp8()).
+//
 // Every row on small shapes, or a seeded sample of rows (the same rows in every (b, h)) on large.
 #pragma once
 #include <cstdint>
@@ -25,6 +30,7 @@ struct Reference {
   std::vector<int64_t> rows;  // query rows checked, ascending, the same in every (b, h)
   std::vector<double> o;      // [B, H, rows.size(), d]
   std::vector<double> lse;    // [B, H, rows.size()]; +inf for a row with no visible key
+  std::vector<double> o_tol;  // [fp8] each element's tolerance (an fp8 shape's reference; empty otherwise)
   int64_t d = 0;
   double o_at(int64_t bh, int64_t r, int64_t c) const { return o[static_cast<size_t>((bh * int64_t(rows.size()) + r) * d + c)]; }
   double lse_at(int64_t bh, int64_t r) const { return lse[static_cast<size_t>(bh * int64_t(rows.size()) + r)]; }

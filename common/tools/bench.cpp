@@ -1,6 +1,6 @@
 // bench: chosen steps over a sweep of shapes, one checked and timed run per row of a CSV.
 //
-//   bench [--steps 07,08] [--ns 512,1024,...] [--ds 64,128] [--causal 0,1] [--dtypes fp16,bf16]
+//   bench [--steps 07,08] [--ns 512,1024,...] [--ds 64,128] [--causal 0,1] [--dtypes fp16,bf16,e4m3]
 //         [--variants all|default|ablations] [--tokens 16384] [--width 2048] [--reps 10] [--warmup 3] [--runs 1]
 //         [--budget-s SECONDS] [--backend auto|gpu|cpu] [--commit HASH] --out FILE
 //
@@ -35,7 +35,7 @@ struct BenchOptions {
   std::vector<int64_t> ns = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int64_t> ds = {64, 128};
   std::vector<int> causal = {0, 1};
-  std::vector<DType> dtypes = {DType::f16};
+  std::vector<std::string> dtypes = {"fp16"};  // --dtype's names: fp16, bf16, e4m3 ([fp8])
   std::string variants = "all";  // all | default | ablations
   int64_t tokens = 16384, width = 2048;
   int reps = 10, warmup = 3;
@@ -70,7 +70,7 @@ int64_t to_int(const std::string& flag, const std::string& v) {
 
 const char* kUsage =
     "usage: bench --out FILE [--steps 07,08] [--ns 512,...,16384] [--ds 64,128] [--causal 0,1]\n"
-    "             [--dtypes fp16,bf16] [--variants all|default|ablations] [--tokens 16384] [--width 2048]\n"
+    "             [--dtypes fp16,bf16,e4m3] [--variants all|default|ablations] [--tokens 16384] [--width 2048]\n"
     "             [--reps 10] [--warmup 3] [--runs 1] [--graph 10] [--check-heads K] [--budget-s S]\n"
     "             [--backend auto|gpu|cpu] [--commit HASH]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
@@ -105,9 +105,9 @@ BenchOptions parse(const std::vector<std::string>& args) {
     } else if (a == "--dtypes") {
       o.dtypes.clear();
       for (auto& x : split(v)) {
-        if (x == "fp16") o.dtypes.push_back(DType::f16);
-        else if (x == "bf16") o.dtypes.push_back(DType::bf16);
-        else throw CliError("--dtypes: fp16 and/or bf16, got '" + x + "'");
+        Shape probe;
+        if (!set_type(probe, x)) throw CliError("--dtypes: fp16, bf16 and/or e4m3, got '" + x + "'");
+        o.dtypes.push_back(probe.type_name());
       }
     } else if (a == "--variants") {
       if (v != "all" && v != "default" && v != "ablations")
@@ -280,13 +280,13 @@ int main(int argc, char** argv) {
     std::string key;
   };
   std::vector<Run> plan;
-  size_t skipped = 0, narrow = 0;
+  size_t skipped = 0, narrow = 0, other_type = 0;
   for (const StepInfo* st : all_steps()) {
     if (!o.steps.empty() && std::find(o.steps.begin(), o.steps.end(), st->id) == o.steps.end()) continue;
     if (on_gpu && !st->launch) continue;
     const std::vector<StepOptions> vars = variants_of(*st);
     for (const StepOptions& v : vars)
-      for (DType t : o.dtypes)
+      for (const std::string& t : o.dtypes)
         for (int64_t d : o.ds)
           for (int c : o.causal)
             for (int64_t n : o.ns) {
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
               cli.shape.N = cli.shape.Nk = n;
               cli.shape.d = d;
               cli.shape.causal = c == 1;
-              cli.shape.dtype = t;
+              set_type(cli.shape, t);
               cli.shape_given = cli.b_given = cli.h_given = cli.n_given = cli.nk_given = cli.d_given = true;
               cli.reps = on_gpu ? o.reps : 1;
               cli.warmup = on_gpu ? o.warmup : 0;
@@ -304,8 +304,9 @@ int main(int argc, char** argv) {
               cli.graph_calls = o.graph;
               cli.check_heads = o.check_heads;
               cli.step = v;
-              const std::string k = run_key(st->id, variant_name(v), dtype_name(t), d, c, n);
+              const std::string k = run_key(st->id, variant_name(v), t, d, c, n);
               if (done.count(k)) { ++skipped; continue; }
+              if (st->fp8 != cli.shape.fp8) { ++other_type; continue; }  // [fp8] e4m3 for the FP8 steps alone
               if (!st->takes_d(d)) { ++narrow; continue; }  // d = 256: the steps that compile it (StepInfo::takes_d)
               const std::string bad = validate(cli.shape);
               if (!bad.empty()) {
@@ -316,7 +317,9 @@ int main(int argc, char** argv) {
             }
   }
   std::cerr << "bench: " << plan.size() << " runs to do, " << skipped << " already in " << o.out << "\n";
-  if (narrow > 0) std::cerr << "bench: " << narrow << " runs at d = 256 left out: only steps 14-16 take it\n";
+  if (narrow > 0) std::cerr << "bench: " << narrow << " runs at d = 256 left out: only the steps that compile it take it (StepInfo::head_dims)\n";
+  if (other_type > 0)
+    std::cerr << "bench: " << other_type << " runs left out: e4m3 is the FP8 steps' only type, and theirs alone (--dtypes)\n";
 
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -330,7 +333,7 @@ int main(int argc, char** argv) {
     }
     const Run& run = plan[i];
     std::ostringstream what;
-    what << "step" << run.st->id << " " << variant_name(run.v) << " " << dtype_name(run.cli.shape.dtype) << " d=" << run.cli.shape.d
+    what << "step" << run.st->id << " " << variant_name(run.v) << " " << run.cli.shape.type_name() << " d=" << run.cli.shape.d
          << " causal=" << (run.cli.shape.causal ? 1 : 0) << " N=" << run.cli.shape.N;
     std::ostringstream line;
     line << std::fixed << std::setprecision(0) << "[bench " << i + 1 << "/" << plan.size() << ", " << elapsed() << " s] " << what.str() << ": ";

@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
         ++modelled;
         within += ratio >= 1 / 1.5 && ratio <= 1.5;
         std::ostringstream sh;
-        sh << "B" << s.B << " H" << s.H << " N" << s.N << " d" << s.d << (s.causal ? " causal" : "") << " " << dtype_name(s.dtype);
+        sh << "B" << s.B << " H" << s.H << " N" << s.N << " d" << s.d << (s.causal ? " causal" : "") << " " << s.type_name();
         std::cout << std::left << std::setw(5) << st->id << std::setw(22) << get("variant").substr(0, 21) << std::setw(5) << p.name
                   << std::setw(28) << sh.str() << std::right << std::setw(11) << std::setprecision(4) << ms << std::setw(11)
                   << m.ms << std::setw(8) << std::fixed << std::setprecision(2) << ratio << std::defaultfloat << "  " << m.bound_by
