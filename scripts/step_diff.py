@@ -51,6 +51,7 @@ PREV = {
     18: (12, REWRITE),  # docs/18: step 12's kernel runs unchanged; kernel.cu holds only the ring
     19: (13, REWRITE),  # docs/19: step 13's schedule rebuilt on steps 14-16's tools, written anew
     20: (16, None),    # docs/20, "The change against step 16"
+    21: (16, None),    # docs/21, "The change against step 16"
 }
 
 # Tags the diff may attribute lines to that are not ideas of a step, and so need not be in its

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""[sm90a] ptxas's report on steps 19's and 20's kernels: no default kernel may have its wgmmas serialized.
+"""[sm90a] ptxas's report on steps 19's, 20's and 21's kernels: no default kernel may have its wgmmas serialized.
 
 When ptxas cannot keep a warpgroup's wgmmas in flight (too few registers, accumulators touched between
 issue and wait, a wgmma on one side of a branch) it serializes them and says so with a C75xx warning
@@ -10,7 +10,8 @@ kernel — each storage type, each head dimension of kHeadDims, --deterministic 
 dQ split and product order — is compiled and carries no such warning. The ablations' warnings are
 listed (docs/19_hopper_backward.md, "Read the compiler's report before reading an ablation"). Step 20's
 kernels (docs/20_persistent.md, "Registers") the same way: every storage type, head dimension and --exp2,
-the lazy rescale on; its spills are listed.
+the lazy rescale on; its spills are listed. Step 21's forward (docs/21_fp8.md, "Registers and shared
+memory"): each head dimension, Vᵀ transposed in the kernel and pretransposed.
   tests/ptxas_serialization.py NVCC REPO_ROOT
 """
 import os
@@ -76,9 +77,45 @@ def step20(nvcc, root):
     return 1 if bad or missing else 0
 
 
+def step21(nvcc, root):
+    """Step 21: the forward at each head dimension, Vᵀ in the kernel (RawV) and pretransposed, compiled and
+    unserialized; spills listed."""
+    step = os.path.join(root, "steps", "21_fp8")
+    sched = open(os.path.join(step, "schedule.hpp")).read()
+    dims = [int(x) for x in re.search(r"kHeadDims\[\] = \{([^}]*)\}", sched).group(1).split(",")]
+    out, rc = compile_report(nvcc, root, step)
+    if rc != 0:
+        print(out[-4000:])
+        print(f"ptxas_serialization: nvcc exited {rc} on step 21")
+        return 1
+    entries = re.findall(r"Compiling entry function '([^']+)' for 'sm_90a'\n(?:.*\n)*?.*?(\d+) bytes spill stores", out)
+    warned = serialization_warnings(out)
+    pat = re.compile(r"step21_fp8ILi(\d+)ELi\d+ELb([01])E")
+    found, bad = set(), []
+    for fn, spill in entries:
+        m = pat.search(fn)
+        if not m:
+            continue
+        d, raw = int(m.group(1)), m.group(2) == "1"
+        name = f"d={d} v={'kernel' if raw else 'pretransposed'}"
+        w = ",".join(warned.get(fn, [])) or "none"
+        print(f"default   step 21 {name}: wgmma serialization warnings {w}, {spill} bytes spilled")
+        found.add((d, raw))
+        if fn in warned:
+            bad.append(name)
+    missing = [(d, r) for d in dims for r in (False, True) if (d, r) not in found]
+    for m in missing:
+        print(f"ptxas_serialization: no step 21 kernel compiled for {m} (has the template changed?)")
+    for b in bad:
+        print(f"ptxas_serialization: ptxas serialized the wgmmas of a step 21 kernel: {b}")
+    print(f"ptxas_serialization: step 21: {len(found)} default kernels checked, {len(bad)} serialized, {len(missing)} missing")
+    return 1 if bad or missing else 0
+
+
 def main():
     nvcc, root = sys.argv[1], sys.argv[2]
     r20 = step20(nvcc, root)
+    r21 = step21(nvcc, root)
     step = os.path.join(root, "steps", "19_hopper_backward")
     sched = open(os.path.join(step, "schedule.hpp")).read()
     dims = [int(x) for x in re.search(r"kHeadDims\[\] = \{([^}]*)\}", sched).group(1).split(",")]
@@ -122,7 +159,7 @@ def main():
     for b in bad:
         print(f"ptxas_serialization: ptxas serialized the wgmmas of a default kernel: {b}")
     print(f"ptxas_serialization: {len(found)} default kernels checked, {len(bad)} serialized, {len(missing)} missing")
-    return 1 if bad or missing or r20 else 0
+    return 1 if bad or missing or r20 or r21 else 0
 
 
 if __name__ == "__main__":

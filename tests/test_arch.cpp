@@ -38,7 +38,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 bool uses_mma_sync(const StepInfo& st) {  // 17: decoding, on step 12's instructions; 18: step 12's kernel per shard
   return (st.id >= "09" && st.id < "14") || st.id == "17" || st.id == "18";
 }
-bool uses_wgmma(const StepInfo& st) { return (st.id >= "14" && st.id <= "16") || st.id == "19" || st.id == "20"; }  // the Hopper steps (sm_90a)
+bool uses_wgmma(const StepInfo& st) { return (st.id >= "14" && st.id <= "16") || st.id >= "19"; }  // the Hopper steps (sm_90a)
 
 }  // namespace
 

@@ -130,7 +130,8 @@ TEST_CASE("decode shapes: the reference with a window is the softmax over the wi
 }
 
 // [gqa] [window] The steps that take them; every other step refuses.
-const std::set<std::string> kTakesGqa = {"12", "13", "16", "17", "18", "19", "20"}, kTakesWindow = {"12", "13", "16", "17", "19", "20"};
+const std::set<std::string> kTakesGqa = {"12", "13", "16", "17", "18", "19", "20", "21"},
+                            kTakesWindow = {"12", "13", "16", "17", "19", "20", "21"};
 
 TEST_CASE("decode shapes: the steps that take --hkv and --window parse them, and every other step refuses them with a message naming the flag") {
   for (const StepInfo* st : all_steps()) {

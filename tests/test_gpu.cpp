@@ -28,6 +28,7 @@
 #include "core/registry.hpp"
 #include "harness/runner.hpp"
 #include "core/shapes.hpp"
+#include "reference/quantize.hpp"
 
 using namespace fa;
 
@@ -42,7 +43,7 @@ struct Refusals {
   bool refused(const StepInfo& st, const Shape& s, const StepOptions& opt, bool backward) {
     const std::string why = unsupported_reason(st, s, opt, gpu_caps(), backward);
     if (why.empty()) return false;
-    auto& [n, first] = by["step" + st.id + " " + dtype_name(s.dtype)];
+    auto& [n, first] = by["step" + st.id + " " + s.type_name()];
     if (n++ == 0) first = why;
     ++total;
     return true;
@@ -75,7 +76,8 @@ void run_matrix(const Padding& pad) {
   for (const StepInfo* st : all_steps()) {
     if (!st->launch) continue;
     for (const StepOptions& opt : test::all_options(*st))
-      for (const test::Case& c : test::shape_matrix(true)) {
+      for (const test::Case& c0 : test::shape_matrix(true)) {
+        const test::Case c = test::for_step(c0, *st);  // [fp8] in e4m3 for an FP8 step
         const std::string what = "step" + st->id + " " + variant_name(opt) + " " + c.name();
         CAPTURE(what);
         const Inputs in = make_inputs(c.shape, c.inputs);
@@ -189,8 +191,9 @@ TEST_CASE("GQA and sliding-window kernels match the reference inside NaN-padded 
   Refusals no;
   for (const StepInfo* st : all_steps()) {
     if (!st->launch || !test::takes_gqa_window(*st)) continue;  // step 17 has decoding's own case
-    for (const test::Case& c : test::gqa_window_matrix()) {
-      if (!test::takes_case(*st, c.shape)) continue;
+    for (const test::Case& c0 : test::gqa_window_matrix()) {
+      if (!test::takes_case(*st, c0.shape)) continue;
+      const test::Case c = test::for_step(c0, *st);  // [fp8]
       ++offered;
       const std::string what = "step" + st->id + " " + c.name();
       CAPTURE(what);
@@ -242,6 +245,49 @@ TEST_CASE("GQA and sliding-window backward kernels match the reference gradients
   g_ran += ran;
   g_refused += no.total;
 }
+
+#ifdef FA_HAVE_CUDA
+namespace fa::step21 {
+Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout);  // steps/21_fp8/kernel.cu
+}
+
+// [quantize] Step 21's quantize kernels make the host's codes and descales (common/reference/quantize.cpp),
+// code for code: both scales, the transform on and off, Vᵀ and V, d = 128 and 256, Nk not a multiple of
+// 32 (Vᵀ's slots past Nk must be zeros), GQA, outliers. The forward's check then stands on the reference's
+// own quantization.
+TEST_CASE("step 21's quantize kernels make the host's codes and descales, bit for bit") {
+  if (gpu_caps().usable_cc() != 90 || gpu_caps().code_cc != 90) {  // [sm90a] the cvt to e4m3 is compiled for sm_90a
+    std::cout << "REFUSED: step21's quantize kernels need sm_90a (this GPU: " << gpu_caps().name << ")\n";
+    ++g_refused;
+    return;
+  }
+  int ran = 0;
+  for (int d : {128, 256})
+    for (bool block : {false, true})
+      for (bool incoherent : {false, true})
+        for (int v : {0, 1}) {
+          Shape s;
+          s.B = 2, s.H = 4, s.Hkv = 2, s.N = 300, s.Nk = 203, s.d = d;
+          set_type(s, "e4m3");
+          s.fp8_block = block, s.incoherent = incoherent;
+          const std::string what = s.str() + (v ? " pretransposed" : " kernel");
+          CAPTURE(what);
+          InputSpec spec{uint64_t(d + 10 * v)};
+          set_inputs(spec, "outliers");
+          const Inputs in = make_inputs(s, spec);
+          const Fp8Inputs want = quantize_fp8(s, in), got = step21::quantize_on_gpu(s, in, v);
+          for (const auto& [w, g] : {std::pair{&want.q, &got.q}, {&want.k, &got.k}, {&want.v, &got.v}}) {
+            CHECK(w->descales == g->descales);
+            size_t diff = 0;
+            for (size_t i = 0; i < w->codes.size(); ++i) diff += w->codes[i] != g->codes[i];
+            CHECK(diff == 0);
+          }
+          ++ran;
+        }
+  CHECK(ran == 16);
+  g_ran += ran;
+}
+#endif
 
 TEST_CASE("the padding check catches a kernel that reads past its rows") {
   // Guard the guard: NaN really sits in the padding, so a stray read would surface as NaN in O.

@@ -1,0 +1,167 @@
+// Step 21 — the FP8 forward: step 16's kernel on e4m3 codes.
+//
+// Hopper's tensor cores multiply e4m3 at twice the rate of fp16 and bf16 (wgmma .kind e4m3, k = 32 per
+// instruction), and an e4m3 tile is half the bytes. Step 16's ping-pong forward takes them with five
+// changes:
+//   [quantize]    a kernel pair before the forward: the largest magnitude of each scale group
+//                 (atomicMax), then the codes e4m3(x · 448 / amax) and the descales amax / 448
+//                 (common/kernel/fp8.hpp), with Q and K first through a randomized Hadamard
+//                 transform under --incoherent ([incoherent]: QKᵀ is unchanged);
+//   [descale]     S = Q̃K̃ᵀ is a sum of exact products of codes; the row's factor scale·log2 e times
+//                 Q's and K's descales turns it into logits, per tile (a K tile has its own descale
+//                 with --fp8-scales block);
+//   [p-fp8]       P in [0, 1] times 256, cast to e4m3 in registers, is P·V's A operand: the FP8 A
+//                 fragment holds four consecutive keys per register where the accumulator holds
+//                 two, so the keys of each 32-key slice are taken in the accumulator's order
+//                 ([key-order]) and V's rows permuted to match;
+//   [v-transpose] FP8 wgmma reads B K-major only: V (keys × dims) must sit in shared memory as Vᵀ
+//                 (dims × keys). Three producer warps transpose each V tile after TMA brings it
+//                 (4 × 4 byte blocks, [transpose4]) — or, with --v pretransposed, the quantize
+//                 kernel writes Vᵀ once and TMA loads it as it is;
+//   [v-descale]   V's descale, per tile with block scales, carried in O's units: Õ holds P·V in the
+//                 units of the last tile's descale, and a change of tile multiplies it by the ratio
+//                 with the rescale α (no extra pass over Õ).
+// O leaves in bf16 straight from the registers (its tile in bf16 would not fit over Q's e4m3 one).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/step.hpp"
+#include "kernel/attn_params.hpp"
+#include "kernel/causal.hpp"
+#include "kernel/fp8.hpp"
+#include "kernel/wgmma_layout.hpp"
+#include "reference/quantize.hpp"
+
+namespace fa::step21 {
+
+// [v-transpose] Where Vᵀ comes from: transposed in shared memory by the producer's warps (the
+// default), or written transposed by the quantize kernel (--v pretransposed).
+enum VLayout : int { kVKernel = 0, kVPretransposed, kVLayouts };
+inline constexpr const char* kVLayoutNames[kVLayouts] = {"kernel", "pretransposed"};
+
+// [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at d = 128 and 256. A stage is
+// K (Bc × d bytes), Vᵀ (d × Bc) and, when the kernel transposes, V as TMA brought it (Bc × d): as
+// many stages as fit beside the Q tile and the barriers, at most 8.
+struct Schedule {
+  int Br = 128, Bc = 128, stages = 2;
+  bool raw_v = true;  // a buffer per stage for V before its transpose ([v-transpose])
+  FA_HD constexpr int consumers() const { return Br / 64; }
+  FA_HD constexpr int threads() const { return 128 * (1 + consumers()); }
+};
+inline constexpr int64_t kSmemBudget = 227 * 1024;
+FA_HD constexpr int64_t stage_bytes(int Bc, int d, bool raw_v) { return int64_t(Bc) * d * (raw_v ? 3 : 2); }
+FA_HD constexpr Schedule schedule_for(int d, int v_layout = kVKernel) {
+  const bool raw = v_layout == kVKernel;
+  const int64_t n = (kSmemBudget - 1024 - int64_t(128) * d) / stage_bytes(128, d, raw);
+  return Schedule{128, 128, n > 8 ? 8 : int(n), raw};
+}
+FA_HD constexpr int64_t tiles_bytes(const Schedule& s, int d) { return int64_t(s.Br) * d + int64_t(s.stages) * stage_bytes(s.Bc, d, s.raw_v); }
+FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) { return tiles_bytes(s, d) + 1024; }
+FA_HD constexpr bool valid(const Schedule& s) { return s.Br == 128 && s.Bc == 128 && s.stages >= 2 && 8 * (1 + 6 * s.stages) <= 1024; }
+static_assert(valid(schedule_for(128)) && valid(schedule_for(256)) && valid(schedule_for(128, kVPretransposed)) &&
+                  valid(schedule_for(256, kVPretransposed)) && smem_bytes(schedule_for(256), 256) <= kSmemBudget,
+              "two stages or more beside Q at d = 128 and 256, either way of bringing V");
+
+// [stored-d] The kernels are compiled for d = 128 and 256: an e4m3 row of 128 bytes is one 128-byte
+// swizzled panel row. d = 64 would need the 64-byte swizzle (not written); the blueprint runs every d
+// that is a multiple of 32.
+inline constexpr int kHeadDims[] = {128, 256};
+
+// [setmaxnreg] The producer warpgroup transposes V: 40 registers each, the two consumers 232
+// (128·40 + 256·232 = 64512 of 65536).
+inline constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "the register file");
+
+// [key-order] The e4m3 A fragment of wgmma k32: register q (0..3) of lane 4g + t holds row g + 8(q % 2),
+// slots 4t .. 4t + 3 + 16(q / 2) of the 32 keys. The fp32 accumulator holds, for that row, the keys
+// 8a + 2t + e (a = 0..3, e = 0, 1). So slot σ of a 32-key slice holds key key_of_slot(σ), and the
+// lane packs its own accumulators without moving a value between lanes; V's row key_of_slot(σ) is
+// Vᵀ's column σ.
+FA_HD constexpr int key_of_slot(int slot) {
+  return 16 * (slot / 16) + 8 * ((slot % 4) / 2) + 2 * ((slot % 16) / 4) + slot % 2;
+}
+FA_HD constexpr int slot_of_key(int key) {
+  return 16 * (key / 16) + 4 * ((key % 8) / 2) + 2 * ((key % 16) / 8) + key % 2;
+}
+// The accumulator register (of a tile's Bc/2) that holds byte i (0..3) of A register q of slice kk.
+FA_HD constexpr int acc_reg_of(int kk, int q, int i) {
+  const int key = key_of_slot(16 * (q / 2) + i);  // the part that does not depend on the lane (t = 0)
+  return 4 * ((32 * kk + key) / 8) + 2 * (q % 2) + (key % 2);
+}
+
+// [transpose4] A 4 × 4 block of bytes, rows r[0..3] (byte i of r[k] = column i of row k), into
+// columns: out[i] byte k = r[k] byte i. prmt's selectors (PTX prmt.b32, __byte_perm): nibble n of s
+// picks byte s_n of the pair (x: bytes 0-3, y: bytes 4-7) for byte n of the result.
+FA_HD inline uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t xy = (uint64_t(y) << 32) | x;
+  uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= uint32_t((xy >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  return r;
+#endif
+}
+FA_HD inline void transpose4(const uint32_t (&r)[4], uint32_t (&out)[4]) {
+  const uint32_t t0 = byte_perm(r[0], r[1], 0x5140), t1 = byte_perm(r[0], r[1], 0x7362);
+  const uint32_t t2 = byte_perm(r[2], r[3], 0x5140), t3 = byte_perm(r[2], r[3], 0x7362);
+  out[0] = byte_perm(t0, t2, 0x5410), out[1] = byte_perm(t0, t2, 0x7632);
+  out[2] = byte_perm(t1, t3, 0x5410), out[3] = byte_perm(t1, t3, 0x7632);
+}
+
+// [sw128] An e4m3 tile of R rows × C bytes in 128-byte swizzled panels (the 16-bit layout of
+// common/kernel/wgmma_layout.hpp with twice the columns per panel): byte (r, c).
+FA_HD constexpr uint32_t sw8_offset(int r, int c, int R) {
+  return uint32_t(c / 128) * uint32_t(R) * 128u + uint32_t(r) * 128u + uint32_t(((c % 128) / 16) ^ (r % 8)) * 16u + uint32_t(c % 16);
+}
+
+// [v-transpose] The unit of the transpose: four keys whose slots are consecutive (slots 4u' .. 4u' + 3
+// of their 32-key slice) by four consecutive dims. Unit u of a tile of Bc keys and d dims: slot group
+// u % (Bc / 4), dim group u / (Bc / 4).
+FA_HD constexpr int transpose_units(int Bc, int d) { return (Bc / 4) * (d / 4); }
+
+// [handshake] step 16's parities (the ring counts tiles j from 0; stage j % stages).
+FA_HD constexpr uint32_t full_parity(int j, int stages) { return uint32_t(j / stages) & 1u; }
+FA_HD constexpr uint32_t empty_parity(int j, int stages) { return (uint32_t(j / stages) & 1u) ^ 1u; }
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// [quantize] The quantize kernels' blocks: 4 warps, a row per warp at a time, 32 rows per block (a
+// block never straddles a scale group: 32 divides 128).
+inline constexpr int kQuantRows = 32;
+
+// [quantize] The workspace: the codes of Q, K and V (or Vᵀ [B, Hkv, d, nk32]), then every scale
+// group's amax and descale (Q's, K's, V's), each part 256-byte aligned.
+struct Layout {
+  int64_t q8, k8, v8, amax, descale, bytes;
+  int gq, gk, nk32;
+};
+inline int64_t up256(int64_t x) { return (x + 255) / 256 * 256; }
+inline Layout layout(int64_t B, int64_t H, int64_t Hkv, int64_t N, int64_t Nk, int64_t d, bool block, bool vt) {
+  Layout L{};
+  L.gq = int(fp8::groups(N, block)), L.gk = int(fp8::groups(Nk, block)), L.nk32 = int((Nk + 31) / 32 * 32);
+  const int64_t groups = B * H * L.gq + 2 * B * Hkv * L.gk;
+  L.q8 = 0;
+  L.k8 = up256(B * H * N * d);
+  L.v8 = L.k8 + up256(B * Hkv * Nk * d);
+  L.amax = L.v8 + up256(B * Hkv * d * (vt ? L.nk32 : Nk));
+  L.descale = L.amax + up256(groups * 4);
+  L.bytes = L.descale + up256(groups * 4);
+  return L;
+}
+
+// The GPU side (kernel.cu).
+void launch(const AttnParams& p, const StepOptions& opts, void* stream);
+size_t workspace_bytes(const Shape& s, const StepOptions& opts);
+// [quantize] The quantize kernels alone, their codes and descales back on the host (tests/test_gpu.cpp).
+Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout);
+
+// The CPU side (blueprint.cpp).
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int v_layout);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout);
+int v_layout_of(const StepOptions& opts);
+
+}  // namespace fa::step21
