@@ -55,7 +55,13 @@ small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend
 # A decoding step (its --help has --qlen: a few new tokens against a cache) gets a small decode:
 # GQA, ragged cache lengths, a few new tokens.
 decode="--b 2 --h 4 --hkv 2 --qlen 3 --nk 300 --cache-lens 200,77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
-shape_of() { "$B/$1" --help 2>/dev/null | grep -q -- '--qlen' && echo "$decode" || echo "$small"; }
+# An FP8 step (its --help says e4m3 is its only type) is compiled for d = 128 and 256: the small shape at d = 128.
+shape_of() {
+  local help; help=$("$B/$1" --help 2>/dev/null)
+  if grep -q -- '--qlen' <<<"$help"; then echo "$decode"
+  elif grep -q 'e4m3 (the only one)' <<<"$help"; then echo "${small/--d 64/--d 128}"
+  else echo "$small"; fi
+}
 steps=""
 [ -n "${FA_SANITIZE:-}" ] && steps="--steps $(echo $FA_SANITIZE | tr ' ' ',')"
 san_runs=0 san_fail=0

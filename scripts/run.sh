@@ -47,7 +47,7 @@ if [ "$target" = python ]; then
   exec "$py" "$@"
 fi
 if ! grep -q "^$target:" "$FA_BUILD/Makefile" 2>/dev/null; then
-  fa_say "no program '$target' (programs: tour, step01 ... step20, bench, model; python for the package)"
+  fa_say "no program '$target' (programs: tour, step01 ... step21, bench, model; python for the package)"
   exit 2
 fi
 # make's own progress, one line per target built ("[ 40%] Built target fa_step07").

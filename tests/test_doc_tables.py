@@ -174,6 +174,46 @@ class PythonPackage(unittest.TestCase):
         self.assertIn("_Timing (both sides): kernel time", text)
 
 
+class Step21(unittest.TestCase):
+    """docs/21_fp8.md's tables on made-up rows: the ratios, the verdicts, the emulation beside."""
+
+    def with_rows(self, table, files):
+        real = common.rows
+        try:
+            common.rows = lambda pat: next((rs for prefix, rs in files.items() if pat.startswith(prefix)), [])
+            return dt.TABLES[table]()
+        finally:
+            common.rows = real
+
+    def test_the_target_counts_the_quantize_kernels_and_gives_the_forward_alone(self):
+        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
+                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", **OURS}
+        flops = 4 * 16 * 16384 * 16384 * 128  # 1 ms is this many TFLOP/s / 1e9
+        ms16, ms21 = flops / 600e12 * 1e3, flops / 1100e12 * 1e3  # 600 and 1100 TFLOP/s with the quantize kernels
+        rows = [dict(base, step="16", dtype="bf16", variant="-", kernel_ms=str(ms16), kernel_tflops="600"),
+                dict(base, step="21", dtype="e4m3", variant="v=kernel", kernel_ms=str(ms21), kernel_tflops="1100",
+                     kernels_ms=f"step21_amax<128>:{0.05 * ms21};step21_quantize<128>:{0.05 * ms21};step21_fp8<128, 4, true>:{0.9 * ms21}")]
+        text = self.with_rows("step21-target", {"fp8_": rows})
+        self.assertIn("| 128 | no | 16384 | kernel | 600 | 1100 | 1222 | 1.83 | PASS |", text)
+        self.assertIn("1100 TFLOP/s with the quantize kernels, 1222 without (target ≥ 1000: **met** counted with them", text)
+        self.assertIn("Step 21 / step 16 at d = 128, N = 16k: **1.83** (target ≥ 1.6: **met**)", text)
+
+    def test_the_accuracy_sits_beside_the_emulation(self):
+        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
+                "causal": "0", "N": "1024", "inputs": "outliers", "rmse": "1e-3"}
+        rows = [dict(base, step="16", fp8_scales="", incoherent="", raw_rmse=""),
+                dict(base, step="21", fp8_scales="block", incoherent="1", raw_rmse="1.2e-2")]
+        emu = [{"protocol": "outliers", "d": "128", "causal": "0", "N": "1024", "variant": "fp8-block-incoherent", "rmse": "1e-2"}]
+        text = self.with_rows("step21-accuracy", {"fp8acc_": rows, "fp8_accuracy": emu})
+        self.assertIn("| outliers | 128 | no | 1024 | 1.00e-03 | – | – | – | 1.20e-02 (1.20×) |", text)
+        self.assertIn("at most 9.1e-3 (FlashAttention-3's figure) at **0 of 1** points", text)
+        self.assertIn("within 1.5× at **1 of 1** points, at or above it at 1", text)
+
+    def test_no_rows_give_one_sentence(self):
+        for table in ("step21-target", "step21-accuracy"):
+            self.assertTrue(self.with_rows(table, {}).startswith("_no measurements yet"))
+
+
 class ScriptsNamed(unittest.TestCase):
     def test_every_script_is_in_the_readme_layout_and_in_scripts_readme(self):
         readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()

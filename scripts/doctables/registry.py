@@ -12,6 +12,7 @@ from .model import (ceilings, io_complexity, model_step, model_summary, model_to
                     step08_stored)
 from .python_pkg import python_gpt, python_peers
 from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_target, step20_units
+from .step21 import step21_accuracy, step21_target
 from .peers import bwd19_deterministic, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
 from .steps import (ablation, bwd_first, bwd_model, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
@@ -109,6 +110,9 @@ TABLES = {
     "step20-ablation": step20_ablation,
     # FP8's accuracy before its kernel (docs/fp8_accuracy.md): the CPU emulation.
     "fp8-accuracy": fp8_accuracy,
+    # Step 21 (docs/21_fp8.md): beside step 16 in bf16, and its accuracy beside the emulation's.
+    "step21-target": step21_target,
+    "step21-accuracy": step21_accuracy,
     # The Python package (docs/python.md): the small GPT both ways, the package beside the steps and SDPA.
     "python-gpt": python_gpt,
     "python-peers": python_peers,

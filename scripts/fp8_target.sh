@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Step 21's measurements in one call on a GPU machine (docs/21_fp8.md, "Measured"):
+#   scripts/fp8_target.sh OUTDIR        (after a build: FA_BUILD, default build/)
+# 1. speed: step 16 in bf16 and step 21 in e4m3 (both ways of bringing Vᵀ) on the same shapes in one run,
+#    B·N = 16k, N = 1k, 4k, 16k, d = 128 and 256, both masks, kernel time (bench; every kernel of a call
+#    summed, the quantize kernels included, each kernel's share in kernels_ms)  -> fp8_<gpu>.csv
+# 2. accuracy: one head pair (B = 1, H = 2) at N = 1k and 2k, d = 128 and 256, both masks, FlashAttention-3's
+#    inputs (--inputs normal and outliers): step 16 in bf16, and step 21 with each scale and with and
+#    without --incoherent; O's RMSE against the unquantized inputs is the raw_rmse column  -> fp8acc_<gpu>.csv
+# FA_REPS (default 10) timed reps per speed row. Every run is checked; a failed check makes the exit status 1.
+set -uo pipefail
+me=fp8_target.sh
+source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
+reps=${FA_REPS:-10}
+fail=0
+for p in bench step16 step21; do
+  [ -x "$build/$p" ] || { echo "$me: no $build/$p: build first (scripts/setup.sh, then make -C $build)" >&2; exit 2; }
+done
+echo "[$me $(date -u +%H:%M:%S)] speed: steps 16 (bf16) and 21 (e4m3) -> $out/fp8_${slug}.csv" >&2
+"$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants all \
+  --check-heads 1 --reps "$reps" --commit "$commit" --out "$out/fp8_${slug}.csv" >&2 || fail=1
+acc="$out/fp8acc_${slug}.csv"
+echo "[$me $(date -u +%H:%M:%S)] accuracy -> $acc" >&2
+rm -f "$acc"
+row() {  # row PROGRAM ARGS...: the run's CSV row (its header once), the check's exit status kept
+  local text rc
+  text=$("$build/$1" "${@:2}" --b 1 --h 2 --reps 3 --csv) ; rc=$?
+  [ "$rc" -eq 0 ] || { echo "$me: $1 ${*:2}: exit $rc" >&2; fail=1; }
+  [ -s "$acc" ] || echo "$text" | head -n1 | sed 's/^/date,commit,/' > "$acc"
+  echo "$text" | tail -n1 | sed "s/^/$date_utc,$commit,/" >> "$acc"
+}
+for inputs in normal outliers; do
+  for d in 128 256; do
+    for n in 1024 2048; do
+      for c in 0 1; do
+        causal=(); [ "$c" = 1 ] && causal=(--causal)
+        row step16 --dtype bf16 --inputs "$inputs" --d "$d" --n "$n" "${causal[@]}"
+        for scales in tensor block; do
+          row step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" "${causal[@]}"
+          row step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" --incoherent "${causal[@]}"
+        done
+      done
+    done
+  done
+done
+echo "[$me $(date -u +%H:%M:%S)] done (exit $fail): copy the two files to plots/data/ and run scripts/doc_tables.py" >&2
+exit $fail
