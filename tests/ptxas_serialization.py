@@ -38,78 +38,69 @@ def serialization_warnings(out):
     return warned
 
 
-def step20(nvcc, root):
-    """Step 20: every kernel of the defaults (each type, head dimension and --exp2, the lazy rescale on)
-    compiled and unserialized; the rescale ablation's listed."""
-    step = os.path.join(root, "steps", "20_persistent")
-    sched = open(os.path.join(step, "schedule.hpp")).read()
-    dims = [int(x) for x in re.search(r"kHeadDims\[\] = \{([^}]*)\}", sched).group(1).split(",")]
-    modes = [x.split("=")[0].strip() for x in re.search(r"enum Exp2 : int \{([^}]*)\}", sched).group(1).split(",")]
-    modes = [m for m in modes if m != "kExp2Choices"]
+def check_step(nvcc, root, folder, nn, pattern, classify, expected):
+    """Compile steps/FOLDER/kernel.cu and hold the kernels `pattern` matches: classify(match) gives a kernel's
+    key, its name and whether it is a default one. Every key of `expected` must be among the defaults'
+    keys, and no default kernel may have its wgmmas serialized. Each kernel's warnings and spill are listed."""
+    step = os.path.join(root, "steps", folder)
     out, rc = compile_report(nvcc, root, step)
     if rc != 0:
         print(out[-4000:])
-        print(f"ptxas_serialization: nvcc exited {rc} on step 20")
+        print(f"ptxas_serialization: nvcc exited {rc} on step {nn}")
         return 1
     entries = re.findall(r"Compiling entry function '([^']+)' for 'sm_90a'\n(?:.*\n)*?.*?(\d+) bytes spill stores", out)
     warned = serialization_warnings(out)
-    pat = re.compile(r"step20_persistentI(6__half|13__nv_bfloat16)Li(\d+)ELi\d+ELi\d+ELi\d+ELb[01]ELi(\d+)ELb([01])E")
     found, bad = set(), []
     for fn, spill in entries:
-        m = pat.search(fn)
+        m = re.search(pattern, fn)
         if not m:
             continue
-        t, d, ex, lazy = m.groups()
-        name = f"{'fp16' if 'half' in t else 'bf16'} d={d} exp2={modes[int(ex)]} lazy={lazy}"
+        key, name, default = classify(m)
         w = ",".join(warned.get(fn, [])) or "none"
-        print(f"{'default ' if lazy == '1' else 'ablation'}  step 20 {name}: wgmma serialization warnings {w}, "
-              f"{spill} bytes spilled")
-        if lazy == "1":
-            found.add((t, int(d), int(ex)))
+        print(f"{'default ' if default else 'ablation'}  step {nn} {name}: wgmma serialization warnings {w}, {spill} bytes spilled")
+        if default:
+            found.add(key)
             if fn in warned:
                 bad.append(name)
-    missing = [(t, d, e) for t in ("6__half", "13__nv_bfloat16") for d in dims for e in range(len(modes)) if (t, d, e) not in found]
+    missing = [k for k in expected if k not in found]
     for m in missing:
-        print(f"ptxas_serialization: no step 20 kernel compiled for {m} (has the template changed?)")
+        print(f"ptxas_serialization: no step {nn} kernel compiled for {m} (has the template changed?)")
     for b in bad:
-        print(f"ptxas_serialization: ptxas serialized the wgmmas of a step 20 kernel: {b}")
-    print(f"ptxas_serialization: step 20: {len(found)} default kernels checked, {len(bad)} serialized, {len(missing)} missing")
+        print(f"ptxas_serialization: ptxas serialized the wgmmas of a step {nn} kernel: {b}")
+    print(f"ptxas_serialization: step {nn}: {len(found)} default kernels checked, {len(bad)} serialized, {len(missing)} missing")
     return 1 if bad or missing else 0
+
+
+def head_dims(root, folder):
+    sched = open(os.path.join(root, "steps", folder, "schedule.hpp")).read()
+    return sched, [int(x) for x in re.search(r"kHeadDims\[\] = \{([^}]*)\}", sched).group(1).split(",")]
+
+
+def step20(nvcc, root):
+    """Step 20: every kernel of the defaults (each type, head dimension and --exp2, the lazy rescale on)
+    compiled and unserialized; the rescale ablation's listed."""
+    sched, dims = head_dims(root, "20_persistent")
+    modes = [x.split("=")[0].strip() for x in re.search(r"enum Exp2 : int \{([^}]*)\}", sched).group(1).split(",")]
+    modes = [m for m in modes if m != "kExp2Choices"]
+
+    def classify(m):
+        t, d, ex, lazy = m.groups()
+        return ((t, int(d), int(ex)), f"{'fp16' if 'half' in t else 'bf16'} d={d} exp2={modes[int(ex)]} lazy={lazy}", lazy == "1")
+    expected = [(t, d, e) for t in ("6__half", "13__nv_bfloat16") for d in dims for e in range(len(modes))]
+    return check_step(nvcc, root, "20_persistent", 20,
+                      r"step20_persistentI(6__half|13__nv_bfloat16)Li(\d+)ELi\d+ELi\d+ELi\d+ELb[01]ELi(\d+)ELb([01])E", classify, expected)
 
 
 def step21(nvcc, root):
     """Step 21: the forward at each head dimension, Vᵀ in the kernel (RawV) and pretransposed, compiled and
     unserialized; spills listed."""
-    step = os.path.join(root, "steps", "21_fp8")
-    sched = open(os.path.join(step, "schedule.hpp")).read()
-    dims = [int(x) for x in re.search(r"kHeadDims\[\] = \{([^}]*)\}", sched).group(1).split(",")]
-    out, rc = compile_report(nvcc, root, step)
-    if rc != 0:
-        print(out[-4000:])
-        print(f"ptxas_serialization: nvcc exited {rc} on step 21")
-        return 1
-    entries = re.findall(r"Compiling entry function '([^']+)' for 'sm_90a'\n(?:.*\n)*?.*?(\d+) bytes spill stores", out)
-    warned = serialization_warnings(out)
-    pat = re.compile(r"step21_fp8ILi(\d+)ELi\d+ELb([01])E")
-    found, bad = set(), []
-    for fn, spill in entries:
-        m = pat.search(fn)
-        if not m:
-            continue
+    _, dims = head_dims(root, "21_fp8")
+
+    def classify(m):
         d, raw = int(m.group(1)), m.group(2) == "1"
-        name = f"d={d} v={'kernel' if raw else 'pretransposed'}"
-        w = ",".join(warned.get(fn, [])) or "none"
-        print(f"default   step 21 {name}: wgmma serialization warnings {w}, {spill} bytes spilled")
-        found.add((d, raw))
-        if fn in warned:
-            bad.append(name)
-    missing = [(d, r) for d in dims for r in (False, True) if (d, r) not in found]
-    for m in missing:
-        print(f"ptxas_serialization: no step 21 kernel compiled for {m} (has the template changed?)")
-    for b in bad:
-        print(f"ptxas_serialization: ptxas serialized the wgmmas of a step 21 kernel: {b}")
-    print(f"ptxas_serialization: step 21: {len(found)} default kernels checked, {len(bad)} serialized, {len(missing)} missing")
-    return 1 if bad or missing else 0
+        return (d, raw), f"d={d} v={'kernel' if raw else 'pretransposed'}", True
+    return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])E", classify,
+                      [(d, r) for d in dims for r in (False, True)])
 
 
 def main():

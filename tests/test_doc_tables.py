@@ -19,6 +19,16 @@ OURS = {"clock": "cupti;l2-read-256MiB", "commit": "abc1234", "date": "2026-01-0
 PEER = {"clock": "kineto;l2-read-256MiB", "commit": "abc1234", "date": "2026-01-01T00:00Z"}
 
 
+def with_rows(table, files):
+    """A table's text with common.rows answering from `files` (a prefix of the pattern -> its rows)."""
+    real = common.rows
+    try:
+        common.rows = lambda pat: next((rs for prefix, rs in files.items() if pat.startswith(prefix)), [])
+        return dt.TABLES[table]()
+    finally:
+        common.rows = real
+
+
 class Clock(unittest.TestCase):
     def test_both_sides_by_the_kernel_clock_with_the_same_flush(self):
         self.assertIn("kernel time", dt.clock_caption([OURS], [PEER]))
@@ -129,14 +139,6 @@ class FirstRun(unittest.TestCase):
 class PythonPackage(unittest.TestCase):
     """docs/python.md's tables on made-up rows: what they compute, not what a GPU measured."""
 
-    def with_rows(self, table, files):
-        real = common.rows
-        try:
-            common.rows = lambda pat: next((rs for prefix, rs in files.items() if pat.startswith(prefix)), [])
-            return dt.TABLES[table]()
-        finally:
-            common.rows = real
-
     def gpt(self, shift):
         ident = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "layers": "1", "d_model": "8",
                  "heads": "1", "context": "8", "batch": "1", "attn_clock": "kineto;in-situ (no L2 flush)"}
@@ -148,7 +150,7 @@ class PythonPackage(unittest.TestCase):
                                   "loss": str(5 - step / 10 + noise + off)})
                 runs.append(dict(ident, backend=backend, seed=str(seed), steps="40", final_loss=str(1 + noise + off),
                                  final_val_loss="", step_ms_median="10", attn_kernel_ms_per_step="2" if off else "1"))
-        return self.with_rows("python-gpt", {"gpt_steps": steps, "gpt_runs": runs})
+        return with_rows("python-gpt", {"gpt_steps": steps, "gpt_runs": runs})
 
     def test_curves_within_the_seed_spread_agree_at_every_step(self):
         text = self.gpt(0.05)  # inside the spread of 0.2
@@ -160,7 +162,7 @@ class PythonPackage(unittest.TestCase):
 
     def test_no_rows_give_one_sentence(self):
         for table in ("python-gpt", "python-peers"):
-            self.assertTrue(self.with_rows(table, {}).startswith("_no measurements yet"))
+            self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
     def test_the_package_beside_the_step_programs(self):
         base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "dtype": "fp16", "d": "128", "causal": "0",
@@ -169,21 +171,13 @@ class PythonPackage(unittest.TestCase):
                  dict(base, **PEER, backend="cudnn", status="ok", kernel_ms="1", bwd_kernel_ms="4.4", torch="2.11")]
         step = [dict(base, **OURS, step="19", variant="-", kernel_ms="1.0", bwd_kernel_ms="2.0", bwd_ms="2.0",
                      device="a GPU", cuda="13.0")]
-        text = self.with_rows("python-peers", {"pypeers": peers, "clock_": step})
+        text = with_rows("python-peers", {"pypeers": peers, "clock_": step})
         self.assertIn("| fp16 | 128 | no | 1024 | 1.100 | 1.000 | 1.100 | 2.200 | 2.000 | 1.100 | 2.000 |", text)
         self.assertIn("_Timing (both sides): kernel time", text)
 
 
 class Step21(unittest.TestCase):
     """docs/21_fp8.md's tables on made-up rows: the ratios, the verdicts, the emulation beside."""
-
-    def with_rows(self, table, files):
-        real = common.rows
-        try:
-            common.rows = lambda pat: next((rs for prefix, rs in files.items() if pat.startswith(prefix)), [])
-            return dt.TABLES[table]()
-        finally:
-            common.rows = real
 
     def test_the_target_counts_the_quantize_kernels_and_gives_the_forward_alone(self):
         base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
@@ -193,7 +187,7 @@ class Step21(unittest.TestCase):
         rows = [dict(base, step="16", dtype="bf16", variant="-", kernel_ms=str(ms16), kernel_tflops="600"),
                 dict(base, step="21", dtype="e4m3", variant="v=kernel", kernel_ms=str(ms21), kernel_tflops="1100",
                      kernels_ms=f"step21_amax<128>:{0.05 * ms21};step21_quantize<128>:{0.05 * ms21};step21_fp8<128, 4, true>:{0.9 * ms21}")]
-        text = self.with_rows("step21-target", {"fp8_": rows})
+        text = with_rows("step21-target", {"fp8_": rows})
         self.assertIn("| 128 | no | 16384 | kernel | 600 | 1100 | 1222 | 1.83 | PASS |", text)
         self.assertIn("1100 TFLOP/s with the quantize kernels, 1222 without (target ≥ 1000: **met** counted with them", text)
         self.assertIn("Step 21 / step 16 at d = 128, N = 16k: **1.83** (target ≥ 1.6: **met**)", text)
@@ -204,14 +198,14 @@ class Step21(unittest.TestCase):
         rows = [dict(base, step="16", fp8_scales="", incoherent="", raw_rmse=""),
                 dict(base, step="21", fp8_scales="block", incoherent="1", raw_rmse="1.2e-2")]
         emu = [{"protocol": "outliers", "d": "128", "causal": "0", "N": "1024", "variant": "fp8-block-incoherent", "rmse": "1e-2"}]
-        text = self.with_rows("step21-accuracy", {"fp8acc_": rows, "fp8_accuracy": emu})
+        text = with_rows("step21-accuracy", {"fp8acc_": rows, "fp8_accuracy": emu})
         self.assertIn("| outliers | 128 | no | 1024 | 1.00e-03 | – | – | – | 1.20e-02 (1.20×) |", text)
         self.assertIn("at most 9.1e-3 (FlashAttention-3's figure) at **0 of 1** points", text)
         self.assertIn("within 1.5× at **1 of 1** points, at or above it at 1", text)
 
     def test_no_rows_give_one_sentence(self):
         for table in ("step21-target", "step21-accuracy"):
-            self.assertTrue(self.with_rows(table, {}).startswith("_no measurements yet"))
+            self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 
 class ScriptsNamed(unittest.TestCase):
