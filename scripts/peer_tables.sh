@@ -14,6 +14,9 @@
 #   fwd     steps 12, 14, 15, 16, 20 over N = 1k ... 16k, d = 64, 128 (14-16, 20 also 256), both masks, fp16 and
 #           bf16; flash and cuDNN's forward       -> clock_<gpu>_fwd.csv, peers_<gpu>_clock_fwd.csv
 #                                                      (step12-target, step14/15-target, step16-target, step16-d256)
+#   fwd20   steps 16 and 20 alone over the fwd matrix and d = 256, with flash and cuDNN's forward: step 20's
+#           target in one run (a shorter call than fwd)
+#                                                   -> clock_<gpu>_fwd20.csv, peers_<gpu>_clock_fwd20.csv (step20-target)
 #   early   steps 07 (forward) and 08 (backward), fp16, N = 512 ... 16k, d = 64, 128, both masks; flash
 #           and cuDNN, forward and backward    -> clock_<gpu>_early.csv, peers_<gpu>_clock_early.csv (versus-peers)
 # FA_DEADLINE (seconds since the epoch): no new point starts after it; what was left is written as not
@@ -55,12 +58,17 @@ for ph in $phases; do
         --causal "$(target fwd causal)" --dtypes "$(target fwd dtypes)" --variants default --out "$out/clock_${slug}_fwd.csv"
       peers "$out/peers_${slug}_clock_fwd.csv" --backends flash,cudnn --ns "$(target fwd ns)" \
         --ds "$(target fwd ds),$(target fwd wide_ds)" --dtypes "$(target fwd dtypes)" --fwd-only ;;
+    fwd20)
+      bench --steps 16,20 --ns "$(target fwd ns)" --ds "$(target fwd ds),$(target fwd wide_ds)" \
+        --causal "$(target fwd causal)" --dtypes "$(target fwd dtypes)" --variants default --out "$out/clock_${slug}_fwd20.csv"
+      peers "$out/peers_${slug}_clock_fwd20.csv" --backends flash,cudnn --ns "$(target fwd ns)" \
+        --ds "$(target fwd ds),$(target fwd wide_ds)" --dtypes "$(target fwd dtypes)" --fwd-only ;;
     early)
       bench --steps 07,08 --ns "$(target early ns)" --ds "$(target early ds)" --causal "$(target early causal)" \
         --dtypes "$(target early dtypes)" --variants default --out "$out/clock_${slug}_early.csv"
       peers "$out/peers_${slug}_clock_early.csv" --backends flash,cudnn --ns "$(target early ns)" --ds "$(target early ds)" \
         --dtypes "$(target early dtypes)" ;;
-    *) echo "$me: unknown phase '$ph' (decode, bwd, fwd, early)" >&2; exit 2 ;;
+    *) echo "$me: unknown phase '$ph' (decode, bwd, fwd, fwd20, early)" >&2; exit 2 ;;
   esac
 done
 echo "[$me $(date -u +%H:%M:%S)] done: $phases (exit $fail)" >&2

@@ -219,11 +219,12 @@ def bwd19_deterministic():
 FWD_TARGET_POINTS = target_points("fwd")
 
 
-def fwd_rows():
-    """The forward phase of scripts/peer_tables.sh (clock_*_fwd.csv: steps 12, 14, 15, 16 at d = 64, 128;
-    14-16 at 256) and its peers (peers_*_clock_fwd.csv), by (step,) + point and (backend,) + point."""
-    ours = [r for r in common.rows("clock_*_fwd.csv") if r.get("kernel_ms")]
-    return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows("fwd")
+def fwd_rows(phase="fwd"):
+    """A forward phase of scripts/peer_tables.sh (fwd, clock_*_fwd.csv: steps 12, 14, 15, 16 at d = 64, 128;
+    14-16 at 256; fwd20, clock_*_fwd20.csv: steps 16 and 20) and its peers (peers_*_clock_PHASE.csv), by
+    (step,) + point and (backend,) + point."""
+    ours = [r for r in common.rows(f"clock_*_{phase}.csv") if r.get("kernel_ms")]
+    return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows(phase)
 
 
 def fwd_target(show):

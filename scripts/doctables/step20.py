@@ -5,7 +5,7 @@ from .common import geomean, ktf, kms, provenance, table
 from .peers import FWD_TARGET_POINTS, fwd_rows, peer_cells, peers_note
 from .steps import ablation
 
-TARGET_HOW = "scripts/peer_tables.sh OUTDIR fwd (docs/20_persistent.md, 'Measured')"
+TARGET_HOW = "scripts/peer_tables.sh OUTDIR fwd20 (docs/20_persistent.md, 'Measured')"
 # The ledger's operations per entry of S besides its exponential (common/blueprint/wgmma_forward.cpp: 5 per
 # entry, the exponential one of them): the scale, the max, the sum, the conversion of P.
 OTHER_OPS = 4
@@ -47,10 +47,10 @@ def _variant(r, default="exp2=mixed"):
 
 def step20_target():
     """Step 20 beside step 16 and PyTorch's flash and cuDNN backends of the same run (the fwd phase of
-    peer_tables.sh) over the target matrix and d = 256: TFLOP/s and ratios by kernel time. Closing lines:
+    peer_tables.sh's fwd20 phase: clock_*_fwd20.csv, peers_*_clock_fwd20.csv) over the target matrix and d = 256: TFLOP/s and ratios by kernel time. Closing lines:
     the goals of docs/20 (step 20 / cuDNN geometric mean ≥ 1.1, no point below 0.9; ≥ 740 TFLOP/s in bf16 at
     d = 128, N = 16k, no mask) and step 20 / step 16."""
-    ours, by, peers = fwd_rows()
+    ours, by, peers = fwd_rows("fwd20")
     mine = [r for r in ours if r["step"] == "20"]
     if not mine:
         return provenance([], TARGET_HOW)
@@ -105,7 +105,7 @@ def step20_exp2():
     kernel time: each one's time over mixed's (above 1: mixed is faster)."""
     rs = [r for r in common.rows("exp2_*_step20.csv") if r["step"] == "20" and r.get("kernel_ms")]
     if not rs:
-        return provenance([], "build/bench --steps 20 --variants all (docs/20_persistent.md, '2^x')")
+        return provenance([], "scripts/step20_target.sh OUTDIR (docs/20_persistent.md, '2^x')")
     by = {(r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"].split(";")[0]): r for r in rs}
     keys = sorted({k[:4] for k in by}, key=lambda k: (k[0], -k[1], k[2], k[3]))
     body, ratios = [], {"mufu": [], "poly": []}
