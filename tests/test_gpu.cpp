@@ -838,7 +838,7 @@ TEST_CASE("measured ceilings lie between 20 % and 110 % of what the device's SMs
     int noted = 0;
     for (const std::string& n : notes) noted += n.rfind(name + ":", 0) == 0 ? 1 : 0;
     CHECK(by.count(name) + noted == 1);
-    if (name == "mma-sync-f16") CHECK(by.count(name) == (caps.usable_cc() >= 80 ? 1u : 0u));
+    if (name == "mma-sync-f16" || name == "mma-latency") CHECK(by.count(name) == (caps.usable_cc() >= 80 ? 1u : 0u));
     else if (name == "wgmma-f16") { if (cc == 90 && built_90) CHECK(by.count(name) == 1); }
     else CHECK(by.count(name) == 1);
   }

@@ -124,7 +124,8 @@ struct PeakResult {
 inline const std::vector<std::string>& peak_names() {
   static const std::vector<std::string> names = {
       "hbm-read", "hbm-write", "hbm-latency", "l2-read", "l2-latency", "smem-read", "smem-write", "ldmatrix",
-      "wmma-f16", "mma-sync-f16", "wgmma-f16", "fp32-fma", "ex2", "barrier", "barrier-latency", "atomic-f32", "launch"};
+      "wmma-f16", "mma-sync-f16", "wgmma-f16", "fp32-fma", "ex2", "barrier", "barrier-latency", "atomic-f32", "launch",
+      "smem-latency", "mma-latency", "ex2-latency", "fma-latency"};
   return names;
 }
 // Every benchmark, in a fixed order. One that cannot run here (mma.sync before sm_80; wgmma

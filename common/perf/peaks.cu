@@ -299,6 +299,70 @@ __global__ void __launch_bounds__(kFmaThreads) peak_ex2(int iters, float* sink) 
   if (s == -1.0f) *sink = s;
 }
 
+// ---- the SM: latencies of one warp's dependent instructions --------------------------------------
+// The latency term of the model (docs/model.md, "The latency term") needs what one instruction takes
+// from issue to a result the next can use, when nothing else hides it: one warp alone on the GPU, each
+// instruction's input the previous one's output. `steps` per launch, 8 per trip of the loop.
+
+// smem-latency: ld.shared.u32 (LDS), each address the value the last load returned (a ring of 256
+// words whose entry k holds the next address), one warp, every lane on its own word.
+__global__ void __launch_bounds__(32) peak_smem_latency(int iters, uint32_t* sink) {
+  __shared__ uint32_t ring[256];
+  for (int k = threadIdx.x; k < 256; k += 32) ring[k] = smem_u32(&ring[(k + 37) & 255]);
+  __syncwarp();
+  uint32_t p = smem_u32(&ring[threadIdx.x]);
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) asm volatile("ld.shared.u32 %0, [%0];\n" : "+r"(p));
+  }
+  if (p == kNever) *sink = p;
+}
+
+// mma-latency: one chain of mma.sync.m16n8k16 (fp16 in, fp32 accumulate), each one's accumulators
+// the next one's C: the HMMA latency a WMMA or mma.sync loop waits when it has no second chain.
+__global__ void __launch_bounds__(32) peak_mma_latency(int iters, float* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t l = threadIdx.x;
+  const uint32_t a0 = 0x1c001c00u ^ (l & 7), a1 = 0x1c001800u, a2 = 0x18001c00u, a3 = 0x1c001c00u ^ (l & 3);
+  const uint32_t b0 = 0x14001400u ^ (l & 1), b1 = 0x14001000u;
+  float d[4] = {};
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  if (d[0] + d[1] + d[2] + d[3] == -1.0f) *sink = d[0];
+#else
+  (void)iters;
+  (void)sink;
+  __trap();
+#endif
+}
+
+// ex2-latency: one chain x = 2^(-x) (MUFU.EX2), as peak_ex2 but a single chain and one warp.
+__global__ void __launch_bounds__(32) peak_ex2_latency(int iters, float* sink) {
+  float x = float(threadIdx.x) * 1e-2f + 0.1f;
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) x = ex2_neg(x);
+  }
+  if (x == -1.0f) *sink = x;
+}
+
+// fma-latency: one chain x = x·m + c (FFMA), one warp.
+__global__ void __launch_bounds__(32) peak_fma_latency(int iters, float m, float c, float* sink) {
+  float x = float(threadIdx.x) * 1e-3f;
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) x = fmaf(x, m, c);
+  }
+  if (x == -1.0f) *sink = x;
+}
+
 // ---- the SM: barriers, launches ----------------------------------------------------------------
 
 // barrier, barrier-latency: a block of 4 warps doing nothing but __syncthreads (BAR.SYNC), 8 per
@@ -503,6 +567,19 @@ std::vector<PeakResult> measure_peaks(int reps, std::vector<std::string>& notes)
           for (int i = 0; i < k; ++i) peak_empty<<<1, 32, 0, s>>>();
         })));
   }
+  // Latencies of one warp's dependent instructions (the model's latency term): one block of one warp.
+  {
+    auto lat = [&](const char* name, auto&& launch) {
+      const int64_t it = calibrate(s, 64, launch);
+      add(row(name, "ns", Kind::NsPerStep, it * 8, time_reps(s, reps, [&] { launch(it); })));
+    };
+    lat("smem-latency", [&](int64_t i) { peak_smem_latency<<<1, 32, 0, s>>>(int(i), sink_u); });
+    if (usable_cc >= 80) lat("mma-latency", [&](int64_t i) { peak_mma_latency<<<1, 32, 0, s>>>(int(i), sink_f); });
+    else notes.push_back("mma-latency: mma.sync.m16n8k16 needs compute capability 8.0; this GPU's code is " + cc_string(usable_cc));
+    lat("ex2-latency", [&](int64_t i) { peak_ex2_latency<<<1, 32, 0, s>>>(int(i), sink_f); });
+    lat("fma-latency", [&](int64_t i) { peak_fma_latency<<<1, 32, 0, s>>>(int(i), 0.999f, 1e-3f, sink_f); });
+  }
+
   CUDA_CHECK(cudaStreamSynchronize(s));
   return out;
 }

@@ -159,7 +159,9 @@ PEAK_WHAT = {
     "wgmma-f16": "wgmma m64n128k16, fp16", "fp32-fma": "fp32 FMA (2 FLOPs)", "ex2": "ex2.approx (special-function unit)",
     "barrier": "__syncthreads, whole GPU", "barrier-latency": "__syncthreads, one block alone",
     "atomic-f32": "fp32 atomicAdd (RED), in L2", "hbm-latency": "dependent load, HBM", "l2-latency": "dependent load, L2",
-    "launch": "empty kernel, back to back",
+    "launch": "empty kernel, back to back", "smem-latency": "dependent shared load, one warp",
+    "mma-latency": "dependent mma.sync, one warp", "ex2-latency": "dependent ex2, one warp",
+    "fma-latency": "dependent FMA, one warp",
 }
 
 
