@@ -145,6 +145,7 @@ fa::AttnParams attn_params(const fa::Shape& s, const fa_ptrs* p, void* workspace
   a.B = int(s.B), a.H = int(s.H), a.N = int(s.N), a.Nk = int(s.Nk), a.d = int(s.d);
   a.Hkv = int(s.hkv());
   a.window = int(s.window);
+  a.decode = s.decode();  // step 17 reads each sequence's cache length only when told it decodes
   a.causal = s.causal;
   a.bf16 = s.dtype == fa::DType::bf16;
   a.scale = float(s.softmax_scale());
