@@ -20,6 +20,8 @@
 #include "harness/runner.hpp"
 #include "reference/checks.hpp"
 #include "reference/quantize.hpp"
+#include "blueprint/wgmma_emu.hpp"
+#include "kernel/fp8.hpp"
 
 #include "../steps/21_fp8/schedule.hpp"
 
@@ -170,6 +172,34 @@ TEST_CASE("step 21 [fp8-scales]: a descale per head or per 128 rows, every code 
         }
     }
   }
+}
+
+TEST_CASE("step 21 [two-level] [fp22]: a row's sum left in the 13-bit accumulator falls short by more than the check allows, a tile's at a time does not") {
+  // One row of Õ: 16384 keys of positive weights (P·256, as codes) times values near 0.5 (as step 21's
+  // default inputs), summed 32 keys per instruction. Left in the accumulator (fp22 after every
+  // instruction) the sum loses bits at each of 512 instructions, always downwards; added into fp32 a
+  // tile (kSumKeys) at a time it loses at most ⌈kSumKeys/32⌉ · 2⁻¹³ of its size: the check's term.
+  Rng rng(21);
+  const int n = 16384;
+  double exact = 0, abs_sum = 0;
+  float one_level = 0, two_level = 0, tile = 0;
+  for (int k0 = 0; k0 < n; k0 += 32) {
+    float chunk = 0;
+    for (int k = k0; k < k0 + 32; ++k) {
+      const float p = round_to_e4m3(float(256.0 * rng.uniform())), v = round_to_e4m3(float(0.5 + 0.25 * rng.normal()));
+      chunk += p * v;
+      exact += double(p) * double(v);
+      abs_sum += std::fabs(double(p) * double(v));
+    }
+    one_level = wgmma::fp22(one_level + chunk);
+    tile = wgmma::fp22((k0 % fp8::kSumKeys == 0 ? 0.0f : tile) + chunk);
+    if ((k0 + 32) % fp8::kSumKeys == 0) two_level += tile;
+  }
+  const double allowed = double((fp8::kSumKeys + 31) / 32) * 0x1p-13 * abs_sum;
+  CAPTURE(exact);
+  CHECK(exact - double(one_level) > allowed);   // short, and by more than the tolerance
+  CHECK(std::fabs(exact - double(two_level)) <= allowed);
+  CHECK(double(one_level) < exact);              // toward zero: downwards for a positive sum
 }
 
 TEST_CASE("step 21: the blueprint matches the reference on the dequantized inputs, every way of quantizing and of bringing V") {

@@ -1,5 +1,7 @@
 #include "blueprint/wgmma_emu.hpp"
 
+#include <cstring>
+
 #include <stdexcept>
 
 #include "kernel/wgmma_layout.hpp"
@@ -77,6 +79,18 @@ void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t
   }
 }
 
+// [fp22] The FP8 tensor cores' running sum keeps 13 bits of mantissa, not fp32's 23 (SageAttention2, Zhang et
+// al. 2024, measured it as an "FP22" accumulator; DeepSeek-V3 §3.3.2 says about 14 bits): modelled as the
+// sum of C and the instruction's 32 products, cut toward zero to 13 bits. A kernel that leaves a long sum
+// in the accumulator loses a little of it at every instruction, always downwards.
+float fp22(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u &= ~((1u << 10) - 1u);  // 23 - 13 = 10 mantissa bits dropped
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 void mma_ss_e4m3(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int64_t b_r0, int64_t kk, bool accumulate,
                  Ledger& led) {
   check_n(d);
@@ -92,7 +106,7 @@ void mma_ss_e4m3(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int
         const mf::Coord c = acc_elem(w, lane, r);
         float sum = 0.0f;
         for (int k = 0; k < 32; ++k) sum += A[size_t(32 * c.row + k)] * B[size_t(32 * c.col + k)];
-        d.reg(w, lane, r) += sum;
+        d.reg(w, lane, r) = fp22(d.reg(w, lane, r) + sum);
       }
   led.matmul_flops += int64_t(2) * 64 * d.n * 32;
 }
@@ -114,7 +128,7 @@ void mma_rs_e4m3(Acc& d, const std::vector<AFrag8>& a, const SmemTile& bt, int64
           const int holder = 4 * g + (k % 16) / 4, q = 2 * (k / 16) + rw / 8;
           sum += a[size_t(w)][size_t(holder)][size_t(4 * q + k % 4)] * B[size_t(32 * c.col + k)];
         }
-        d.reg(w, lane, r) += sum;
+        d.reg(w, lane, r) = fp22(d.reg(w, lane, r) + sum);
       }
   led.matmul_flops += int64_t(2) * 64 * d.n * 32;
 }

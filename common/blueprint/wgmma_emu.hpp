@@ -49,6 +49,8 @@ void mma_ss_e4m3(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int
 using AFrag8 = std::vector<std::array<float, 16>>;
 // D (+)= A·B: A from registers (a[w]: warp w's fragment), B K-major from shared memory: element (k, n)
 // = bt(n0 + n, 32kk + k) (Vᵀ stored [dim][key]). N·32 bytes read.
+// [fp22] x cut toward zero to the FP8 tensor cores' 13 bits of mantissa (what each e4m3 product above leaves in D).
+float fp22(float x);
 void mma_rs_e4m3(Acc& d, const std::vector<AFrag8>& a, const SmemTile& bt, int64_t n0, int64_t kk, bool accumulate, Ledger& led);
 
 }  // namespace fa::wgmma

@@ -18,6 +18,10 @@ namespace fa::fp8 {
 inline constexpr float kMax = 448.0f;      // e4m3's largest value (common/core/dtype.hpp, [e4m3])
 inline constexpr int kBlockRows = 128;     // [fp8-scales] rows per scale with --fp8-scales block
 inline constexpr float kPScale = 256.0f;   // [p-scale] P (at most 1) times 256 before its cast: 256 < 448
+// [two-level] The keys an FP8 kernel lets the tensor cores sum before it adds the sum into fp32 registers
+// (one tile of step 21): their accumulator keeps about 13 bits (wgmma_emu's [fp22]), so a longer sum
+// would lose a little at every instruction. The reference's tolerance counts ⌈kSumKeys/32⌉ such losses.
+inline constexpr int kSumKeys = 128;
 
 // [fp8-scales] The scale groups along a tensor's rows: one, or one per block of kBlockRows rows.
 FA_HD constexpr int64_t groups(int64_t rows, bool block) { return block ? (rows + kBlockRows - 1) / kBlockRows : 1; }

@@ -9,6 +9,7 @@
 
 #include "kernel/dropout.hpp"
 #include "harness/parallel.hpp"
+#include "kernel/fp8.hpp"
 #include "reference/quantize.hpp"
 #include "core/rng.hpp"
 
@@ -121,12 +122,14 @@ Reference forward_impl(const Shape& s, const Inputs& in, const std::vector<int64
         // [fp8] P's cast to e4m3 (after ×256) errs by at most half a unit, u₈·P_ij (2^-18 below the normal
         // range), uniformly and independently: standard deviation ≤ u₈·P_ij/√3, and O_ic's error has
         //   σ_ic = (u₈/√3)·sqrt(Σ_j P_ij² V_jc²)  (+ (2^-18/√3)·sqrt(Σ_j V_jc²) for the subnormal weights).
-        // The FP8 tensor cores keep about 14 bits of a running sum (DeepSeek-AI, 2024, §3.3.2): each of the
-        // ⌈Nk/32⌉ k = 32 products adds at most 2^-13 of the sum's size, A_ic = Σ_j P_ij |V_jc|, to its error.
-        // Tolerance: 8σ_ic + ⌈Nk/32⌉·2^-13·A_ic + u_bf16·|O_ic| (O's rounding) + 1e-6. Eight standard
-        // deviations hold over every element of any shape; one dominant weight (σ = u₈|V|/√3) fits too.
+        // The FP8 tensor cores keep about 13 bits of a running sum (SageAttention2; DeepSeek-AI, 2024, §3.3.2):
+        // each k = 32 product loses at most 2^-13 of the sum's size. The kernel sums at most kSumKeys keys
+        // there before adding into fp32 ([two-level]), so at most ⌈min(Nk, kSumKeys)/32⌉ such losses reach
+        // any key's share of A_ic = Σ_j P_ij |V_jc|.
+        // Tolerance: 8σ_ic + ⌈min(Nk, kSumKeys)/32⌉·2^-13·A_ic + u_bf16·|O_ic| (O's rounding) + 1e-6. Eight
+        // standard deviations hold over every element of any shape; one dominant weight (σ = u₈|V|/√3) fits too.
         const double u8 = kE4m3UnitRoundoff / std::sqrt(3.0), sub = 0x1p-18 / std::sqrt(3.0);
-        const double steps = double((s.Nk + 31) / 32) * 0x1p-13;
+        const double steps = double((std::min<int64_t>(s.Nk, fp8::kSumKeys) + 31) / 32) * 0x1p-13;
         const MatD P2 = P.cwiseAbs2(), V2 = V.cwiseAbs2();
         const MatD var = P2 * V2, A = P.cwiseAbs() * V.cwiseAbs();
         const Eigen::VectorXd vsum = V2.colwise().sum().transpose();

@@ -293,12 +293,18 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
           // lab:end
           wg.p_tile = j;
         };
-        con.pv = [&](int64_t g, int64_t j) {  // [pv-wgmma] Õ += P̃ Ṽ_j, Vᵀ K-major
+        con.pv = [&](int64_t g, int64_t j) {  // [pv-wgmma] [two-level] P̃ Ṽ_j afresh, Vᵀ K-major; Õ += it in fp32
           WarpGroup& wg = wgs[size_t(g)];
           if (wg.p_tile != j) throw std::logic_error("step21: P·V of tile " + std::to_string(j) + " without its P");
-          for (int64_t kk = 0; kk < Bc / 32; ++kk)
-            for (int64_t pn = 0; pn < parts; ++pn)
-              wgmma::mma_rs_e4m3(wg.o[size_t(pn)], wg.pa[size_t(kk)], Vts[size_t(j % sc.stages)], PN * pn, kk, true, led);
+          for (int64_t pn = 0; pn < parts; ++pn) {
+            wgmma::Acc pv{int(PN)};
+            for (int64_t kk = 0; kk < Bc / 32; ++kk)
+              wgmma::mma_rs_e4m3(pv, wg.pa[size_t(kk)], Vts[size_t(j % sc.stages)], PN * pn, kk, kk > 0, led);
+            for (size_t t = 0; t < pv.tiles.size(); ++t)
+              for (int lane = 0; lane < 32; ++lane)
+                for (int e = 0; e < 4; ++e) wg.o[size_t(pn)].tiles[t][size_t(lane)][size_t(e)] += pv.tiles[t][size_t(lane)][size_t(e)];
+          }
+          led.nonmatmul_ops += 4 * 16 * d;  // [two-level] the tile's sum into Õ
         };
         con.release = [&](int64_t j) {
           if (j + sc.stages < Tcount) load(j + sc.stages);
@@ -394,7 +400,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int v_layout) {
   led.smem_read = BH * pairs * (G * ((64 + Bc) * d + d * Bc) + (vt ? 0 : Bc * d));
   led.barriers = BH * Tr;
   led.matmul_flops = BH * pairs * G * 2 * (2 * 64 * Bc * d);
-  led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d + 16 * Bc) + masked * W * 16 * Bc + N * d + 2 * N);
+  led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 2 * 16 * d + 16 * Bc) + masked * W * 16 * Bc + N * d + 2 * N);
   led.exps = BH * pairs * Br * (Bc + 4);
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * diagonal;

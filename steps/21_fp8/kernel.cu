@@ -305,6 +305,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
 #pragma unroll
     for (int r = 0; r < 64; ++r) o[hf][r] = 0.0f;
   float s[Bc / 2];
+  float pv[64];  // [two-level] one tile's P̃·Ṽ for 128 dims of O, as the tensor cores sum it
   uint32_t pa[Bc / 32][4];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
   // [descale] Q's descale (the block's 128 rows are one group with block scales), and K's and V's per tile.
@@ -331,13 +332,28 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
                              kk > 0);
     wgmma::commit();
   };
-  auto issue_pv = [&](int st) {  // [pv-wgmma] Õ += P̃ Ṽ_j: per 32 keys, per 128 dims of O, Vᵀ K-major
+  // [pv-wgmma] [two-level] P̃ Ṽ_j for dims 128·hf ... + 127 into pv, afresh (per 32 keys, Vᵀ K-major); the
+  // tensor cores keep about 13 bits of a running FP8 sum, so the tile's sum is added into Õ in fp32 by
+  // accumulate(), never left to grow in their accumulator over every key of the row.
+  auto issue_pv = [&](int st, int hf) {
 #pragma unroll
     for (int kk = 0; kk < Bc / 32; ++kk)
-#pragma unroll
-      for (int hf = 0; hf < kHalves; ++hf)
-        wgmma::mma_rs_e4m3_128(o[hf], pa[kk], wgmma::desc(vt_at(st) + wgmma::kmajor_offset(128 * hf, kk, D)), true);
+      wgmma::mma_rs_e4m3_128(pv, pa[kk], wgmma::desc(vt_at(st) + wgmma::kmajor_offset(128 * hf, kk, D)), kk > 0);
     wgmma::commit();
+  };
+  auto accumulate = [&](int hf) {
+#pragma unroll
+    for (int r = 0; r < 64; ++r) o[hf][r] += pv[r];
+  };
+  // The halves after the first (d = 256): one at a time through pv, after the first half's sum is in.
+  auto rest_of_pv = [&](int st) {
+#pragma unroll
+    for (int hf = 1; hf < kHalves; ++hf) {
+      wgmma::fence();
+      issue_pv(st, hf);
+      wgmma::wait<0>();
+      accumulate(hf);
+    }
   };
   auto softmax = [&](int j) {
     const int j0 = (jbeg + j) * Bc;
@@ -426,12 +442,14 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
       turn_begin();
       wgmma::fence();
       issue_s(st);
-      issue_pv(prev);
+      issue_pv(prev, 0);
       turn_end();
       wgmma::wait<1>();
       release(empty_k(st));
       softmax(j);
       wgmma::wait<0>();
+      accumulate(0);
+      rest_of_pv(prev);
       release(empty_v(prev));
       rescale_and_pack();
     }
@@ -439,9 +457,11 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     mbar_wait(full_v(last), full_parity(Tcount - 1, Stages));
     turn_begin();
     wgmma::fence();
-    issue_pv(last);
+    issue_pv(last, 0);
     turn_end();
     wgmma::wait<0>();
+    accumulate(0);
+    rest_of_pv(last);
     release(empty_v(last));
   }
 
