@@ -213,3 +213,78 @@ TEST_CASE("model: the tensors' bytes, the floor of what HBM delivers") {
   CHECK(model_tensor_bytes(s, false) == doctest::Approx(fwd));
   CHECK(model_tensor_bytes(s, true) == doctest::Approx(2 * fwd));
 }
+
+namespace {
+SassLoop loop_row(const std::string& kernel, int loop, const std::string& marker, double work, double chain, int64_t instr) {
+  SassLoop l;
+  l.step = "03";
+  l.kernel = kernel;
+  l.dtype = "fp16";
+  l.d = 64;
+  l.loop = loop;
+  l.instructions = instr;
+  l.chain_cycles = chain;
+  l.marker = marker;
+  l.marker_per_trip = 1;
+  l.marker_work = work;
+  return l;
+}
+}  // namespace
+
+TEST_CASE("model [latency]: trips from the ledger's work over one trip's, the chain or W warps' issue, rounds of resident blocks") {
+  const Ceilings c = round_device();  // 100 SMs at 2 GHz
+  LedgerSet ls;
+  ls["k"].matmul_flops = int64_t(400) * 4 * 4096 * 1000;  // 400 blocks of 4 warps, 1000 trips of one 4096-FLOP HMMA each
+  // 400 blocks of 128 threads, 128 registers: 4 resident per SM (16 warps, 4 per scheduler), 4 per SM: one round.
+  const std::vector<KernelLaunch> l = {launch("k", 400, 128, 128, 0)};
+  // A chain of 500 cycles and 50 instructions per trip: 4 warps issue 200 < 500, the chain sets it.
+  std::vector<SassLoop> code = {loop_row("k", 0, "mma", 4096, 500, 50), loop_row("k", -1, "alu", 32, 900, 30),
+                                loop_row("other", 0, "mma", 4096, 99999, 1)};
+  ModelPrediction m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code);
+  const KernelModel& k = m.kernels.at(0);
+  CHECK(k.trips == doctest::Approx(1000));
+  CHECK(k.latency_by == "chain");
+  CHECK(k.latency_ms == doctest::Approx(1000 * 500 / 2e9 * 1e3));  // 0.25 ms
+  REQUIRE(term(k, "latency"));
+  CHECK(k.bound_by.rfind("latency", 0) == 0);  // the tensor term: 6.6 GFLOP at 6e14 is 0.011 ms
+  // 200 instructions per trip: 4 warps issue 800 cycles > 500 of chain.
+  code[0].instructions = 200;
+  m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code);
+  CHECK(m.kernels.at(0).latency_by == "issue");
+  CHECK(m.kernels.at(0).latency_ms == doctest::Approx(1000 * 800 / 2e9 * 1e3));
+  // Twice the blocks: two rounds per SM, each as long.
+  ls["k"].matmul_flops *= 2;
+  const ModelPrediction two = model_predict(ls, {launch("k", 800, 128, 128, 0)}, MmaUnit::mma_sync, c, 0, code);
+  CHECK(two.kernels.at(0).trips == doctest::Approx(1000));
+  CHECK(two.kernels.at(0).latency_ms == doctest::Approx(2 * m.kernels.at(0).latency_ms));
+  // The hot loop is the one of the highest class with the most work per trip; without loops, no term.
+  code.push_back(loop_row("k", 1, "mma", 8192, 100, 10));
+  m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code);
+  CHECK(m.kernels.at(0).chain_cycles == doctest::Approx(100));
+  m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, {loop_row("k", -1, "alu", 32, 900, 30)});
+  CHECK(m.kernels.at(0).latency_ms == 0);
+  CHECK(!term(m.kernels.at(0), "latency"));
+}
+
+TEST_CASE("model [latency]: the SASS profile file is read, and a bad one is refused by name") {
+  const std::string path = "test_model_sass_profile.csv";
+  {
+    std::ofstream f(path);
+    f << "step,kernel,dtype,d,function,loop,first,last,instructions,gmem,smem,mma,sfu,barrier,control,alu,chain_cycles,"
+         "marker,marker_per_trip,marker_work\n"
+      << "03,kv_outer,fp16,64,_Zfoo,0,0x0100,0x0400,49,1,8,0,2,1,1,36,812.5,sfu,2,64\n";
+  }
+  const std::vector<SassLoop> v = read_sass_profile(path);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].kernel == "kv_outer");
+  CHECK(v[0].classes.at("smem") == 8);
+  CHECK(v[0].chain_cycles == doctest::Approx(812.5));
+  CHECK(v[0].marker_work == doctest::Approx(64));
+  {
+    std::ofstream f(path);
+    f << "step,kernel\n03,kv_outer\n";
+  }
+  CHECK_THROWS_WITH_AS(read_sass_profile(path), doctest::Contains("no column"), std::runtime_error);
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(read_sass_profile(path), std::runtime_error);
+}

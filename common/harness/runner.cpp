@@ -75,7 +75,8 @@ void run_backward(const StepInfo& step, const CliOptions& o, bool on_gpu, const 
   if (r.has_saved) r.saved_predicted = predict(r.saved_ledger, dev);
   r.bwd_check = check_backward(s, in, dO, ref, grads);
   r.bwd_predicted = predict(r.bwd_ledger, dev);
-  r.bwd_model = model_predict(r.bwd_ledger, r.bwd_launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, true));
+  r.bwd_model = model_predict(r.bwd_ledger, r.bwd_launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, true),
+                             sass_loops_for(step.id, s.type_name(), int(s.d)));
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/do.npy", s.dtype, dO);
     write_npy_storage(o.save_dir + "/dq.npy", s.dtype, grads.dq);
@@ -188,7 +189,8 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
     r.predicted = predict(r.ledger, dev);
     r.launches = std::move(g.launches);
     r.launches_note = g.launches_note;
-    r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false));
+    r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false),
+                        sass_loops_for(step.id, s.type_name(), int(s.d)));
     return r;
   }
   const Inputs in = make_inputs(s, o.input_spec());
@@ -243,7 +245,8 @@ RunRecord run_once(const StepInfo& step, const CliOptions& o, bool on_gpu) {
   if (s.fp8) r.raw_rmse = o_rmse(s, reference_forward(s.without_fp8(), in, ref.rows), out);
   r.predicted = predict(r.ledger, dev);
   if (!on_gpu) r.launches_note = "a CPU run launches nothing";
-  r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false));
+  r.model = model_predict(r.ledger, r.launches, step.unit(o.step), default_ceilings(dev), model_tensor_bytes(s, false),
+                        sass_loops_for(step.id, s.type_name(), int(s.d)));
   if (!o.save_dir.empty()) {
     write_npy_storage(o.save_dir + "/q.npy", s.dtype, in.q);
     write_npy_storage(o.save_dir + "/k.npy", s.dtype, in.k);

@@ -134,9 +134,89 @@ Ceilings default_ceilings(const DeviceSpec& dev) {
   return c;
 }
 
+std::vector<SassLoop> read_sass_profile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read the SASS profile " + path);
+  std::string line;
+  if (!std::getline(f, line)) throw std::runtime_error(path + ": empty");
+  const std::vector<std::string> head = csv_fields(line);
+  std::map<std::string, int> col;
+  for (size_t i = 0; i < head.size(); ++i) col[head[i]] = int(i);
+  const char* classes[] = {"gmem", "smem", "mma", "sfu", "barrier", "control", "alu"};
+  for (const char* need : {"step", "kernel", "dtype", "d", "loop", "instructions", "chain_cycles", "marker",
+                           "marker_per_trip", "marker_work"})
+    if (!col.count(need)) throw std::runtime_error(path + ": no column '" + std::string(need) + "' (a sass_profile.py file?)");
+  for (const char* need : classes)
+    if (!col.count(need)) throw std::runtime_error(path + ": no column '" + std::string(need) + "'");
+  std::vector<SassLoop> out;
+  while (std::getline(f, line)) {
+    if (line.empty()) continue;
+    const std::vector<std::string> v = csv_fields(line);
+    if (v.size() < head.size()) throw std::runtime_error(path + ": short row: " + line);
+    try {
+      SassLoop l;
+      l.step = v[col["step"]];
+      l.kernel = v[col["kernel"]];
+      l.dtype = v[col["dtype"]];
+      l.d = std::stoi(v[col["d"]]);
+      l.loop = std::stoi(v[col["loop"]]);
+      l.instructions = std::stoll(v[col["instructions"]]);
+      for (const char* k : classes) l.classes[k] = std::stoll(v[col[k]]);
+      l.chain_cycles = std::stod(v[col["chain_cycles"]]);
+      l.marker = v[col["marker"]];
+      l.marker_per_trip = std::stoll(v[col["marker_per_trip"]]);
+      l.marker_work = std::stod(v[col["marker_work"]]);
+      out.push_back(std::move(l));
+    } catch (const std::logic_error&) {
+      throw std::runtime_error(path + ": a value is not a number: " + line);
+    }
+  }
+  return out;
+}
+
+#ifndef FA_DEFAULT_SASS_PROFILE
+#define FA_DEFAULT_SASS_PROFILE ""
+#endif
+
+std::vector<SassLoop> sass_loops_for(const std::string& step, const std::string& dtype, int d) {
+  static std::map<std::string, std::vector<SassLoop>> cache;  // one read per file and process
+  const char* env = std::getenv("FA_SASS_PROFILE");
+  const std::string path = env && *env ? env : FA_DEFAULT_SASS_PROFILE;
+  if (path.empty() || (!env && !std::ifstream(path).good())) return {};
+  if (!cache.count(path)) cache[path] = read_sass_profile(path);
+  std::vector<SassLoop> out;
+  for (const SassLoop& l : cache[path])
+    if (l.step == step && l.dtype == dtype && l.d == d) out.push_back(l);
+  return out;
+}
+
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// [latency] The work the ledger counts in the unit of a marker class (sass_profile.py's `work`).
+double ledger_work(const Ledger& led, const std::string& marker) {
+  if (marker == "mma") return double(led.matmul_flops);
+  if (marker == "sfu") return double(led.exps);
+  if (marker == "smem") return double(led.smem_read + led.smem_write);
+  if (marker == "gmem") return double(led.gmem_read + led.gmem_write);
+  return double(led.cuda_core_flops) / 2 + double(std::max<int64_t>(0, led.nonmatmul_ops - led.exps));
+}
+
+// [latency] The kernel's hot loop: among its loops, those of the highest marker class any of them has
+// (mma, then sfu, smem, alu), the one whose trip does the most of that work. nullptr: no loop.
+const SassLoop* hot_loop(const std::vector<SassLoop>& code, const std::string& kernel) {
+  const char* order[] = {"mma", "sfu", "smem", "alu"};
+  for (const char* m : order) {
+    const SassLoop* best = nullptr;
+    for (const SassLoop& l : code)
+      if (l.kernel == kernel && l.loop >= 0 && l.marker == m && l.marker_work > 0 &&
+          (!best || l.marker_work > best->marker_work))
+        best = &l;
+    if (best) return best;
+  }
+  return nullptr;
+}
 
 // [occupancy] Blocks of this launch resident on one SM at once, and which resource stops the next.
 int blocks_per_sm(const KernelLaunch& k, const Ceilings& c, std::string& limit) {
@@ -158,7 +238,7 @@ int blocks_per_sm(const KernelLaunch& k, const Ceilings& c, std::string& limit) 
 }  // namespace
 
 ModelPrediction model_predict(const LedgerSet& ls, const std::vector<KernelLaunch>& launches, MmaUnit unit,
-                              const Ceilings& c, double tensor_bytes) {
+                              const Ceilings& c, double tensor_bytes, const std::vector<SassLoop>& code) {
   ModelPrediction out;
   out.ceilings_source = c.source;
   for (const auto& [name, led] : ls.kernels) {
@@ -242,6 +322,27 @@ ModelPrediction model_predict(const LedgerSet& ls, const std::vector<KernelLaunc
       t.ms = t.work * c.barrier_latency_ns * 1e-6;
       km.terms.push_back(t);
     }
+    // [latency] One warp's dependent chain through the hot loop, trip after trip: each trip takes the
+    // longer of its chain (one warp alone) and the issue of the W warps a scheduler holds (one
+    // instruction a clock), so W warps hide each other's waits until issue is full (Little's law).
+    // Trips per warp: the ledger's work of the loop's marker class over the warps, over one trip's.
+    // The SM runs its blocks `resident` at a time. Code outside the hot loop is left out.
+    if (const SassLoop* hot = km.launch_known ? hot_loop(code, name) : nullptr) {
+      const double warps_total = double(n) * warps, W = warps_sm / 4.0;
+      km.trips = ledger_work(led, hot->marker) / (warps_total * hot->marker_work);
+      km.chain_cycles = hot->chain_cycles;
+      km.loop_instructions = double(hot->instructions);
+      const double issue = W * km.loop_instructions;
+      km.latency_by = km.chain_cycles >= issue ? "chain" : "issue";
+      const double rounds = std::ceil(double(per_sm) / resident);
+      km.latency_ms = rounds * km.trips * std::max(km.chain_cycles, issue) / c.clock_hz * 1e3;
+      Term t;
+      t.resource = "latency";
+      t.work = km.trips * km.chain_cycles;
+      t.ceiling = c.clock_hz;
+      t.ms = km.latency_ms;
+      km.terms.push_back(t);
+    }
     double best = 0, second = 0;
     for (const Term& t : km.terms) {
       if (t.ms > best) { second = best; best = t.ms; km.bound_by = t.resource; }
@@ -295,6 +396,10 @@ void print_model(std::ostream& os, const ModelPrediction& m) {
        << k.ms << " ms, bound by " << k.bound_by << " (next at " << std::fixed << std::setprecision(0) << 100 * k.runner_up
        << " %)\n      overlap: " << std::setprecision(1) << k.warps_per_scheduler << " warps per scheduler hide the other pipes: "
        << std::defaultfloat << std::setprecision(3) << k.serial_ms << " ms one after another -> " << k.overlap_ms << " ms\n";
+    if (k.latency_ms > 0)
+      os << "      latency: " << std::setprecision(4) << k.trips << " trips of the hot loop per warp, " << k.chain_cycles
+         << " cycles of chain and " << k.loop_instructions << " instructions per trip -> " << std::setprecision(3)
+         << k.latency_ms << " ms (" << k.latency_by << ")\n";
     std::vector<Term> t = k.terms;
     std::sort(t.begin(), t.end(), [](const Term& a, const Term& b) { return a.ms > b.ms; });
     os << "      ";

@@ -16,6 +16,7 @@
 // kernel and by how much the next resource trails it.
 #pragma once
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,27 @@ struct Term {
   double ms = 0;         // work / (ceiling · efficiency)
 };
 
+// [latency] One loop of one kernel as the compiler emitted it: a row of scripts/sass_profile.py (which reads
+// `cuobjdump -sass`). Per trip of one warp: its instructions by class, the chain (the cycles one warp
+// alone needs, replaying the compiler's stall counts and scoreboards with the measured latencies), and
+// the marker: the class whose work the ledger counts (mma FLOPs, exponentials, shared bytes, lane
+// operations) and that work per trip, from which the model takes the number of trips.
+struct SassLoop {
+  std::string step, kernel, dtype;
+  int d = 0, loop = -1;  // loop -1: the code outside every loop
+  int64_t instructions = 0;
+  std::map<std::string, int64_t> classes;  // gmem smem mma sfu barrier control alu
+  double chain_cycles = 0;
+  std::string marker;
+  int64_t marker_per_trip = 0;
+  double marker_work = 0;
+};
+// Reads a sass_profile.py CSV; throws std::runtime_error on a file that cannot be read or parsed.
+std::vector<SassLoop> read_sass_profile(const std::string& path);
+// The loops of one step's kernels at one type and head dimension: from the file FA_SASS_PROFILE names,
+// else the committed plots/data/sass_profile_h200.csv where it exists; empty when neither has them.
+std::vector<SassLoop> sass_loops_for(const std::string& step, const std::string& dtype, int d);
+
 struct KernelModel {
   std::string kernel;
   bool launch_known = false;
@@ -85,6 +107,10 @@ struct KernelModel {
   // [overlap] the pipes' terms one after another, the warps per scheduler that overlap them, and
   // what is left: max + (sum − max) / warps per scheduler
   double serial_ms = 0, warps_per_scheduler = 1, overlap_ms = 0;
+  // [latency] the hot loop's trips per warp, its chain and instructions per trip, the term's time
+  // (0 where the kernel has no SASS profile) and whether the chain or the issue of W warps sets it
+  double trips = 0, chain_cycles = 0, loop_instructions = 0, latency_ms = 0;
+  std::string latency_by;  // "chain" or "issue"
 };
 
 struct ModelPrediction {
@@ -100,8 +126,9 @@ struct ModelPrediction {
 // `tensor_bytes`: the bytes of the problem's tensors (Q, K, V, O, L; the gradients too for a
 // backward): what HBM must deliver at least once. A kernel's reads that reach HBM are modelled as
 // min(its requested reads, tensor_bytes + its workspace) — L2 serves every re-read (0: no cap).
+// `code`: the kernels' SASS loops (sass_loops_for); with them each kernel also gets the latency term.
 ModelPrediction model_predict(const LedgerSet& ls, const std::vector<KernelLaunch>& launches, MmaUnit unit,
-                              const Ceilings& c, double tensor_bytes = 0);
+                              const Ceilings& c, double tensor_bytes = 0, const std::vector<SassLoop>& code = {});
 void print_model(std::ostream& os, const ModelPrediction& m);
 
 }  // namespace fa

@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
       if (!get("bwd_launches").empty() && st->backward_closed_form)
         passes.push_back({"bwd", st->backward_closed_form(s, opts), get("bwd_launches"), get("bwd_ms"), get("bwd_ms_min"), get("bwd_ms_max"), true});
       for (const Pass& p : passes) {
-        const ModelPrediction m = model_predict(p.ls, parse_launches(p.launches), st->unit(opts), c, model_tensor_bytes(s, p.bwd));
+        const ModelPrediction m = model_predict(p.ls, parse_launches(p.launches), st->unit(opts), c, model_tensor_bytes(s, p.bwd),
+                                                sass_loops_for(st->id, s.type_name(), int(s.d)));
         const double ms = std::stod(p.ms), ratio = m.ms > 0 ? ms / m.ms : 0;
         ++modelled;
         within += ratio >= 1 / 1.5 && ratio <= 1.5;

@@ -1,0 +1,110 @@
+"""scripts/sass_profile.py: the control codes decoded, the loops found, the classes counted, and the chain
+replayed on listings made here (each instruction's control word written from the fields it should
+decode to), then on the committed listing of a real kernel (tests/data/*.sass) where there is one."""
+import os
+import sys
+import unittest
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import sass_profile as sp  # noqa: E402
+
+
+def word(stall=1, yld=0, wbar=7, rbar=7, wait=0, reuse=0):
+    ctrl = stall | yld << 4 | wbar << 5 | rbar << 8 | wait << 11 | reuse << 17
+    return ctrl << 41 | 0x0000000000e00ff
+
+
+def listing(name, body):
+    """body: [(label or None, text, control fields)] -> cuobjdump -sass text."""
+    out = [f"\tcode for sm_90", f"\t\tFunction : {name}", '\t.headerflags\t@"EF_CUDA_SM90"']
+    for k, (label, text, ctrl) in enumerate(body):
+        if label:
+            out.append(f"{label}:")
+        out.append(f"        /*{16 * k:04x}*/                   {text} ;   /* 0x000000ff00007b82 */")
+        out.append(f"                                                      /* {word(**ctrl):#018x} */")
+    return "\n".join(out) + "\n"
+
+
+LAT = {"smem-latency": 30.0, "l2-latency": 300.0, "ex2-latency": 20.0, "mma-latency": 33.0, "fma-latency": 4.0,
+       "barrier-latency": 20.0}
+NAME = "_ZN2fa6step0315step03_kv_outerI6__halfLi128EEEvNS_10AttnParamsEPfS4_S4_"
+LOOP = [
+    (None, "S2R R0, SR_TID.X", dict(stall=1, wbar=0)),
+    (None, "MOV R2, RZ", dict(stall=1, wait=0b000001)),
+    (".L_x_0", "LDS R4, [R0]", dict(stall=1, wbar=1)),             # sets SB1 at issue + 30
+    (None, "FFMA R5, R4, R4, R2", dict(stall=4, wait=0b000010)),   # waits for SB1
+    (None, "MUFU.EX2 R6, R5", dict(stall=1, wbar=2)),              # sets SB2 at issue + 20
+    (None, "HMMA.16816.F32 R8, R12, R16, R8", dict(stall=2, wait=0b000100)),
+    (None, "BAR.SYNC.DEFER_BLOCKING 0x0", dict(stall=1)),
+    (None, "ISETP.GE.AND P0, PT, R2, 0x10, PT", dict(stall=1)),
+    (None, "@!P0 BRA `(.L_x_0)", dict(stall=5)),
+    (None, "EXIT", dict(stall=5)),
+]
+
+
+class Decode(unittest.TestCase):
+    def test_control_fields_round_trip(self):
+        for f in (dict(stall=0), dict(stall=15, yld=1), dict(wbar=3), dict(rbar=5, wait=0b101010), dict(reuse=0xF)):
+            full = dict(dict(stall=1, yld=0, wbar=7, rbar=7, wait=0, reuse=0), **f)
+            ins = sp.Instr(0, "NOP", word(**full))
+            self.assertEqual((ins.stall, ins.yld, ins.wbar, ins.rbar, ins.wait, ins.reuse),
+                             (full["stall"], full["yld"], full["wbar"], full["rbar"], full["wait"], full["reuse"]))
+
+    def test_a_real_word(self):
+        # IMAD.MOV's second word as cuobjdump prints it: stall 2, no scoreboard, no wait.
+        ins = sp.Instr(0, "IMAD.MOV.U32 R1, RZ, RZ, c[0x0][0x28]", 0x000fc400078e00ff)
+        self.assertEqual((ins.stall, ins.wbar, ins.rbar, ins.wait), (2, 7, 7, 0))
+
+    def test_parse_labels_loops_classes(self):
+        (f,) = sp.parse(listing(NAME, LOOP))
+        self.assertEqual(len(f.instrs), len(LOOP))
+        self.assertEqual(f.labels, {".L_x_0": 2})
+        self.assertEqual(f.loops(), [(2, 8)])
+        c = sp.counts(f.instrs[2:9])
+        self.assertEqual(c, {"gmem": 0, "smem": 1, "mma": 1, "sfu": 1, "barrier": 1, "control": 1, "alu": 2})
+        self.assertEqual(sp.marker(c), "mma")
+        self.assertEqual(f.instrs[8].pred, "@!P0")
+
+    def test_identity(self):
+        self.assertEqual(sp.identity(NAME), ("kv_outer", "fp16", 128))
+
+
+class Chain(unittest.TestCase):
+    def test_one_trip_by_hand(self):
+        (f,) = sp.parse(listing(NAME, LOOP))
+        body = f.instrs[2:9]
+        # LDS at 0 (SB1 free at 30); FFMA waits to 30, +4 -> MUFU at 34 (SB2 free at 54), +1 -> HMMA waits to
+        # 54, +2 -> BAR at 56, held 20 -> ISETP at 76, +1 -> BRA at 77, +5 -> 82.
+        self.assertAlmostEqual(sp.chain(body, LAT, trips=1), 82.0)
+        # The second trip starts at 82 with every scoreboard free again: the same length.
+        self.assertAlmostEqual(sp.chain(body, LAT, trips=2), 82.0)
+
+    def test_a_longer_latency_lengthens_the_chain(self):
+        (f,) = sp.parse(listing(NAME, LOOP))
+        body = f.instrs[2:9]
+        slow = dict(LAT, **{"smem-latency": 130.0})
+        self.assertAlmostEqual(sp.chain(body, slow, trips=1) - sp.chain(body, LAT, trips=1), 100.0)
+
+    def test_a_loop_carried_wait(self):
+        # A load issued at the end of one trip and waited on at the start of the next.
+        body = [(".L_x_1", "FFMA R5, R4, R4, R2", dict(stall=1, wait=0b000001)),
+                (None, "LDS R4, [R0]", dict(stall=1, wbar=0)),
+                (None, "BRA `(.L_x_1)", dict(stall=1))]
+        (f,) = sp.parse(listing(NAME, body))
+        # Trip 1: FFMA 0, LDS 1 (SB0 free at 31), BRA 2 -> 3. Trip 2: FFMA waits to 31: 31 .. 34, length 31.
+        self.assertAlmostEqual(sp.chain(f.instrs, LAT, trips=2), 31.0)
+
+
+class Rows(unittest.TestCase):
+    def test_profile_rows(self):
+        rows = sp.profile_rows("03", sp.parse(listing(NAME, LOOP)), LAT)
+        self.assertEqual([r["loop"] for r in rows], [-1, 0])
+        loop = rows[1]
+        self.assertEqual((loop["kernel"], loop["dtype"], loop["d"], loop["instructions"]), ("kv_outer", "fp16", 128, 7))
+        self.assertEqual((loop["marker"], loop["marker_per_trip"]), ("mma", 1))
+        self.assertEqual(rows[0]["instructions"], len(LOOP) - 7)
+
+
+if __name__ == "__main__":
+    unittest.main()
