@@ -108,3 +108,47 @@ class Rows(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RealListing(unittest.TestCase):
+    """tests/data/sass_step02_online_fp16_d64.sass: step 02's kernel (fp16, d = 64) as cuobjdump 13.0 printed it
+    for sm_90 on the H200 (whitespace squeezed). Every expectation is counted from the text itself."""
+    PATH = os.path.join(ROOT, "tests", "data", "sass_step02_online_fp16_d64.sass")
+
+    def setUp(self):
+        self.text = open(self.PATH, encoding="utf-8").read()
+        (self.f,) = sp.parse(self.text)
+
+    def test_every_instruction_and_its_control_word(self):
+        lines = self.text.splitlines()
+        addr = [k for k, l in enumerate(lines) if sp.INSTR.search(l)]
+        self.assertEqual(len(self.f.instrs), len(addr))
+        self.assertTrue(all(sp.HIGH.match(lines[k + 1]) for k in addr))  # each followed by its second word
+        self.assertEqual(sp.identity(self.f.name), ("online", "fp16", 64))
+
+    def test_classes_count_the_opcodes_in_the_text(self):
+        c = sp.counts(self.f.instrs)
+        self.assertEqual(sum(c.values()), len(self.f.instrs))
+        self.assertEqual(c["sfu"], self.text.count(" MUFU."))
+        self.assertEqual(c["gmem"], sum(self.text.count(f" {op}.") + self.text.count(f" {op} ") for op in ("LDG", "STG", "LDC")))
+
+    def test_loops_are_the_backward_branches(self):
+        back = 0
+        for ins in self.f.instrs:
+            if ins.base == "BRA" and isinstance(ins.target, int) and ins.target <= ins.addr:
+                back += 1
+        self.assertGreater(back, 0)
+        self.assertEqual(len(self.f.loops()), back)
+        for lo, hi in self.f.loops():
+            self.assertEqual(self.f.instrs[hi].base, "BRA")
+            self.assertEqual(self.f.instrs[hi].target, self.f.instrs[lo].addr)
+
+    def test_a_trip_is_at_least_its_issue_and_grows_with_a_latency(self):
+        lat = {k: 20.0 for k in ("smem-latency", "l2-latency", "ex2-latency", "mma-latency", "fma-latency", "barrier-latency")}
+        for lo, hi in self.f.loops():
+            body = self.f.instrs[lo:hi + 1]
+            t = sp.chain(body, lat)
+            self.assertGreaterEqual(t, sum(max(1, i.stall) for i in body) - 1e-9)
+            slow = dict(lat, **{"l2-latency": 2000.0})
+            if any(i.klass() == "gmem" and i.wbar < 6 and i.base.startswith("LDG") for i in body):
+                self.assertGreater(sp.chain(body, slow), t)
