@@ -308,7 +308,7 @@ def main(argv=None):
         print("sass_profile.py: no instructions found (a cuobjdump -sass listing?)", file=sys.stderr)
         return 1
     with open(a.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     print(f"sass_profile.py: {len(rows)} rows -> {a.out}", file=sys.stderr)

@@ -138,7 +138,11 @@ std::vector<SassLoop> read_sass_profile(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot read the SASS profile " + path);
   std::string line;
+  auto chomp = [](std::string& l) {
+    if (!l.empty() && l.back() == '\r') l.pop_back();  // a file written with CRLF line ends
+  };
   if (!std::getline(f, line)) throw std::runtime_error(path + ": empty");
+  chomp(line);
   const std::vector<std::string> head = csv_fields(line);
   std::map<std::string, int> col;
   for (size_t i = 0; i < head.size(); ++i) col[head[i]] = int(i);
@@ -150,6 +154,7 @@ std::vector<SassLoop> read_sass_profile(const std::string& path) {
     if (!col.count(need)) throw std::runtime_error(path + ": no column '" + std::string(need) + "'");
   std::vector<SassLoop> out;
   while (std::getline(f, line)) {
+    chomp(line);
     if (line.empty()) continue;
     const std::vector<std::string> v = csv_fields(line);
     if (v.size() < head.size()) throw std::runtime_error(path + ": short row: " + line);
