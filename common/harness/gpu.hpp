@@ -10,6 +10,7 @@
 #include "perf/roofline.hpp"
 #include "core/problem.hpp"
 #include "core/step.hpp"
+#include "kernel/attn_params.hpp"
 
 namespace fa {
 
@@ -79,7 +80,8 @@ std::string cuda_version_string();   // "runtime 13.0, driver 13.0"
 // Both first hold the step's needs against gpu_caps() and throw Unsupported, before anything is
 // allocated or launched, for what this GPU cannot run (require_supported, common/core/arch.hpp).
 //
-// The launchers' AttnParams carry the whole Shape, dropout's P, seed and offset included.
+// The launchers' AttnParams carry the whole Shape, dropout's P, seed and offset included
+// (shape_params below).
 //
 // Upload the inputs (inside NaN-padded buffers when cfg.pad is set), poison O and L with NaN, launch
 // the step once and read back; then, if cfg.reps > 0, warm up and time cfg.reps launches (O and L
@@ -157,5 +159,25 @@ struct GpuBackwardResult {
 // first by its launch_save, into a poisoned buffer, and that kernel timed apart (save_ms).
 GpuBackwardResult run_backward_on_gpu(const StepInfo& step, const Shape& s, const Inputs& in, const Forward& fwd,
                                       const Tensor4& dO, const StepOptions& opts, const GpuConfig& cfg);
+
+// [shape-params] The Shape's part of a launcher's AttnParams: everything but the pointers, the strides
+// and the workspace. The one mapping, for the runner's buffers and the Python package's tensors alike (a
+// field set in one place and not the other once sent step 17 a decode as a plain forward).
+inline AttnParams shape_params(const Shape& s) {
+  AttnParams p;
+  p.B = int(s.B), p.H = int(s.H), p.N = int(s.N), p.Nk = int(s.Nk), p.d = int(s.d);
+  p.Hkv = int(s.hkv());
+  p.window = int(s.window);
+  p.decode = s.decode();
+  p.causal = s.causal;
+  p.bf16 = s.dtype == DType::bf16;
+  p.fp8 = s.fp8, p.fp8_block = s.fp8_block, p.incoherent = s.incoherent;  // [fp8]
+  p.scale = static_cast<float>(s.softmax_scale());
+  // [dropout] The mask's parameters: the backward (BwdParams::f) redraws the forward's.
+  p.dropout = static_cast<float>(s.dropout);
+  p.dropout_seed = s.dropout_seed;
+  p.dropout_offset = s.dropout_offset;
+  return p;
+}
 
 }  // namespace fa

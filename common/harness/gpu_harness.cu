@@ -194,25 +194,13 @@ struct ForwardBuffers {
       : q(padded_storage(s.B, s.H, s.N, s.d, pad)), k(padded_storage(s.B, s.hkv(), s.Nk, s.d, pad)),
         v(padded_storage(s.B, s.hkv(), s.Nk, s.d, pad)), o(padded_storage(s.B, s.H, s.N, s.d, pad)), lse(padded_lse(s, pad)) {}
   AttnParams params(const Shape& s, void* workspace) const {
-    AttnParams p;
+    AttnParams p = shape_params(s);
     p.q = q.buf.get(); p.k = k.buf.get(); p.v = v.buf.get(); p.o = o.buf.get(); p.lse = lse.buf.as<float>();
     p.q_sb = q.sb; p.q_sh = q.sh; p.q_sn = q.sn;
     p.k_sb = k.sb; p.k_sh = k.sh; p.k_sn = k.sn;
     p.v_sb = v.sb; p.v_sh = v.sh; p.v_sn = v.sn;
     p.o_sb = o.sb; p.o_sh = o.sh; p.o_sn = o.sn;
     p.lse_sb = lse.sb; p.lse_sh = lse.sh;
-    p.B = int(s.B); p.H = int(s.H); p.N = int(s.N); p.Nk = int(s.Nk); p.d = int(s.d);
-    p.Hkv = int(s.hkv());
-    p.window = int(s.window);
-    p.decode = s.decode();
-    p.causal = s.causal;
-    p.bf16 = s.dtype == DType::bf16;
-    p.fp8 = s.fp8, p.fp8_block = s.fp8_block, p.incoherent = s.incoherent;  // [fp8]
-    p.scale = static_cast<float>(s.softmax_scale());
-    // [dropout] The mask's parameters: the backward (BwdParams::f, from here too) redraws the forward's.
-    p.dropout = static_cast<float>(s.dropout);
-    p.dropout_seed = s.dropout_seed;
-    p.dropout_offset = s.dropout_offset;
     p.workspace = workspace;
     return p;
   }

@@ -135,24 +135,14 @@ int guarded(F&& f) {
 #ifdef FA_HAVE_CUDA
 fa::AttnParams attn_params(const fa::Shape& s, const fa_ptrs* p, void* workspace) {
   if (!p) throw CapiError(FA_INVALID, "no tensors");
-  fa::AttnParams a;
+  fa::AttnParams a = fa::shape_params(s);  // [shape-params] the runner's mapping
   a.q = p->q, a.k = p->k, a.v = p->v, a.o = p->o, a.lse = p->lse;
   a.q_sb = p->q_sb, a.q_sh = p->q_sh, a.q_sn = p->q_sn;
   a.k_sb = p->k_sb, a.k_sh = p->k_sh, a.k_sn = p->k_sn;
   a.v_sb = p->v_sb, a.v_sh = p->v_sh, a.v_sn = p->v_sn;
   a.o_sb = p->o_sb, a.o_sh = p->o_sh, a.o_sn = p->o_sn;
   a.lse_sb = p->lse_sb, a.lse_sh = p->lse_sh;
-  a.B = int(s.B), a.H = int(s.H), a.N = int(s.N), a.Nk = int(s.Nk), a.d = int(s.d);
-  a.Hkv = int(s.hkv());
-  a.window = int(s.window);
-  a.decode = s.decode();  // step 17 reads each sequence's cache length only when told it decodes
-  a.causal = s.causal;
-  a.bf16 = s.dtype == fa::DType::bf16;
-  a.scale = float(s.softmax_scale());
   a.workspace = workspace;
-  a.dropout = float(s.dropout);
-  a.dropout_seed = s.dropout_seed;
-  a.dropout_offset = s.dropout_offset;
   return a;
 }
 
