@@ -13,9 +13,7 @@ me=fp8_target.sh
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 reps=${FA_REPS:-10}
 fail=0
-for p in bench step16 step21; do
-  [ -x "$build/$p" ] || { echo "$me: no $build/$p: build first (scripts/setup.sh, then make -C $build)" >&2; exit 2; }
-done
+need_programs bench step16 step21
 echo "[$me $(date -u +%H:%M:%S)] speed: steps 16 (bf16) and 21 (e4m3) -> $out/fp8_${slug}.csv" >&2
 "$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants all \
   --check-heads 1 --reps "$reps" --commit "$commit" --out "$out/fp8_${slug}.csv" >&2 || fail=1

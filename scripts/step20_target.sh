@@ -13,9 +13,7 @@ me=step20_target.sh
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 reps=${FA_REPS:-10}
 fail=0
-for p in bench step16 step20; do
-  [ -x "$build/$p" ] || { echo "$me: no $build/$p: build first (scripts/setup.sh, then make -C $build)" >&2; exit 2; }
-done
+need_programs bench step16 step20
 for ph in ${FA_PHASES:-target exp2 ablation}; do
   echo "[$me $(date -u +%H:%M:%S)] $ph" >&2
   case $ph in

@@ -12,3 +12,10 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
 slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/_/g; s/^_//; s/_$//')
 commit="${FA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
+# need_programs PROG...: each one built in $build, else exit 2 saying how to build it.
+need_programs() {
+  local p
+  for p in "$@"; do
+    [ -x "$build/$p" ] || { echo "$me: no $build/$p: build first (scripts/setup.sh, then make -C $build)" >&2; exit 2; }
+  done
+}
