@@ -149,13 +149,18 @@ class PythonPackage(unittest.TestCase):
                     steps.append({"backend": backend, "seed": str(seed), "step": str(step),
                                   "loss": str(5 - step / 10 + noise + off)})
                 runs.append(dict(ident, backend=backend, seed=str(seed), steps="40", final_loss=str(1 + noise + off),
-                                 final_val_loss="", step_ms_median="10", attn_kernel_ms_per_step="2" if off else "1"))
+                                 final_val_loss="", step_ms_median="10", attn_kernel_ms_per_step="2" if off else "1",
+                                 **({"host_ms_median": "4"} if off else {})))
         return with_rows("python-gpt", {"gpt_steps": steps, "gpt_runs": runs})
 
     def test_curves_within_the_seed_spread_agree_at_every_step(self):
         text = self.gpt(0.05)  # inside the spread of 0.2
         self.assertIn("at **40 of 40** steps", text)
         self.assertIn("package / SDPA: **2.00**", text)
+        # the host time where a run wrote it, a dash for rows from before the column existed
+        self.assertIn("| sdpa | 3 | 40 |", text)
+        self.assertRegex(text, r"\| sdpa \| 3 \| 40 \| [^\n]* \| 10\.0 \| – \| 1\.000 \|")
+        self.assertRegex(text, r"\| steps \| 3 \| 40 \| [^\n]* \| 10\.0 \| 4\.0 \| 2\.000 \|")
 
     def test_a_curve_outside_the_spread_disagrees(self):
         self.assertIn("at **0 of 40** steps", self.gpt(0.5))

@@ -70,7 +70,10 @@ struct GpuResult {
 
 // True when a CUDA device can be used; otherwise `why` says why not (one line).
 bool gpu_available(std::string& why);
-DeviceSpec gpu_device_spec();        // queried with cudaDeviceGetAttribute
+// The current device's spec, queried once per device and process ([spec-cache]): the name needs
+// cudaGetDeviceProperties, which takes milliseconds, so a caller on a hot path (the Python package
+// asks before every call) must not pay it again.
+DeviceSpec gpu_device_spec();
 // What the kernels may use on the current device (common/core/arch.hpp): its compute capability, the
 // architecture of this build's code for it, its opt-in shared memory per block — with FA_FAKE_CC
 // applied when it is set.

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -43,9 +45,9 @@ std::string cuda_version_string() {
   return os.str();
 }
 
-DeviceSpec gpu_device_spec() {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
+namespace {
+
+DeviceSpec query_device_spec(int dev) {
   auto attr = [&](cudaDeviceAttr a) { int v = 0; CUDA_CHECK(cudaDeviceGetAttribute(&v, a, dev)); return v; };
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
@@ -70,6 +72,21 @@ DeviceSpec gpu_device_spec() {
      << tensor_flops_per_clock_per_sm(d.cc_major, d.cc_minor) << " FLOP/clk/SM (sm_" << d.cc_major << d.cc_minor << ")";
   d.source = os.str();
   return d;
+}
+
+}  // namespace
+
+// [spec-cache] cudaGetDeviceProperties reads every property, some through the driver, and takes
+// from about a millisecond to tens of them; the attributes above are fixed for the process's life.
+DeviceSpec gpu_device_spec() {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex m;
+  static std::map<int, DeviceSpec> known;
+  const std::lock_guard<std::mutex> lock(m);
+  auto it = known.find(dev);
+  if (it == known.end()) it = known.emplace(dev, query_device_spec(dev)).first;
+  return it->second;
 }
 
 // [arch] An empty kernel, compiled for the same architectures as every step: which of its images

@@ -10,10 +10,11 @@ backends; only the attention call differs. Everything but the attention is PyTor
 
 Each training step appends one row to --out (CSV): the run's identity (date, commit, device, backend,
 seed, the model's shape), the step, its training loss, the validation loss where measured (every
---eval-every steps), and the step's time (CUDA events around the step: a whole training step, not a
-kernel time). After the steps, with --profile-steps K on a GPU, K more steps run under torch.profiler
+--eval-every steps), the step's time (CUDA events around the step: a whole training step, not a
+kernel time), and its host time (the CPU's clock from the step's start until its last kernel is queued:
+when that is the larger of the two, the GPU waited for the host). After the steps, with --profile-steps K on a GPU, K more steps run under torch.profiler
 and --summary gets one row per run: the median step time and the attention's forward + backward
-kernel time per step (Kineto's GPU records of the attention kernels, summed: the peers' clock,
+kernel time per step, and the median host time per step (Kineto's GPU records of the attention kernels, summed: the peers' clock,
 docs/profiling.md "One clock", in the training step's own cache state, with no L2 flush).
 
 On the CPU (a smoke test: CI runs it with a tiny model) the package runs the blueprints and "sdpa" is
@@ -49,9 +50,9 @@ ATTENTION_KERNELS = {
 }
 
 ROW = ["date", "commit", "device", "backend", "seed", "layers", "d_model", "heads", "context", "batch", "step", "loss",
-       "val_loss", "step_ms"]
+       "val_loss", "step_ms", "host_ms"]
 SUMMARY = ["date", "commit", "device", "backend", "seed", "layers", "d_model", "heads", "context", "batch", "steps",
-           "final_loss", "final_val_loss", "step_ms_median", "attn_kernel_ms_per_step", "attn_kernels_per_step",
+           "final_loss", "final_val_loss", "step_ms_median", "host_ms_median", "attn_kernel_ms_per_step", "attn_kernels_per_step",
            "attn_clock"]
 
 
@@ -166,7 +167,7 @@ def train(args, seed, data, val, vocab, rows, summary):
         opt.step()
         return loss
 
-    times, losses = [], []
+    times, hosts, losses = [], [], []
     val_loss = ""
     for it in range(1, args.steps + 1):
         lr = args.lr * min(1.0, it / max(1, args.warmup)) * 0.5 * (1 + math.cos(math.pi * it / args.steps))
@@ -176,27 +177,32 @@ def train(args, seed, data, val, vocab, rows, summary):
         if device.type == "cuda":
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
+            t0 = time.perf_counter()
             loss = step(x, y)
+            host = (time.perf_counter() - t0) * 1e3  # queued, not yet run: nothing in step() waits for the GPU
             b.record()
             b.synchronize()
             ms = a.elapsed_time(b)
         else:
             t0 = time.perf_counter()
             loss = step(x, y)
-            ms = (time.perf_counter() - t0) * 1e3
+            ms = host = (time.perf_counter() - t0) * 1e3
         times.append(ms)
+        hosts.append(host)
         losses.append(loss.item())
         val_loss = ""
         if it % args.eval_every == 0 or it == args.steps:
             with torch.no_grad(), amp:
                 vx, vy = batches(val, args.batch, args.context, vgen, device)
                 val_loss = f"{model(vx, vy).item():.5f}"
-        rows.writerow({**ident, "step": it, "loss": f"{losses[-1]:.5f}", "val_loss": val_loss, "step_ms": f"{ms:.3f}"})
+        rows.writerow({**ident, "step": it, "loss": f"{losses[-1]:.5f}", "val_loss": val_loss, "step_ms": f"{ms:.3f}",
+                       "host_ms": f"{host:.3f}"})
         if not math.isfinite(losses[-1]):
             raise SystemExit(f"gpt.py: the loss is {losses[-1]} at step {it} ({args.backend}, seed {seed})")
         if it % args.log_every == 0 or it == args.steps:
             print(f"[gpt] {args.backend} seed {seed} step {it}/{args.steps}: loss {losses[-1]:.4f}"
-                  f"{' val ' + val_loss if val_loss else ''}, {statistics.median(times[-args.log_every:]):.1f} ms/step",
+                  f"{' val ' + val_loss if val_loss else ''}, {statistics.median(times[-args.log_every:]):.1f} ms/step"
+                  f" (host {statistics.median(hosts[-args.log_every:]):.1f})",
                   flush=True)
     attn_ms, attn_n, clock, ok = "", "", "", True
     if args.profile_steps and device.type == "cuda":
@@ -208,6 +214,7 @@ def train(args, seed, data, val, vocab, rows, summary):
             clock, ok = "none: no attention kernel found in the profile", False
     summary.writerow({**ident, "steps": args.steps, "final_loss": f"{losses[-1]:.5f}", "final_val_loss": val_loss,
                       "step_ms_median": f"{statistics.median(times[len(times) // 10:]):.3f}",
+                      "host_ms_median": f"{statistics.median(hosts[len(hosts) // 10:]):.3f}",
                       "attn_kernel_ms_per_step": attn_ms, "attn_kernels_per_step": attn_n, "attn_clock": clock})
     return ok
 
@@ -283,6 +290,12 @@ def main(argv=None):
             outs.append(csv.DictWriter(open(os.devnull, "w"), fieldnames=cols))
             continue
         new = not os.path.exists(path) or os.path.getsize(path) == 0
+        if not new:
+            with open(path, newline="") as old:
+                header = next(csv.reader(old), [])
+            if header != cols:
+                ap.error(f"{path} has other columns than this script writes ({','.join(header)}): "
+                         "write to a new file (or remove it)")
         f = open(path, "a", newline="")
         w = csv.DictWriter(f, fieldnames=cols)
         if new:

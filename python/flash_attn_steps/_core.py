@@ -34,6 +34,17 @@ def padded_head_dim(d):
     raise ValueError(f"head dimension {d} is above the largest the course compiles ({HEAD_DIMS[-1]})")
 
 
+_CC = {}  # [cc-once] device index (None: the current device) -> compute capability
+
+
+def _compute_capability(device):
+    """The compute capability of `device`, asked of the C library once per device and process: every
+    call of the package needs it to pick its step, and the GPU does not change under a running process."""
+    if device.index not in _CC:
+        _CC[device.index] = _lib.gpu_info()[0]
+    return _CC[device.index]
+
+
 def steps_for(device, dropout_p=0.0, head_dim=64):
     """(forward step, backward step) for a call on `device` at the (padded) head dimension, as the
     package runs it. On a GPU: the Hopper steps on sm_90 where they take the call (no dropout, a
@@ -44,7 +55,7 @@ def steps_for(device, dropout_p=0.0, head_dim=64):
         if head_dim > 128:  # d = 256: step 16's tiles alone take it (forward only, no backward has it)
             fwd = HOPPER_STEPS[0]
     else:
-        cc, _, _ = _lib.gpu_info()
+        cc = _compute_capability(device)
         fwd, bwd = AMPERE_STEPS
         if cc == 90 and dropout_p == 0.0:
             if head_dim in _lib.step_head_dims(HOPPER_STEPS[0]):

@@ -33,13 +33,24 @@ def test_both_backends_train_and_agree_within_the_seed_spread(tmp_path):
         a, b = by[("steps", s)], by[("sdpa", s)]
         spread = max(max(a) - min(a), max(b) - min(b))
         assert abs(statistics.mean(a) - statistics.mean(b)) <= spread, f"step {s}: {a} against {b}"
+    assert all(float(r["host_ms"]) > 0 for r in rows), "every step has its host time"
     sums = list(csv.DictReader(open(summary)))
+    assert all(float(r["host_ms_median"]) > 0 for r in sums)
     assert sorted((r["backend"], r["seed"]) for r in sums) == sorted((b, str(s)) for b in ("steps", "sdpa")
                                                                       for s in (0, 1, 2))
     plot = os.environ.get("FA_PLOT_GPT")
     if plot:  # ctest names the program where the plots are built
         subprocess.run([plot, "--csv", str(out), "--out", str(tmp_path), "--window", "3"], check=True)
         assert (tmp_path / "gpt_loss.png").stat().st_size > 1000
+
+
+def test_a_file_with_other_columns_is_not_appended_to(tmp_path):
+    old = tmp_path / "old.csv"
+    old.write_text("date,commit,step_ms\n2026-01-01T00:00Z,abc1234,1.0\n")
+    with pytest.raises(SystemExit) as e:
+        gpt.main(["--backend", "steps", "--out", str(old)] + TINY)
+    assert e.value.code == 2
+    assert old.read_text().count("\n") == 2, "the old file is left as it was"
 
 
 def test_bad_arguments_exit_2(tmp_path):

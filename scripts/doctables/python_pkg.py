@@ -49,7 +49,8 @@ def gpt_agreement(steps_rows):
 def python_gpt():
     """The small GPT (python/examples/gpt.py) trained with SDPA and with the package, per backend over its
     seeds: the final training and validation loss (mean, and lowest–highest), the median training step
-    (CUDA events around a whole step) and the attention kernels' GPU time per step (Kineto). Closing lines:
+    (CUDA events around a whole step), the median host time per step (the CPU's clock until the step is queued;
+    rows from before gpt.py wrote it show "–") and the attention kernels' GPU time per step (Kineto). Closing lines:
     whether the curves agree within the seed-to-seed spread, and the package's attention time over SDPA's."""
     runs = common.rows("gpt_runs_*.csv")
     steps = common.rows("gpt_steps_*.csv")
@@ -64,16 +65,17 @@ def python_gpt():
         fl = [float(r["final_loss"]) for r in rs]
         fv = [float(r["final_val_loss"]) for r in rs if r["final_val_loss"]]
         sm = statistics.mean(float(r["step_ms_median"]) for r in rs)
+        hm = [float(r["host_ms_median"]) for r in rs if r.get("host_ms_median")]
         am = [float(r["attn_kernel_ms_per_step"]) for r in rs if r["attn_kernel_ms_per_step"]]
         attn[backend] = statistics.mean(am) if am else None
         body.append([backend, len(rs), rs[0]["steps"], f"{statistics.mean(fl):.4f} ({min(fl):.4f}–{max(fl):.4f})",
                      f"{statistics.mean(fv):.4f} ({min(fv):.4f}–{max(fv):.4f})" if fv else "–", f"{sm:.1f}",
-                     f"{attn[backend]:.3f}" if attn[backend] is not None else "–"])
+                     f"{statistics.mean(hm):.1f}" if hm else "–", f"{attn[backend]:.3f}" if attn[backend] is not None else "–"])
     r0 = runs[0]
     text = (provenance(runs) + f" _Model: {r0['layers']} layers, d_model {r0['d_model']}, {r0['heads']} heads, context "
-            f"{r0['context']}, batch {r0['batch']}; training step by CUDA events, attention by Kineto's kernel records "
+            f"{r0['context']}, batch {r0['batch']}; training step by CUDA events, its host time by the CPU's clock, attention by Kineto's kernel records "
             f"({r0['attn_clock'] or 'not measured'})._\n\n")
-    text += table(["backend", "seeds", "steps", "final loss", "final validation loss", "step ms (median)",
+    text += table(["backend", "seeds", "steps", "final loss", "final validation loss", "step ms (median)", "host ms (median)",
                    "attention fwd+bwd kernel ms per step"], body)
     agree, n, worst = gpt_agreement(steps)
     if n:

@@ -1,0 +1,37 @@
+"""What the package does on the host for each call: a training step calls it a dozen times, so anything
+slow there is paid a dozen times per step, while the GPU waits for its next kernel."""
+
+import torch
+
+import flash_attn_steps as fas
+from flash_attn_steps import _core, _lib
+
+
+def test_the_gpu_is_asked_its_compute_capability_once_per_device(monkeypatch):
+    """[cc-once] steps_for picks a step from the device's compute capability on every call; the C
+    library's answer is kept, so a process asks once per device, however many calls it makes."""
+    asked = []
+
+    def fake_gpu_info():
+        asked.append(1)
+        return 90, 132, ""
+
+    monkeypatch.setattr(_lib, "gpu_info", fake_gpu_info)
+    monkeypatch.setattr(_core, "_CC", {})
+    for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
+        monkeypatch.delenv(name, raising=False)
+    calls = 5
+    for _ in range(calls):
+        assert fas.steps_for(torch.device("cuda", 0), 0.0, 64) == _core.HOPPER_STEPS
+    assert len(asked) == 1, f"{calls} calls on one device asked the GPU {len(asked)} times"
+    fas.steps_for(torch.device("cuda", 1), 0.0, 64)
+    assert len(asked) == 2, "a second device must be asked for itself"
+
+
+def test_the_kept_answer_is_the_one_that_picks_the_step(monkeypatch):
+    """Not an answer kept from elsewhere: a device that reports sm_80 gets the Ampere steps."""
+    monkeypatch.setattr(_lib, "gpu_info", lambda: (80, 108, ""))
+    monkeypatch.setattr(_core, "_CC", {})
+    for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
+        monkeypatch.delenv(name, raising=False)
+    assert fas.steps_for(torch.device("cuda", 0), 0.0, 64) == _core.AMPERE_STEPS
