@@ -209,6 +209,8 @@ def work(ins):
     if k == "sfu":
         return 32 if ".EX2" in ins.op else 0
     if k in ("smem", "gmem"):
+        if ins.base == "LDC":
+            return 0  # the constant cache (kernel parameters): no bytes the ledger counts
         if ins.base in ("LDSM", "STSM"):
             return 128 * (4 if ".X4" in ins.op.upper() else 2 if ".X2" in ins.op.upper() else 1)
         m = WIDTH.findall(ins.op)
@@ -231,30 +233,159 @@ def identity(name):
     return kernel, dtype, d
 
 
+SETP = re.compile(r"^(?:@!?U?P\d\s+)?U?ISETP\S*\s+(U?P\d),\s*U?P[T\d],\s*([^,]+),\s*([^,]+)")
+ADD = re.compile(r"^(?:@!?U?P\d\s+)?(VIADD|IADD3|IMAD\.IADD|IADD)(?:\.\S+)?\s+(R\d+),\s*(.+)$")
+IMM = re.compile(r"^-?(?:0x[0-9a-f]+|\d+)$")
+
+
+def _reg(x):
+    return x.strip().replace(".reuse", "").lstrip("-").strip()
+
+
+def _ntid_regs(f):
+    """Registers and uniform registers that hold blockDim.x (c[0x0][0x0] on sm_90)."""
+    out = set()
+    for ins in f.instrs:
+        m = re.match(r"(?:@!?U?P\d\s+)?(?:ULDC|LDC|MOV|IMAD\.MOV)(?:\.\S+)?\s+(U?R\d+),\s*(?:.*,\s*)?c\[0x0\]\[0x0\]$", ins.text)
+        if m:
+            out.add(m.group(1))
+        if re.match(r"(?:@!?U?P\d\s+)?S2U?R\s+(U?R\d+),\s*SR_NTID\.X", ins.text):
+            out.add(ins.text.split()[1].rstrip(","))
+    return out
+
+
+def trip_rule(f, lo, hi, ntid=None):
+    """How many trips one entry of the loop [lo, hi] makes, read from its back edge: ('imm', bound, step) for a
+    counter stepped by a constant up to a constant, ('ntid', bound, 0) for one stepped by blockDim.x (a strided
+    loop over a tile: bound / threads trips), ('runtime', 0, 0) where the bound is a register (the problem's
+    size: the schedule's tile counts) or the pattern is not one of these. The counter's start is taken as 0
+    (or a thread's index, below the step): a trip count, not a lane's exact one."""
+    br = f.instrs[hi]
+    if not br.pred:
+        return ("runtime", 0, 0)
+    p = br.pred.lstrip("@!")
+    setp = None
+    for k in range(hi - 1, lo - 1, -1):
+        m = SETP.match(f.instrs[k].text)
+        if m and m.group(1) == p:
+            setp = m
+            break
+    if setp is None:
+        return ("runtime", 0, 0)
+    a, b = _reg(setp.group(2)), _reg(setp.group(3))
+    if IMM.match(a) and not IMM.match(b):
+        a, b = b, a
+    if not IMM.match(b) or not a.startswith("R"):
+        return ("runtime", 0, 0)
+    bound = int(b, 0)
+    ntid = _ntid_regs(f) if ntid is None else ntid
+    for k in range(lo, hi + 1):
+        m = ADD.match(f.instrs[k].text)
+        if not m or m.group(2) != a:
+            continue
+        ops = [o.strip() for o in m.group(3).split(",")]
+        srcs = [_reg(o) for o in ops]
+        if a not in srcs:
+            continue
+        others = [o for o, r in zip(ops, srcs) if r != a and r != "RZ" and not (m.group(1) == "IMAD.IADD" and r == "0x1")]
+        if len(others) != 1:
+            return ("runtime", 0, 0)
+        step = others[0].replace(".reuse", "").strip()
+        if IMM.match(step):
+            v = int(step, 0)
+            return ("imm", bound, v) if v > 0 and bound > 0 else ("runtime", 0, 0)
+        if step in ntid or step == "c[0x0][0x0]":
+            return ("ntid", bound, 0) if bound > 0 else ("runtime", 0, 0)
+        return ("runtime", 0, 0)
+    return ("runtime", 0, 0)
+
+
+def nest(f):
+    """The kernel's loops as a tree: [(lo, hi, parent index or -1)], outer before inner. Spans that cross
+    (a loop the compiler rotated into another) are merged into one; the one-instruction branch to itself
+    after EXIT (a trap, never run) is no loop."""
+    spans = {(lo, hi) for lo, hi in f.loops() if not (lo == hi and not f.instrs[hi].pred)}
+    merged = True
+    while merged:
+        merged = False
+        for a in sorted(spans):
+            for b in sorted(spans):
+                if a[0] < b[0] <= a[1] < b[1]:
+                    spans -= {a, b}
+                    spans.add((a[0], b[1]))
+                    merged = True
+                    break
+            if merged:
+                break
+    order = sorted(spans, key=lambda s: (s[0], -s[1]))
+    out = []
+    for k, (lo, hi) in enumerate(order):
+        parent = -1
+        for j in range(k - 1, -1, -1):
+            plo, phi = order[j]
+            if plo <= lo and hi <= phi:
+                parent = j
+                break
+        out.append((lo, hi, parent))
+    return out
+
+
+WORK = ("bar", "mma", "sfu", "smem", "gmem")
+REGISTER = re.compile(r"\bR(\d+)\b")  # RZ is not one
+
+
+def is_block_barrier(ins):
+    """__syncthreads (BAR.SYNC): every warp of the block passes it, whatever branch it took before."""
+    return ins.base == "BAR" and (".SYNC" in ins.op or ins.op == "BAR") and ".ARV" not in ins.op
+
+
+def work_by_class(instrs):
+    """Work by the ledger's units: block barriers (count), MMA FLOPs, exponentials, shared and global bytes."""
+    w = {k: 0.0 for k in WORK}
+    for ins in instrs:
+        k = ins.klass()
+        if k in w:
+            w[k] += work(ins)
+        if is_block_barrier(ins):
+            w["bar"] += 1
+    return w
+
+
 def profile_rows(step, funcs, lat):
+    """One row per kernel and loop of the nest (loop -1: the kernel's code outside every loop), each with its
+    own instructions: those of its span that no inner loop holds. The model walks the tree: a loop's own
+    code runs once per trip, its inner loops their trips per trip."""
     rows = []
+    from_hbm = dict(lat, **{"l2-latency": lat.get("hbm-latency", lat.get("l2-latency", 0.0))})  # every load a miss
     for f in funcs:
         if not f.instrs:
             continue
+        if not re.search(r"step\d\d_", f.name):
+            continue  # the harness's own kernels (the L2 flush, the fills): no step's
         kernel, dtype, d = identity(f.name)
-        spans = f.loops()
-        inside = set()
-        for lo, hi in spans:
-            inside.update(range(lo, hi + 1))
-        spans_out = [(-1, [ins for i, ins in enumerate(f.instrs) if i not in inside], None)]
-        for k, (lo, hi) in enumerate(spans):
-            spans_out.append((k, f.instrs[lo:hi + 1], (lo, hi)))
-        for k, body, span in spans_out:
-            if not body:
-                continue
-            c = counts(body)
-            mk = marker(c)
-            mwork = sum(work(ins) for ins in body if ins.klass() == mk)
+        regs = 1 + max([int(x) for ins in f.instrs for x in REGISTER.findall(ins.text)] + [-1])
+        tree = nest(f)
+        ntid = _ntid_regs(f)
+        owner = [-1] * len(f.instrs)  # the innermost loop holding each instruction
+        for k, (lo, hi, _) in enumerate(tree):  # outer first: an inner loop overwrites its parent
+            for i in range(lo, hi + 1):
+                owner[i] = k
+        for k in [-1] + list(range(len(tree))):
+            own = [ins for i, ins in enumerate(f.instrs) if owner[i] == k]
+            if k < 0:
+                first, last, parent, rule = f.instrs[0], f.instrs[-1], "", ("once", 1, 0)
+            else:
+                lo, hi, parent = tree[k]
+                first, last, rule = f.instrs[lo], f.instrs[hi], trip_rule(f, lo, hi, ntid)
+            c = counts(own)
+            w = work_by_class(own)
             rows.append({
-                "step": step, "kernel": kernel, "dtype": dtype, "d": d, "function": f.name, "loop": k,
-                "first": f"{body[0].addr:#06x}", "last": f"{body[-1].addr:#06x}", "instructions": len(body),
-                **c, "chain_cycles": f"{chain(body, lat, trips=1 if k < 0 else 2):.1f}", "marker": mk,
-                "marker_per_trip": c[mk], "marker_work": mwork})
+                "step": step, "kernel": kernel, "dtype": dtype, "d": d, "function": f.name, "regs_used": regs, "loop": k,
+                "parent": parent, "first": f"{first.addr:#06x}", "last": f"{last.addr:#06x}",
+                "trip_kind": rule[0], "trip_bound": rule[1], "trip_step": rule[2], "instructions": len(own), **c,
+                "chain_cycles": f"{chain(own, lat, trips=1 if k < 0 else 2):.1f}" if own else "0.0",
+                "chain_cycles_hbm": f"{chain(own, from_hbm, trips=1 if k < 0 else 2):.1f}" if own else "0.0",
+                **{f"work_{x}": f"{w[x]:g}" for x in WORK}})
     return rows
 
 
@@ -292,7 +423,8 @@ def main(argv=None):
     if not a.peaks or not a.out:
         ap.error("--peaks and --out are needed (or --dump)")
     lat = latency_cycles(read_peaks(a.peaks), a.clock_mhz * 1e6)
-    missing = [k for k in ("smem-latency", "l2-latency", "ex2-latency", "mma-latency", "fma-latency", "barrier-latency")
+    missing = [k for k in ("smem-latency", "l2-latency", "hbm-latency", "ex2-latency", "mma-latency", "fma-latency",
+                           "barrier-latency")
                if k not in lat]
     if missing:
         print(f"sass_profile.py: {a.peaks} has no {', '.join(missing)} (bench --peaks measures them)", file=sys.stderr)

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <tuple>
 
 #include "perf/launches.hpp"
 #include "perf/model.hpp"
@@ -215,79 +216,154 @@ TEST_CASE("model: the tensors' bytes, the floor of what HBM delivers") {
 }
 
 namespace {
-SassLoop loop_row(const std::string& kernel, int loop, const std::string& marker, double work, double chain, int64_t instr) {
+// One row of a SASS profile: loop `loop` of kernel k (its own code: instructions, chain, work by class).
+SassLoop node(int loop, int parent, const std::string& kind, int64_t bound, int64_t step, int64_t instr, double chain,
+              std::map<std::string, double> work = {}, const std::string& function = "_Zk") {
   SassLoop l;
   l.step = "03";
-  l.kernel = kernel;
+  l.kernel = "k";
+  l.function = function;
+  l.regs_used = 126;
   l.dtype = "fp16";
   l.d = 64;
   l.loop = loop;
+  l.parent = parent;
+  l.trip_kind = kind;
+  l.trip_bound = bound;
+  l.trip_step = step;
   l.instructions = instr;
-  l.chain_cycles = chain;
-  l.marker = marker;
-  l.marker_per_trip = 1;
-  l.marker_work = work;
+  l.chain_cycles = l.chain_cycles_hbm = chain;
+  l.work = std::move(work);
   return l;
 }
 }  // namespace
 
-TEST_CASE("model [latency]: trips from the ledger's work over one trip's, the chain or W warps' issue, rounds of resident blocks") {
+TEST_CASE("model [latency]: one warp's path through the loop tree, the hot loop's trips from the ledger's barriers") {
   const Ceilings c = round_device();  // 100 SMs at 2 GHz
   LedgerSet ls;
-  ls["k"].matmul_flops = int64_t(400) * 4 * 4096 * 1000;  // 400 blocks of 4 warps, 1000 trips of one 4096-FLOP HMMA each
-  // 400 blocks of 128 threads, 128 registers: 4 resident per SM (16 warps, 4 per scheduler), 4 per SM: one round.
+  ls["k"].barriers = int64_t(400) * 1000;  // 400 blocks, 1000 barriers each
+  // 400 blocks of 128 threads (4 warps), 128 registers: 4 resident per SM (16 warps, W = 4 per
+  // scheduler), 4 per SM: one round.
   const std::vector<KernelLaunch> l = {launch("k", 400, 128, 128, 0)};
-  // A chain of 500 cycles and 50 instructions per trip: 4 warps issue 200 < 500, the chain sets it.
-  std::vector<SassLoop> code = {loop_row("k", 0, "mma", 4096, 500, 50), loop_row("k", -1, "alu", 32, 900, 30),
-                                loop_row("other", 0, "mma", 4096, 99999, 1)};
+  std::vector<SassLoop> code = {
+      node(-1, -2, "once", 1, 0, 30, 900),                     // outside the loops: once
+      node(0, -1, "runtime", 0, 0, 50, 500, {{"bar", 1}}),      // the tile loop: one barrier a trip
+      node(1, 0, "ntid", 512, 0, 10, 40),                       // a strided load: 512 / 128 threads = 4 trips
+      node(2, 0, "imm", 6, 2, 5, 20)};                          // 6 / 2 = 3 trips
   ModelPrediction m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code);
   const KernelModel& k = m.kernels.at(0);
-  CHECK(k.trips == doctest::Approx(1000));
-  CHECK(k.latency_by == "chain");
-  CHECK(k.latency_ms == doctest::Approx(1000 * 500 / 2e9 * 1e3));  // 0.25 ms
+  CHECK(k.marker == "bar");
+  CHECK(k.hot_loop == 0);
+  CHECK(k.hot_trips == doctest::Approx(1000));
+  CHECK(k.path_cycles == doctest::Approx(900 + 1000 * (500 + 4 * 40 + 3 * 20)));
+  CHECK(k.path_instructions == doctest::Approx(30 + 1000 * (50 + 4 * 10 + 3 * 5)));
+  CHECK(k.latency_by == "chain");  // 4 warps issue 4 · 105 030 < 720 900
+  CHECK(k.latency_ms == doctest::Approx((900 + 1000 * 720.0) / 2e9 * 1e3));
   REQUIRE(term(k, "latency"));
-  CHECK(k.bound_by.rfind("latency", 0) == 0);  // the tensor term: 6.6 GFLOP at 6e14 is 0.011 ms
-  // 200 instructions per trip: 4 warps issue 800 cycles > 500 of chain.
-  code[0].instructions = 200;
+  REQUIRE(!k.path_loops.empty());
+  CHECK(k.path_loops.front().loop == 0);  // the largest part of the path: 500 of 720 cycles a trip
+  // 200 instructions a trip: 4 warps issue more than one warp's chain takes.
+  code[1].instructions = 200;
   m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code);
   CHECK(m.kernels.at(0).latency_by == "issue");
-  CHECK(m.kernels.at(0).latency_ms == doctest::Approx(1000 * 800 / 2e9 * 1e3));
-  // Twice the blocks: two rounds per SM, each as long.
-  ls["k"].matmul_flops *= 2;
+  CHECK(m.kernels.at(0).latency_ms == doctest::Approx(4 * (30 + 1000 * (200 + 40 + 15.0)) / 2e9 * 1e3));
+  // Twice the blocks, the same barriers per block: two rounds per SM, each as long.
+  ls["k"].barriers *= 2;
   const ModelPrediction two = model_predict(ls, {launch("k", 800, 128, 128, 0)}, MmaUnit::mma_sync, c, 0, code);
-  CHECK(two.kernels.at(0).trips == doctest::Approx(1000));
+  CHECK(two.kernels.at(0).hot_trips == doctest::Approx(1000));
   CHECK(two.kernels.at(0).latency_ms == doctest::Approx(2 * m.kernels.at(0).latency_ms));
-  // The hot loop is the one of the highest class with the most work per trip; without loops, no term.
-  code.push_back(loop_row("k", 1, "mma", 8192, 100, 10));
-  m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code);
-  CHECK(m.kernels.at(0).chain_cycles == doctest::Approx(100));
-  m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, {loop_row("k", -1, "alu", 32, 900, 30)});
+  // Without a listing for the kernel: no term.
+  m = model_predict(ls, l, MmaUnit::mma_sync, c, 0, {});
   CHECK(m.kernels.at(0).latency_ms == 0);
   CHECK(!term(m.kernels.at(0), "latency"));
 }
 
+TEST_CASE("model [latency]: a barrier-free kernel counts its trips by its MMAs, and a runtime load loop by its bytes") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["k"].matmul_flops = int64_t(400) * 4 * 4096 * 1000;  // per warp: 1000 trips of one 4096-FLOP HMMA
+  ls["k"].gmem_read = int64_t(400) * 4 * 1000 * 8 * 512;  // per warp and trip: 8 loads of 512 bytes
+  const std::vector<KernelLaunch> l = {launch("k", 400, 128, 128, 0)};
+  const std::vector<SassLoop> code = {node(-1, -2, "once", 1, 0, 30, 900), node(0, -1, "runtime", 0, 0, 50, 500, {{"mma", 4096}}),
+                                      node(1, 0, "runtime", 0, 0, 7, 300, {{"gmem", 512}})};
+  const KernelModel k = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code).kernels.at(0);
+  CHECK(k.marker == "mma");
+  CHECK(k.hot_trips == doctest::Approx(1000));
+  // loop 1's bound is the problem's: its trips are what brings the warp's bytes to the ledger's, 8.
+  CHECK(k.path_cycles == doctest::Approx(900 + 1000 * (500 + 8 * 300)));
+}
+
+TEST_CASE("model [latency]: an outer loop's own barrier does not make it the hot loop") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["k"].barriers = int64_t(400) * (10 * 64 * 64 + 64);  // 64 outer trips of (1 + 64 inner trips of 10 barriers)
+  const std::vector<KernelLaunch> l = {launch("k", 400, 128, 128, 0)};
+  const std::vector<SassLoop> code = {node(-1, -2, "once", 1, 0, 1, 1), node(0, -1, "runtime", 0, 0, 5, 50, {{"bar", 1}}),
+                                      node(1, 0, "runtime", 0, 0, 50, 500, {{"bar", 10}})};
+  const KernelModel k = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code).kernels.at(0);
+  CHECK(k.hot_loop == 1);  // its subtree holds 10 of the listing's 11 barriers
+  // The outer loop keeps one trip (its count is not in the listing); the inner one takes the rest.
+  CHECK(k.hot_trips == doctest::Approx((10.0 * 64 * 64 + 64 - 1) / 10.0));
+}
+
+TEST_CASE("model [latency]: a kernel's instantiation is the one whose registers the launch reports") {
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["k"].barriers = 400 * 100;
+  std::vector<SassLoop> code;
+  for (const auto& [fn, regs, chain] : {std::tuple<const char*, int, double>{"_Zk_false", 97, 100},
+                                         std::tuple<const char*, int, double>{"_Zk_true", 102, 300}}) {
+    code.push_back(node(-1, -2, "once", 1, 0, 1, 0, {}, fn));
+    code.push_back(node(0, -1, "runtime", 0, 0, 10, chain, {{"bar", 1}}, fn));
+    code[code.size() - 2].regs_used = code.back().regs_used = regs;
+  }
+  // The launch has 104 registers: the listing's 102 plus the system's 2.
+  KernelModel k = model_predict(ls, {launch("k", 400, 128, 104, 0)}, MmaUnit::mma_sync, c, 0, code).kernels.at(0);
+  CHECK(k.path_cycles == doctest::Approx(100 * 300));
+  k = model_predict(ls, {launch("k", 400, 128, 99, 0)}, MmaUnit::mma_sync, c, 0, code).kernels.at(0);
+  CHECK(k.path_cycles == doctest::Approx(100 * 100));
+}
+
 TEST_CASE("model [latency]: the SASS profile file is read, and a bad one is refused by name") {
   const std::string path = "test_model_sass_profile.csv";
+  const std::string head =
+      "step,kernel,dtype,d,function,regs_used,loop,parent,first,last,trip_kind,trip_bound,trip_step,instructions,gmem,smem,"
+      "mma,sfu,barrier,control,alu,chain_cycles,chain_cycles_hbm,work_bar,work_mma,work_sfu,work_smem,work_gmem";
+  const std::string rows[] = {"03,kv_outer,fp16,64,_Zfoo,97,-1,,0x0000,0x0900,once,1,0,30,1,0,0,0,0,2,27,900.0,950.0,0,0,0,0,128",
+                              "03,kv_outer,fp16,64,_Zfoo,97,0,-1,0x0100,0x0400,ntid,512,0,49,1,8,0,2,1,1,36,812.5,1100.5,1,0,64,2048,512"};
+  auto write = [&](const std::string& eol) {
+    std::ofstream f(path, std::ios::binary);
+    f << head << eol;
+    for (const std::string& r : rows) f << r << eol;
+  };
+  for (const char* eol : {"\n", "\r\n"}) {  // Python's csv module ends lines with CRLF unless told otherwise
+    write(eol);
+    const std::vector<SassLoop> v = read_sass_profile(path);
+    REQUIRE(v.size() == 2);
+    CHECK(v[0].loop == -1);
+    CHECK(v[0].parent == -2);
+    CHECK(v[1].parent == -1);
+    CHECK(v[1].kernel == "kv_outer");
+    CHECK(v[1].function == "_Zfoo");
+    CHECK(v[1].regs_used == 97);
+    CHECK(v[1].trip_kind == "ntid");
+    CHECK(v[1].trip_bound == 512);
+    CHECK(v[1].classes.at("smem") == 8);
+    CHECK(v[1].chain_cycles == doctest::Approx(812.5));
+    CHECK(v[1].chain_cycles_hbm == doctest::Approx(1100.5));
+    CHECK(v[1].work.at("smem") == doctest::Approx(2048));
+    CHECK(v[1].work.at("bar") == doctest::Approx(1));
+  }
   {
     std::ofstream f(path);
-    f << "step,kernel,dtype,d,function,loop,first,last,instructions,gmem,smem,mma,sfu,barrier,control,alu,chain_cycles,"
-         "marker,marker_per_trip,marker_work\n"
-      << "03,kv_outer,fp16,64,_Zfoo,0,0x0100,0x0400,49,1,8,0,2,1,1,36,812.5,sfu,2,64\n";
+    f << head << "\n" << "03,kv_outer,fp16,64,_Zfoo,97,0,-1,0x0100,0x0400,sometimes,1,0,49,1,8,0,2,1,1,36,812.5,812.5,0,0,0,0,0\n";
   }
-  std::vector<SassLoop> v = read_sass_profile(path);
-  REQUIRE(v.size() == 1);
-  {  // Python's csv module ends lines with CRLF unless told otherwise: the same file so written reads the same
-    std::ofstream f(path, std::ios::binary);
-    f << "step,kernel,dtype,d,function,loop,first,last,instructions,gmem,smem,mma,sfu,barrier,control,alu,chain_cycles,"
-         "marker,marker_per_trip,marker_work\r\n"
-      << "03,kv_outer,fp16,64,_Zfoo,0,0x0100,0x0400,49,1,8,0,2,1,1,36,812.5,sfu,2,64\r\n";
+  CHECK_THROWS_WITH_AS(read_sass_profile(path), doctest::Contains("trip_kind"), std::runtime_error);
+  {
+    std::ofstream f(path);  // a loop without a parent
+    f << head << "\n" << "03,kv_outer,fp16,64,_Zfoo,97,0,,0x0100,0x0400,imm,4,1,49,1,8,0,2,1,1,36,812.5,812.5,0,0,0,0,0\n";
   }
-  v = read_sass_profile(path);
-  REQUIRE(v.size() == 1);
-  CHECK(v[0].kernel == "kv_outer");
-  CHECK(v[0].classes.at("smem") == 8);
-  CHECK(v[0].chain_cycles == doctest::Approx(812.5));
-  CHECK(v[0].marker_work == doctest::Approx(64));
+  CHECK_THROWS_WITH_AS(read_sass_profile(path), doctest::Contains("parent"), std::runtime_error);
   {
     std::ofstream f(path);
     f << "step,kernel\n03,kv_outer\n";

@@ -100,14 +100,77 @@ class Rows(unittest.TestCase):
     def test_profile_rows(self):
         rows = sp.profile_rows("03", sp.parse(listing(NAME, LOOP)), LAT)
         self.assertEqual([r["loop"] for r in rows], [-1, 0])
-        loop = rows[1]
+        root, loop = rows
         self.assertEqual((loop["kernel"], loop["dtype"], loop["d"], loop["instructions"]), ("kv_outer", "fp16", 128, 7))
-        self.assertEqual((loop["marker"], loop["marker_per_trip"]), ("mma", 1))
-        self.assertEqual(rows[0]["instructions"], len(LOOP) - 7)
+        self.assertEqual((root["parent"], loop["parent"]), ("", -1))
+        self.assertEqual(root["instructions"], len(LOOP) - 7)
+        # R2 is compared with 0x10 but never stepped inside the loop: a count the listing cannot tell
+        self.assertEqual(loop["trip_kind"], "runtime")
+        self.assertEqual((loop["work_bar"], loop["work_mma"], loop["work_sfu"], loop["work_smem"]), ("1", "4096", "32", "128"))
+        self.assertEqual(loop["regs_used"], 17)  # R16 is the highest register the listing names
+
+    def test_the_harness_kernels_are_left_out(self):
+        self.assertEqual(sp.profile_rows("03", sp.parse(listing("_ZN2fa8l2_flushEPv", LOOP)), LAT), [])
 
 
-if __name__ == "__main__":
-    unittest.main()
+def strided(step_text, bound="0x200"):
+    """A loop `for (i = tid; i < bound; i += step)` as the compiler writes it."""
+    return [(None, "S2R R2, SR_TID.X", dict(stall=1, wbar=0)),
+            (None, "ULDC UR4, c[0x0][0x0]", dict(stall=1)),
+            (None, "IMAD.MOV.U32 R64, RZ, RZ, R2", dict(stall=1, wait=0b000001)),
+            (".L_x_0", "LDG.E.128 R60, desc[UR6][R52.64]", dict(stall=1, wbar=2)),
+            (None, step_text, dict(stall=2)),
+            (None, f"ISETP.GE.AND P0, PT, R64, {bound}, PT", dict(stall=1)),
+            (None, "STS.128 [R51+0x2200], R60", dict(stall=1, wait=0b000100)),
+            (None, "@!P0 BRA `(.L_x_0)", dict(stall=5)),
+            (None, "EXIT", dict(stall=5)),
+            (None, "BRA 0x90", dict(stall=5))]  # the trap after EXIT: a branch to itself
+
+
+class Trips(unittest.TestCase):
+    def rule(self, body):
+        (f,) = sp.parse(listing(NAME, body))
+        ((lo, hi, _),) = sp.nest(f)
+        return sp.trip_rule(f, lo, hi)
+
+    def test_a_loop_strided_by_the_block(self):
+        self.assertEqual(self.rule(strided("VIADD R64, R64, UR4")), ("ntid", 512, 0))
+        self.assertEqual(self.rule(strided("IADD3 R64, R64, UR4, RZ")), ("ntid", 512, 0))
+
+    def test_a_loop_stepped_by_a_constant(self):
+        self.assertEqual(self.rule(strided("VIADD R64, R64, 0x100", "0xf00")), ("imm", 3840, 256))
+
+    def test_a_bound_the_problem_sets(self):
+        self.assertEqual(self.rule(strided("VIADD R64, R64, UR4", "R11")), ("runtime", 0, 0))
+        self.assertEqual(self.rule(strided("VIADD R64, R64, UR9")), ("runtime", 0, 0))  # UR9: not blockDim.x
+
+    def test_a_count_down_is_not_read(self):
+        self.assertEqual(self.rule(strided("VIADD R64, R64, -0x1", "0x0")), ("runtime", 0, 0))
+
+    def test_the_trap_after_exit_is_no_loop(self):
+        (f,) = sp.parse(listing(NAME, strided("VIADD R64, R64, UR4")))
+        self.assertEqual(len(f.loops()), 2)  # the loop and the trap, both backward branches
+        self.assertEqual(len(sp.nest(f)), 1)
+
+
+class Nest(unittest.TestCase):
+    class F:
+        def __init__(self, spans, n):
+            self.spans, self.instrs = spans, [sp.Instr(16 * k, "@P0 BRA 0x0", 0) for k in range(n)]
+
+        def loops(self):
+            return self.spans
+
+    def test_nested_loops_have_parents(self):
+        f = self.F([(2, 3), (5, 6), (1, 8), (0, 9)], 10)
+        self.assertEqual(sp.nest(f), [(0, 9, -1), (1, 8, 0), (2, 3, 1), (5, 6, 1)])
+
+    def test_crossing_spans_are_one_loop(self):
+        # A loop rotated into another: (1, 5) and (3, 8) overlap without nesting; with (4, 4) inside both.
+        f = self.F([(4, 4), (1, 5), (3, 8)], 10)
+        self.assertEqual(sp.nest(f), [(1, 8, -1), (4, 4, 0)])
+
+
 
 
 class RealListing(unittest.TestCase):
@@ -116,7 +179,8 @@ class RealListing(unittest.TestCase):
     PATH = os.path.join(ROOT, "tests", "data", "sass_step02_online_fp16_d64.sass")
 
     def setUp(self):
-        self.text = open(self.PATH, encoding="utf-8").read()
+        with open(self.PATH, encoding="utf-8") as f:
+            self.text = f.read()
         (self.f,) = sp.parse(self.text)
 
     def test_every_instruction_and_its_control_word(self):
@@ -143,6 +207,17 @@ class RealListing(unittest.TestCase):
             self.assertEqual(self.f.instrs[hi].base, "BRA")
             self.assertEqual(self.f.instrs[hi].target, self.f.instrs[lo].addr)
 
+    def test_every_instruction_has_one_owner(self):
+        rows = sp.profile_rows("02", [self.f], {k: 20.0 for k in LAT})
+        self.assertEqual(sum(r["instructions"] for r in rows), len(self.f.instrs))
+        for cls in sp.CLASSES:
+            self.assertEqual(sum(r[cls] for r in rows), sp.counts(self.f.instrs)[cls])
+        tree = sp.nest(self.f)
+        self.assertEqual(len(rows), 1 + len(tree))
+        for lo, hi, parent in tree:  # a parent holds its child
+            if parent >= 0:
+                self.assertTrue(tree[parent][0] <= lo and hi <= tree[parent][1])
+
     def test_a_trip_is_at_least_its_issue_and_grows_with_a_latency(self):
         lat = {k: 20.0 for k in ("smem-latency", "l2-latency", "ex2-latency", "mma-latency", "fma-latency", "barrier-latency")}
         for lo, hi in self.f.loops():
@@ -152,3 +227,7 @@ class RealListing(unittest.TestCase):
             slow = dict(lat, **{"l2-latency": 2000.0})
             if any(i.klass() == "gmem" and i.wbar < 6 and i.base.startswith("LDG") for i in body):
                 self.assertGreater(sp.chain(body, slow), t)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <set>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -147,8 +148,9 @@ std::vector<SassLoop> read_sass_profile(const std::string& path) {
   std::map<std::string, int> col;
   for (size_t i = 0; i < head.size(); ++i) col[head[i]] = int(i);
   const char* classes[] = {"gmem", "smem", "mma", "sfu", "barrier", "control", "alu"};
-  for (const char* need : {"step", "kernel", "dtype", "d", "loop", "instructions", "chain_cycles", "marker",
-                           "marker_per_trip", "marker_work"})
+  const char* works[] = {"bar", "mma", "sfu", "smem", "gmem"};
+  for (const char* need : {"step", "kernel", "dtype", "d", "function", "regs_used", "loop", "parent", "trip_kind", "trip_bound", "trip_step",
+                           "instructions", "chain_cycles", "chain_cycles_hbm", "work_bar", "work_mma", "work_sfu", "work_smem", "work_gmem"})
     if (!col.count(need)) throw std::runtime_error(path + ": no column '" + std::string(need) + "' (a sass_profile.py file?)");
   for (const char* need : classes)
     if (!col.count(need)) throw std::runtime_error(path + ": no column '" + std::string(need) + "'");
@@ -164,13 +166,22 @@ std::vector<SassLoop> read_sass_profile(const std::string& path) {
       l.kernel = v[col["kernel"]];
       l.dtype = v[col["dtype"]];
       l.d = std::stoi(v[col["d"]]);
+      l.function = v[col["function"]];
+      l.regs_used = std::stoi(v[col["regs_used"]]);
       l.loop = std::stoi(v[col["loop"]]);
+      l.parent = v[col["parent"]].empty() ? -2 : std::stoi(v[col["parent"]]);
+      l.trip_kind = v[col["trip_kind"]];
+      if (l.trip_kind != "once" && l.trip_kind != "imm" && l.trip_kind != "ntid" && l.trip_kind != "runtime")
+        throw std::runtime_error(path + ": trip_kind '" + l.trip_kind + "' is none of once, imm, ntid, runtime");
+      if ((l.loop < 0) != (l.parent == -2))
+        throw std::runtime_error(path + ": loop " + std::to_string(l.loop) + ": only the root (-1) has no parent");
+      l.trip_bound = std::stoll(v[col["trip_bound"]]);
+      l.trip_step = std::stoll(v[col["trip_step"]]);
       l.instructions = std::stoll(v[col["instructions"]]);
       for (const char* k : classes) l.classes[k] = std::stoll(v[col[k]]);
       l.chain_cycles = std::stod(v[col["chain_cycles"]]);
-      l.marker = v[col["marker"]];
-      l.marker_per_trip = std::stoll(v[col["marker_per_trip"]]);
-      l.marker_work = std::stod(v[col["marker_work"]]);
+      l.chain_cycles_hbm = std::stod(v[col["chain_cycles_hbm"]]);
+      for (const char* k : works) l.work[k] = std::stod(v[col[std::string("work_") + k]]);
       out.push_back(std::move(l));
     } catch (const std::logic_error&) {
       throw std::runtime_error(path + ": a value is not a number: " + line);
@@ -191,7 +202,8 @@ std::vector<SassLoop> sass_loops_for(const std::string& step, const std::string&
   if (!cache.count(path)) cache[path] = read_sass_profile(path);
   std::vector<SassLoop> out;
   for (const SassLoop& l : cache[path])
-    if (l.step == step && l.dtype == dtype && l.d == d) out.push_back(l);
+    // "" and 0: a kernel not templated on the type or on d (step 01's softmax, step 08's naive kernels)
+    if (l.step == step && (l.dtype == dtype || l.dtype.empty()) && (l.d == d || l.d == 0)) out.push_back(l);
   return out;
 }
 
@@ -199,8 +211,15 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+std::string fmt_g(double x) {
+  std::ostringstream os;
+  os << std::setprecision(4) << x;
+  return os.str();
+}
+
 // [latency] The work the ledger counts in the unit of a marker class (sass_profile.py's `work`).
 double ledger_work(const Ledger& led, const std::string& marker) {
+  if (marker == "bar") return double(led.barriers);
   if (marker == "mma") return double(led.matmul_flops);
   if (marker == "sfu") return double(led.exps);
   if (marker == "smem") return double(led.smem_read + led.smem_write);
@@ -208,19 +227,128 @@ double ledger_work(const Ledger& led, const std::string& marker) {
   return double(led.cuda_core_flops) / 2 + double(std::max<int64_t>(0, led.nonmatmul_ops - led.exps));
 }
 
-// [latency] The kernel's hot loop: among its loops, those of the highest marker class any of them has
-// (mma, then sfu, smem, alu), the one whose trip does the most of that work. nullptr: no loop.
-const SassLoop* hot_loop(const std::vector<SassLoop>& code, const std::string& kernel) {
-  const char* order[] = {"mma", "sfu", "smem", "alu"};
-  for (const char* m : order) {
-    const SassLoop* best = nullptr;
-    for (const SassLoop& l : code)
-      if (l.kernel == kernel && l.loop >= 0 && l.marker == m && l.marker_work > 0 &&
-          (!best || l.marker_work > best->marker_work))
-        best = &l;
-    if (best) return best;
+// [latency] One warp's path through the kernel's loop tree. Each loop's trips per entry come from the
+// listing where its bounds are constants ("imm": bound / step; "ntid": bound / the block's threads); a
+// loop whose bound the problem sets ("runtime") makes one trip, except the hot one: the innermost
+// runtime loop that holds all of the marker class's instructions, whose trips are set so that the
+// warp's marker work is the ledger's share. The marker is the block barrier where the kernel has one:
+// every warp passes every __syncthreads, so a warp's count is the block's, even where warps take turns
+// at other work (`if (warp == w)`: the listing's per-warp walk overcounts that work, not the barriers).
+// Else the MMAs, the exponentials, shared, then global memory, a warp's share of the ledger's.
+// Every loop's own code then counts once per execution: cycles (its chain), instructions, classes.
+struct WarpPath {
+  double cycles = 0, instructions = 0, hot_trips = 0;
+  int hot = -1;
+  std::string marker;
+  std::map<std::string, double> classes;
+  std::vector<KernelModel::PathLoop> loops;
+};
+
+WarpPath warp_path(const std::vector<const SassLoop*>& nodes, const Ledger& led, double blocks, double warps_total,
+                   int threads, double from_hbm) {
+  WarpPath w;
+  std::map<int, const SassLoop*> by;
+  for (const SassLoop* l : nodes) by[l->loop] = l;
+  if (!by.count(-1) || warps_total <= 0) return w;
+  auto trips = [&](const SassLoop& l) -> double {
+    if (l.trip_kind == "imm" && l.trip_step > 0) return double(ceil_div(l.trip_bound, l.trip_step));
+    if (l.trip_kind == "ntid" && threads > 0) return double(ceil_div(l.trip_bound, threads));
+    return 1.0;
+  };
+  std::map<int, double> per_entry;
+  for (const auto& [id, l] : by) per_entry[id] = id < 0 ? 1.0 : std::max(1.0, trips(*l));
+  auto parent_of = [&](int id) { return by.count(id) ? by[id]->parent : -2; };
+  auto executions = [&](int id) {  // per warp: the product of trips from the root down to id
+    double e = 1;
+    for (int k = id; k != -2 && by.count(k); k = parent_of(k)) e *= per_entry[k];
+    return e;
+  };
+  for (const char* m : {"bar", "mma", "sfu", "smem", "gmem"}) {
+    double listing = 0;
+    for (const auto& [id, l] : by) listing += l->work.count(m) ? l->work.at(m) : 0;
+    if (listing > 0 && ledger_work(led, m) > 0) { w.marker = m; break; }
   }
-  return nullptr;
+  if (!w.marker.empty()) {
+    auto own = [&](int id) { return by[id]->work.count(w.marker) ? by[id]->work.at(w.marker) : 0.0; };
+    auto inside = [&](int id, int top) {  // whether loop id lies in top's subtree
+      for (int k = id; k != -2 && by.count(k); k = parent_of(k))
+        if (k == top) return true;
+      return false;
+    };
+    auto subtree_work = [&](int top) {
+      double sum = 0;
+      for (const auto& [id, l] : by)
+        if (inside(id, top)) sum += executions(id) * own(id);
+      return sum;
+    };
+    double total = subtree_work(-1);
+    // The hot loop: the deepest runtime loop whose subtree does at least half of the listing's marker
+    // work (an outer loop's own barrier, before its inner loop starts, does not make it the hot one).
+    int depth_best = -1;
+    for (const auto& [id, l] : by) {
+      if (id < 0 || l->trip_kind != "runtime" || subtree_work(id) < 0.5 * total) continue;
+      int depth = 0;
+      for (int k = id; k >= 0 && by.count(k); k = parent_of(k)) ++depth;
+      if (depth > depth_best) { depth_best = depth; w.hot = id; }
+    }
+    if (w.hot >= 0 && total > 0) {
+      const double want = ledger_work(led, w.marker) / (w.marker == "bar" ? blocks : warps_total);
+      const double in = subtree_work(w.hot), out = total - in;
+      if (in > 0 && want > out) per_entry[w.hot] *= (want - out) / in;
+      w.hot_trips = executions(w.hot);
+    }
+    // The other runtime loops inside the hot one (the whole kernel where none is hot): a tile loaded
+    // row by row up to the rows it has, a row of the scores read column by column, bounds the problem
+    // sets. One trip count shared by those that move a class's work, set so that the warp's work of
+    // that class reaches the ledger's share: global memory first, then shared memory, the
+    // exponentials, the MMAs. Where the listing already covers the ledger they keep one trip.
+    const int top = w.hot;
+    std::set<int> settled;
+    for (const char* cls : {"gmem", "smem", "sfu", "mma"}) {
+      if (cls == w.marker) continue;
+      auto own_c = [&](int id) { return by[id]->work.count(cls) ? by[id]->work.at(cls) : 0.0; };
+      std::vector<int> open;
+      for (const auto& [id, l] : by)
+        if (id >= 0 && id != top && !settled.count(id) && l->trip_kind == "runtime" && inside(id, top) && own_c(id) > 0)
+          open.push_back(id);
+      if (open.empty()) continue;
+      double have = 0, part = 0;
+      for (const auto& [id, l] : by) {
+        const double x = executions(id) * own_c(id);
+        have += x;
+        for (int u : open)
+          if (inside(id, u)) { part += x; break; }
+      }
+      const double want_c = ledger_work(led, cls) / warps_total;
+      if (part > 0 && want_c > have)
+        for (int u : open) per_entry[u] *= 1 + (want_c - have) / part;
+      for (int u : open) settled.insert(u);
+    }
+  }
+  for (const auto& [id, l] : by) {
+    const double e = executions(id);
+    const double cyc = e * (l->chain_cycles + from_hbm * (l->chain_cycles_hbm - l->chain_cycles));
+    w.cycles += cyc;
+    w.loops.push_back({id, l->parent, l->trip_kind, per_entry[id], e, cyc});
+    w.instructions += e * double(l->instructions);
+    for (const auto& [k, n] : l->classes) w.classes[k] += e * double(n);
+  }
+  std::sort(w.loops.begin(), w.loops.end(), [](const auto& a, const auto& b) { return a.cycles > b.cycles; });
+  return w;
+}
+
+// [latency] Which instantiation of a kernel (its template flags: one mangled name each) a launch ran: the
+// one whose registers are nearest the launch's (the listing's highest register + 1, plus the 2 the
+// system keeps); among equals the first name in order (a step's defaults are its 0s and falses).
+std::string instantiation(const std::vector<SassLoop>& code, const std::string& kernel, int launch_regs) {
+  std::string best;
+  int gap = 1 << 30;
+  for (const SassLoop& l : code) {
+    if (l.kernel != kernel || l.loop != -1) continue;
+    const int g = std::abs(l.regs_used + 2 - launch_regs);
+    if (g < gap || (g == gap && l.function < best)) { gap = g; best = l.function; }
+  }
+  return best;
 }
 
 // [occupancy] Blocks of this launch resident on one SM at once, and which resource stops the next.
@@ -327,23 +455,34 @@ ModelPrediction model_predict(const LedgerSet& ls, const std::vector<KernelLaunc
       t.ms = t.work * c.barrier_latency_ns * 1e-6;
       km.terms.push_back(t);
     }
-    // [latency] One warp's dependent chain through the hot loop, trip after trip: each trip takes the
-    // longer of its chain (one warp alone) and the issue of the W warps a scheduler holds (one
-    // instruction a clock), so W warps hide each other's waits until issue is full (Little's law).
-    // Trips per warp: the ledger's work of the loop's marker class over the warps, over one trip's.
-    // The SM runs its blocks `resident` at a time. Code outside the hot loop is left out.
-    if (const SassLoop* hot = km.launch_known ? hot_loop(code, name) : nullptr) {
+    // [latency] One warp's whole path (warp_path): alone it needs path_cycles; a scheduler issues one
+    // instruction a clock to the W warps it holds, so W warps hide each other's waits until issue is
+    // full (Little's law): each round of resident blocks takes the longer of the path and W times its
+    // instructions. The SM runs its blocks `resident` at a time.
+    std::vector<const SassLoop*> mine;
+    const std::string fn = km.launch_known ? instantiation(code, name, km.launch.regs) : "";
+    for (const SassLoop& l : code)
+      if (l.kernel == name && l.function == fn) mine.push_back(&l);
+    if (km.launch_known && !mine.empty()) {
       const double warps_total = double(n) * warps, W = warps_sm / 4.0;
-      km.trips = ledger_work(led, hot->marker) / (warps_total * hot->marker_work);
-      km.chain_cycles = hot->chain_cycles;
-      km.loop_instructions = double(hot->instructions);
-      const double issue = W * km.loop_instructions;
-      km.latency_by = km.chain_cycles >= issue ? "chain" : "issue";
+      // The share of the requested reads that miss L2 (the hbm term's reads over all reads) waits for HBM.
+      const double from_hbm = gread > 0 ? std::min(1.0, hread / gread) : 0.0;
+      const WarpPath path = warp_path(mine, led, double(n), warps_total, km.launch.threads, from_hbm);
+      km.path_cycles = path.cycles;
+      km.path_instructions = path.instructions;
+      km.path_classes = path.classes;
+      km.path_loops = path.loops;
+      km.function = fn;
+      km.hot_loop = path.hot;
+      km.hot_trips = path.hot_trips;
+      km.marker = path.marker;
+      const double issue = W * path.instructions;
+      km.latency_by = path.cycles >= issue ? "chain" : "issue";
       const double rounds = std::ceil(double(per_sm) / resident);
-      km.latency_ms = rounds * km.trips * std::max(km.chain_cycles, issue) / c.clock_hz * 1e3;
+      km.latency_ms = rounds * std::max(path.cycles, issue) / c.clock_hz * 1e3;
       Term t;
       t.resource = "latency";
-      t.work = km.trips * km.chain_cycles;
+      t.work = path.cycles;
       t.ceiling = c.clock_hz;
       t.ms = km.latency_ms;
       km.terms.push_back(t);
@@ -402,9 +541,20 @@ void print_model(std::ostream& os, const ModelPrediction& m) {
        << " %)\n      overlap: " << std::setprecision(1) << k.warps_per_scheduler << " warps per scheduler hide the other pipes: "
        << std::defaultfloat << std::setprecision(3) << k.serial_ms << " ms one after another -> " << k.overlap_ms << " ms\n";
     if (k.latency_ms > 0)
-      os << "      latency: " << std::setprecision(4) << k.trips << " trips of the hot loop per warp, " << k.chain_cycles
-         << " cycles of chain and " << k.loop_instructions << " instructions per trip -> " << std::setprecision(3)
-         << k.latency_ms << " ms (" << k.latency_by << ")\n";
+      os << "      latency: one warp's path " << std::setprecision(4) << k.path_cycles << " cycles, "
+         << k.path_instructions << " instructions"
+         << (k.hot_loop >= 0 ? " (loop " + std::to_string(k.hot_loop) + " run " + fmt_g(k.hot_trips) + " times, from the ledger's " + k.marker + ")"
+                             : std::string(" (no loop's trips from the ledger)"))
+         << " -> " << std::setprecision(3) << k.latency_ms << " ms (" << k.latency_by << ")\n";
+    if (k.latency_ms > 0 && k.path_cycles > 0) {
+      os << "      the path's largest parts:";
+      for (size_t i = 0; i < k.path_loops.size() && i < 3; ++i) {
+        const auto& p = k.path_loops[i];
+        os << (i ? ";" : "") << " " << (p.loop < 0 ? std::string("outside the loops") : "loop " + std::to_string(p.loop))
+           << " x" << fmt_g(p.executions) << " = " << std::lround(100 * p.cycles / k.path_cycles) << " %";
+      }
+      os << "\n";
+    }
     std::vector<Term> t = k.terms;
     std::sort(t.begin(), t.end(), [](const Term& a, const Term& b) { return a.ms > b.ms; });
     os << "      ";

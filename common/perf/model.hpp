@@ -72,19 +72,24 @@ struct Term {
 };
 
 // [latency] One loop of one kernel as the compiler emitted it: a row of scripts/sass_profile.py (which reads
-// `cuobjdump -sass`). Per trip of one warp: its instructions by class, the chain (the cycles one warp
-// alone needs, replaying the compiler's stall counts and scoreboards with the measured latencies), and
-// the marker: the class whose work the ledger counts (mma FLOPs, exponentials, shared bytes, lane
-// operations) and that work per trip, from which the model takes the number of trips.
+// `cuobjdump -sass`). The loops form a tree (loop -1: the code outside every loop, the root; `parent`: the
+// loop that holds this one). Each row counts the loop's own instructions (those no inner loop holds), by
+// class, their chain for one trip of one warp (the compiler's stall counts and scoreboards replayed with
+// the measured latencies), their work in the ledger's units by class, and how many trips one entry makes:
+// "imm" (bound / step, constants in the listing), "ntid" (bound / blockDim: a strided loop over a tile),
+// "runtime" (a bound the problem sets: the model takes it from the ledger) or "once" (the root).
 struct SassLoop {
   std::string step, kernel, dtype;
-  int d = 0, loop = -1;  // loop -1: the code outside every loop
+  std::string function;  // the mangled name: one kernel may have several instantiations (template flags)
+  int regs_used = 0;     // 1 + the highest register the listing names (the launch adds the system's 2)
+  int d = 0, loop = -1, parent = -2;  // parent -2: none (the root)
+  std::string trip_kind = "once";
+  int64_t trip_bound = 1, trip_step = 0;
   int64_t instructions = 0;
   std::map<std::string, int64_t> classes;  // gmem smem mma sfu barrier control alu
-  double chain_cycles = 0;
-  std::string marker;
-  int64_t marker_per_trip = 0;
-  double marker_work = 0;
+  double chain_cycles = 0;      // global loads served by L2
+  double chain_cycles_hbm = 0;  // the same with every global load from HBM (the model mixes the two)
+  std::map<std::string, double> work;      // mma (FLOPs), sfu (exponentials), smem, gmem (bytes)
 };
 // Reads a sass_profile.py CSV; throws std::runtime_error on a file that cannot be read or parsed.
 std::vector<SassLoop> read_sass_profile(const std::string& path);
@@ -107,9 +112,21 @@ struct KernelModel {
   // [overlap] the pipes' terms one after another, the warps per scheduler that overlap them, and
   // what is left: max + (sum − max) / warps per scheduler
   double serial_ms = 0, warps_per_scheduler = 1, overlap_ms = 0;
-  // [latency] the hot loop's trips per warp, its chain and instructions per trip, the term's time
-  // (0 where the kernel has no SASS profile) and whether the chain or the issue of W warps sets it
-  double trips = 0, chain_cycles = 0, loop_instructions = 0, latency_ms = 0;
+  // [latency] One warp's whole path through the kernel's loop tree: the cycles it needs alone and the
+  // instructions it issues (by class too), the loop whose trips the ledger set (hot_loop, -1: none) and
+  // by how much, the term's time (0 where the kernel has no SASS profile), and whether the path or the
+  // issue of the W warps a scheduler holds sets it.
+  double path_cycles = 0, path_instructions = 0, latency_ms = 0, hot_trips = 0;
+  int hot_loop = -1;
+  std::string marker;
+  std::map<std::string, double> path_classes;
+  struct PathLoop {
+    int loop = -1, parent = -2;
+    std::string kind;  // how the listing bounds it (SassLoop::trip_kind)
+    double per_entry = 1, executions = 0, cycles = 0;
+  };
+  std::string function;  // the instantiation the launch ran (its mangled name)
+  std::vector<PathLoop> path_loops;  // each loop's executions per warp and its cycles on the path, largest first
   std::string latency_by;  // "chain" or "issue"
 };
 

@@ -2,12 +2,16 @@
 // machine — the ledger from the step's closed form, the launches and times from the row, the
 // ceilings from a bench --peaks file. What the docs' prediction tables and plots are made from.
 //
-//   model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--verbose]
+//   model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--paths FILE] [--verbose]
 //
 // FILE of runs: rows written by bench, the tour or a step's --csv (their header line first). Each
 // row with a `launches` column is modelled for the forward (and for the backward, where it has
 // one); rows without the model's columns are skipped and counted. --out writes one CSV row per
-// pass: its measured time and spread, the model's time, the ratio, the bound and each term.
+// pass: its measured time and spread, the model's time, the ratio, the bound and each term (the
+// latency term's: 0 where the SASS profile has no listing for the step). --paths writes, per kernel
+// with a latency term, one row per loop of its warp path (docs/model.md, "The latency term"): the
+// loop, its parent, how the listing bounds it, its trips per entry, its executions per warp, and the
+// cycles it adds to the path.
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -67,21 +71,21 @@ void term_columns(std::ostream& os, const ModelPrediction& m) {
   std::map<std::string, double> sum;
   for (const KernelModel& k : m.kernels)
     for (const Term& t : k.terms) sum[t.resource] += t.ms;
-  for (const char* r : {"hbm", "l2", "smem", "tensor", "fma", "ex2", "barrier", "atomic", "issue", "chain"})
+  for (const char* r : {"hbm", "l2", "smem", "tensor", "fma", "ex2", "barrier", "atomic", "issue", "chain", "latency"})
     os << "," << (sum.count(r) ? sum[r] : 0.0);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string peaks, out_path;
+  std::string peaks, out_path, paths_path;
   std::vector<std::string> runs;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--verbose") { verbose = true; continue; }
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--verbose]\n";
+      std::cout << "usage: model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--paths FILE] [--verbose]\n";
       return 0;
     }
     if (i + 1 >= argc) { std::cerr << "model: " << a << " needs a value\n"; return 2; }
@@ -89,6 +93,7 @@ int main(int argc, char** argv) {
     if (a == "--peaks") peaks = v;
     else if (a == "--runs") runs = split(v, ',');
     else if (a == "--out") out_path = v;
+    else if (a == "--paths") paths_path = v;
     else { std::cerr << "model: unknown flag " << a << "\n"; return 2; }
   }
   if (peaks.empty() || runs.empty()) { std::cerr << "model: --peaks and --runs are required (see --help)\n"; return 2; }
@@ -99,7 +104,14 @@ int main(int argc, char** argv) {
     if (!out.f) { std::cerr << "model: cannot write " << out_path << "\n"; return 2; }
     out.on = true;
     out.f << "file,step,variant,pass_of,dtype,B,H,N,Nk,d,causal,measured_ms,ms_min,ms_max,model_ms,ratio,bound_by,"
-             "hbm_ms,l2_ms,smem_ms,tensor_ms,fma_ms,ex2_ms,barrier_ms,atomic_ms,issue_ms,chain_ms\n";
+             "hbm_ms,l2_ms,smem_ms,tensor_ms,fma_ms,ex2_ms,barrier_ms,atomic_ms,issue_ms,chain_ms,latency_ms\n";
+  }
+  std::ofstream paths;
+  if (!paths_path.empty()) {
+    paths.open(paths_path);
+    if (!paths) { std::cerr << "model: cannot write " << paths_path << "\n"; return 2; }
+    paths << "file,step,variant,pass_of,dtype,B,H,N,d,causal,kernel,function,warps_per_scheduler,path_cycles,path_instructions,"
+             "latency_ms,latency_by,marker,hot_loop,loop,parent,trip_kind,trips_per_entry,executions,cycles\n";
   }
   int modelled = 0, skipped = 0, within = 0;
   std::cout << std::left << std::setw(5) << "step" << std::setw(22) << "variant" << std::setw(5) << "pass" << std::setw(28) << "shape"
@@ -175,6 +187,15 @@ int main(int argc, char** argv) {
           term_columns(out.f, m);
           out.f << "\n";
         }
+        if (paths.is_open())
+          for (const KernelModel& k : m.kernels)
+            for (const KernelModel::PathLoop& pl : k.path_loops)
+              paths << path << "," << st->id << "," << get("variant") << "," << p.name << "," << get("dtype") << "," << s.B << ","
+                    << s.H << "," << s.N << "," << s.d << "," << (s.causal ? 1 : 0) << "," << k.kernel << "," << k.function << ","
+                    << k.warps_per_scheduler << "," << k.path_cycles << "," << k.path_instructions << "," << k.latency_ms << ","
+                    << k.latency_by << "," << k.marker << "," << k.hot_loop << "," << pl.loop << ","
+                    << (pl.loop < 0 ? std::string() : std::to_string(pl.parent)) << "," << pl.kind << "," << pl.per_entry << ","
+                    << pl.executions << "," << pl.cycles << "\n";
       }
     }
   }
