@@ -136,6 +136,43 @@ class FirstRun(unittest.TestCase):
         self.assertTrue(self.table_from([{"date": "x"}]).startswith("_Not measured yet"))
 
 
+class LatencyTerm(unittest.TestCase):
+    """docs/model.md's latency-term tables on made-up rows: what they compute, not what a GPU measured."""
+    TOUR = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "step": "03"}
+
+    def row(self, file, ratio, latency_ms="", model_ms="10"):
+        return {"file": file, "step": "03", "variant": "-", "pass_of": "fwd", "N": "4096", "d": "128", "causal": "0",
+                "measured_ms": str(float(model_ms) * ratio), "ms_min": "1", "ms_max": "1", "model_ms": model_ms,
+                "ratio": str(ratio), "bound_by": "latency" if latency_ms else "smem+serial", "latency_ms": latency_ms}
+
+    def test_the_tour_with_and_without_the_term(self):
+        text = with_rows("model-latency", {
+            "model_latency": [self.row("plots/data/tour_h200.csv", 1.2, latency_ms="20", model_ms="20")],
+            "model_h200": [self.row("tour_h200.csv", 3.0)], "tour_": [self.TOUR]})
+        self.assertIn("| 03 | - | fwd | 24 | 10 | 3.00 | 20 | 20 | 1.20 | yes | latency |", text)
+        self.assertIn("**0 of 1** passes without the latency term, **1 of 1** with it", text)
+
+    def test_a_step_doc_gets_the_term_only_where_the_profile_has_its_listing(self):
+        files = {"model_latency": [self.row("plots/data/tour_h200.csv", 1.2, latency_ms="20", model_ms="20")],
+                 "model_h200": [self.row("tour_h200.csv", 3.0)], "tour_": [self.TOUR]}
+        self.assertIn("| 20 | 1.20 | latency |", with_rows("model-step03", files))
+        files["model_latency"] = [self.row("plots/data/tour_h200.csv", 3.0)]  # no term: the old table alone
+        self.assertNotIn("with the latency term", with_rows("model-step03", files))
+
+    def test_a_path_shares_its_cycles_loop_by_loop(self):
+        base = {"file": "plots/data/tour_h200.csv", "step": "03", "variant": "-", "pass_of": "fwd", "dtype": "fp16",
+                "N": "4096", "d": "128", "kernel": "kv_outer", "function": "_Zf", "warps_per_scheduler": "1",
+                "path_cycles": "1000", "path_instructions": "100", "latency_ms": "1", "latency_by": "chain",
+                "marker": "bar", "hot_loop": "0"}
+        paths = [dict(base, loop="-1", parent="", trip_kind="once", trips_per_entry="1", executions="1", cycles="250"),
+                 dict(base, loop="0", parent="-1", trip_kind="runtime", trips_per_entry="75", executions="75", cycles="750")]
+        prof = [{"function": "_Zf", "loop": "-1", "instructions": "40", "barrier": "0", "chain_cycles": "250.0"},
+                {"function": "_Zf", "loop": "0", "instructions": "8", "barrier": "1", "chain_cycles": "10.0"}]
+        text = with_rows("model-path-step03", {"model_paths": paths, "sass_profile": prof, "tour_": [self.TOUR]})
+        self.assertIn("| -1 | – | once | 1 | 1 | 40 | 0 | 250.0 | 25.0 % |", text)
+        self.assertIn("| 0 (hot) | -1 | the problem | 75 | 75 | 8 | 1 | 10.0 | 75.0 % |", text)
+
+
 class PythonPackage(unittest.TestCase):
     """docs/python.md's tables on made-up rows: what they compute, not what a GPU measured."""
 

@@ -250,12 +250,132 @@ def model_step(step):
     if not rs:
         return "_This step was not in the model's validation run (its sweep's budget ended before it)._"
     src = [x for x in common.rows("tour_*.csv") + common.rows("model_sweep_*.csv") if x["step"] == step]
+    # [latency] the same pass with the latency term, where the term has the step's listing
+    lat = {_key(dict(r, file=os.path.basename(r["file"]))): r for r in model_rows("model_latency_h200.csv")
+           if r["step"] == step and float(r.get("latency_ms") or 0) > 0}
     body = []
     for r in rs:
         ratio = float(r["ratio"])
         where = "tour" if r["file"].startswith("tour") else "sweep"
+        w = lat.get(_key(dict(r, file=os.path.basename(r["file"]))))
         body.append([where, r["variant"], r["pass_of"], r["N"], r["d"], "yes" if r["causal"] == "1" else "no",
                      f"{float(r['measured_ms']):.3g} ({float(r['ms_min']):.3g}–{float(r['ms_max']):.3g})",
-                     f"{float(r['model_ms']):.3g}", f"{ratio:.2f}", r["bound_by"]])
-    return provenance(src) + " _Measured: median of three timed runs (min–max); ratio = measured / model ([model.md](model.md))._\n\n" + table(
-        ["run", "variant", "pass", "N", "d", "causal", "measured ms", "model ms", "ratio", "bound by"], body)
+                     f"{float(r['model_ms']):.3g}", f"{ratio:.2f}", r["bound_by"]] +
+                    (([f"{float(w['model_ms']):.3g}", f"{float(w['ratio']):.2f}", w["bound_by"]] if w else ["–", "–", "–"])
+                     if lat else []))
+    note = (" _With the latency term: the same passes re-modelled with the step's SASS loops ([model.md](model.md), "
+            "\"The latency term\"); – where the profile has no listing of the step._" if lat else "")
+    return provenance(src) + " _Measured: median of three timed runs (min–max); ratio = measured / model ([model.md](model.md))._" + note + "\n\n" + table(
+        ["run", "variant", "pass", "N", "d", "causal", "measured ms", "model ms", "ratio", "bound by"] +
+        (["with the latency term: model ms", "ratio", "bound by"] if lat else []), body)
+
+
+# ------------------------------------------------------------------------------------------------
+# [latency] The latency term (docs/model.md, "The latency term"): the model with one warp's path through
+# the SASS loop tree, beside the model without it, on the committed runs' launches; and one kernel's path.
+
+LATENCY_HOW = "`model --out plots/data/model_latency_h200.csv --paths plots/data/model_paths_h200.csv` (docs/model.md)"
+
+
+def _latency_note():
+    peaks = common.rows("latencies_*.csv")
+    when = f", measured {peaks[0]['date']} on an {peaks[0]['device']}" if peaks else ""
+    return (" _Model with the latency term: `model` over the same rows, with the loops of "
+            "`plots/data/sass_profile_h200.csv` (`scripts/sass_profile.py` on `cuobjdump -sass` of steps 01–12 built "
+            f"for sm_90, tree at 9ad688f; its latencies from `plots/data/latencies_h200.csv`{when}). Without: "
+            "`plots/data/model_h200.csv`, the same model before the term. Ratio = measured / model._")
+
+
+def _key(r):
+    return (r["file"], r["step"], r["variant"], r["pass_of"], r["N"], r["d"], r["causal"])
+
+
+def model_latency():
+    """The tour's passes: measured, the model without the latency term and with it, the ratio and the bound.
+    Closing line: the passes within 1.5× before and after."""
+    new = [r for r in model_rows("model_latency_h200.csv") if r["file"].startswith("plots/data/tour") or r["file"].startswith("tour")]
+    old = {_key(dict(r, file="tour")): r for r in model_rows("model_h200.csv") if r["file"].startswith("tour")}
+    src = common.rows("tour_*.csv")
+    if not new:
+        return provenance([], LATENCY_HOW)
+    body, before, after = [], 0, 0
+    for r in new:
+        o = old.get(_key(dict(r, file="tour")))
+        ratio = float(r["ratio"])
+        inside = 1 / 1.5 <= ratio <= 1.5
+        after += inside
+        if o:
+            before += 1 / 1.5 <= float(o["ratio"]) <= 1.5
+        body.append([r["step"], r["variant"], r["pass_of"], f"{float(r['measured_ms']):.3g}",
+                     f"{float(o['model_ms']):.3g}" if o else "–", f"{float(o['ratio']):.2f}" if o else "–",
+                     f"{float(r['latency_ms']):.3g}" if float(r.get("latency_ms") or 0) > 0 else "–",
+                     f"{float(r['model_ms']):.3g}", f"{ratio:.2f}", "yes" if inside else "**no**", r["bound_by"]])
+    text = provenance(src) + _latency_note() + "\n\n" + table(
+        ["step", "variant", "pass", "measured ms", "model ms (without)", "ratio (without)", "latency term ms",
+         "model ms (with)", "ratio (with)", "within 1.5×", "bound by"], body)
+    return text + (f"\n\nWithin 1.5× of the measurement: **{before} of {len(body)}** passes without the latency term, "
+                   f"**{after} of {len(body)}** with it.")
+
+
+def model_latency_sweeps():
+    """The committed sweeps (rows the term was not developed on) re-modelled with the term: per file and step,
+    the passes within 1.5× and within 2×, and the ratios' range."""
+    rs = [r for r in model_rows("model_latency_h200.csv") if "sweep" in r["file"]]
+    if not rs:
+        return provenance([], LATENCY_HOW)
+    by = {}
+    for r in rs:
+        by.setdefault((os.path.basename(r["file"]), r["step"]), []).append(float(r["ratio"]))
+    body = []
+    for (f, step), xs in sorted(by.items()):
+        body.append([f"`{f}`", step, len(xs), sum(1 / 1.5 <= x <= 1.5 for x in xs), sum(0.5 <= x <= 2 for x in xs),
+                     f"{min(xs):.2f}", f"{max(xs):.2f}"])
+    files = sorted({os.path.basename(r["file"]) for r in rs})
+    src = [x for f in files for x in common.rows(f)]
+    return provenance(src) + _latency_note() + "\n\n" + table(
+        ["file", "step", "passes", "within 1.5×", "within 2×", "lowest ratio", "highest ratio"], body)
+
+
+def model_path(step="03", variant="-"):
+    """One tour kernel's warp path (model_paths_h200.csv): each loop of its tree, how the listing bounds it,
+    its trips per entry and executions per warp, its own instructions and chain per trip (the profile), and
+    its share of the path's cycles."""
+    rs = [r for r in common.rows("model_paths_h200.csv")
+          if "tour" in r["file"] and r["step"] == step and r["variant"] == variant and r["pass_of"] == "fwd"]
+    if not rs:
+        return provenance([], LATENCY_HOW)
+    prof = {(r["function"], r["loop"]): r for r in common.rows("sass_profile_h200.csv")}
+    r0 = rs[0]
+    body = []
+    for r in sorted(rs, key=lambda r: int(r["loop"])):
+        p = prof.get((r["function"], r["loop"]), {})
+        kind = {"once": "once", "imm": "constant", "ntid": "blockDim", "runtime": "the problem"}.get(r["trip_kind"], r["trip_kind"])
+        hot = " (hot)" if r["loop"] == r0["hot_loop"] else ""
+        body.append([r["loop"] + hot, r["parent"] or "–", kind, f"{float(r['trips_per_entry']):.4g}",
+                     f"{float(r['executions']):.4g}", p.get("instructions", "?"), p.get("barrier", "?"),
+                     p.get("chain_cycles", "?"), f"{100 * float(r['cycles']) / float(r0['path_cycles']):.1f} %"])
+    src = [x for x in common.rows("tour_*.csv") if x["step"] == step]
+    head = (provenance(src) + _latency_note() + f" _Kernel `{r0['kernel']}` ({r0['dtype']}, d = {r0['d']}, the tour's "
+            f"N = {r0['N']}): `{r0['function']}`. One warp's path: **{float(r0['path_cycles']):.4g} cycles**, "
+            f"{float(r0['path_instructions']):.4g} instructions; the hot loop's trips from the ledger's `{r0['marker']}`; "
+            f"warps per scheduler: {float(r0['warps_per_scheduler']):g}; the term: {float(r0['latency_ms']):.3g} ms "
+            f"({r0['latency_by']})._\n\n")
+    return head + table(["loop", "inside", "bound by", "trips per entry", "runs per warp", "instructions (own)",
+                         "barriers (own)", "chain cycles per trip", "share of the path"], body)
+
+
+def model_latencies():
+    """The latencies the chains wait out (bench --peaks' ns rows of latencies_*.csv), in ns and in cycles at the
+    clock scripts/sass_profile.py converts at (its --clock-mhz default)."""
+    rs = [r for r in common.rows("latencies_*.csv") if r["unit"] == "ns"]
+    if not rs:
+        return provenance([], "bench --peaks")
+    src = open(os.path.join(ROOT, "scripts", "sass_profile.py"), encoding="utf-8").read()
+    mhz = float(re.search(r'"--clock-mhz", type=float, default=([0-9.]+)', src).group(1))
+    waits = {"smem-latency": "LDS, LDSM, shuffles, S2R", "l2-latency": "LDG (a hit in L2)", "hbm-latency": "LDG (a miss)",
+             "ex2-latency": "MUFU", "mma-latency": "HMMA", "fma-latency": "the fixed-latency rest, a source register's reuse",
+             "barrier-latency": "BAR.SYNC"}
+    body = [[f"`{r['peak']}`", waits.get(r["peak"], "–"), f"{float(r['value']):.3g}", f"{float(r['value']) * mhz / 1e3:.0f}"]
+            for r in rs if r["peak"] in waits]
+    return provenance(rs) + (f" _One warp alone, each instruction waiting on the one before; cycles at {mhz:g} MHz._\n\n") + table(
+        ["latency", "what waits on it in the replay", "ns", "cycles"], body)
