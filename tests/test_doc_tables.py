@@ -159,6 +159,23 @@ class LatencyTerm(unittest.TestCase):
         files["model_latency"] = [self.row("plots/data/tour_h200.csv", 3.0)]  # no term: the old table alone
         self.assertNotIn("with the latency term", with_rows("model-step03", files))
 
+    def test_nsight_counts_by_class_beside_the_model(self):
+        kernel = "void fa::step05::step05_warp_split<__half, (int)128, (bool)1>(fa::AttnParams)"
+        ncu = [{"gpu": "a GPU", "device": "a GPU", "commit": "abc1234", "date": "2026-01-01T00:00Z", "label": "step05 tour",
+                "kernel": kernel, "kind": "opcode", "name": op, "executed": n}
+               for op, n in (("HMMA", "600"), ("LDS", "100"), ("LDSM", "100"), ("BAR", "50"), ("IMAD", "900"))]
+        base = {"file": "plots/data/tour_h200.csv", "step": "05", "variant": "split=q", "pass_of": "fwd", "kernel": "warp_split",
+                "inst_gmem": "0", "inst_smem": "400", "inst_mma": "600", "inst_sfu": "0", "inst_barrier": "50",
+                "inst_control": "0", "inst_alu": "1000"}
+        model = [dict(base, function="_ZN2fa6step0517step05_warp_splitI6__halfLi128ELb1EEEvNS_10AttnParamsE"),
+                 dict(base, variant="split=k", inst_mma="9",  # the other instantiation: not Nsight's kernel
+                      function="_ZN2fa6step0517step05_warp_splitI6__halfLi128ELb0EEEvNS_10AttnParamsE")]
+        text = with_rows("model-latency-counts", {"ncu_sass_": ncu, "model_counts": model})
+        self.assertIn("| 05 | warp_split | mma | 600 | 600 | 1.00 |", text)
+        self.assertIn("| 05 | warp_split | smem | 400 | 200 | 0.50 |", text)
+        self.assertIn("| 05 | warp_split | alu | 1000 | 900 | 0.90 |", text)
+        self.assertEqual(text.count("| 05 | warp_split | mma |"), 1)
+
     def test_a_path_shares_its_cycles_loop_by_loop(self):
         base = {"file": "plots/data/tour_h200.csv", "step": "03", "variant": "-", "pass_of": "fwd", "dtype": "fp16",
                 "N": "4096", "d": "128", "kernel": "kv_outer", "function": "_Zf", "warps_per_scheduler": "1",

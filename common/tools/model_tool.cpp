@@ -2,7 +2,7 @@
 // machine — the ledger from the step's closed form, the launches and times from the row, the
 // ceilings from a bench --peaks file. What the docs' prediction tables and plots are made from.
 //
-//   model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--paths FILE] [--verbose]
+//   model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--paths FILE] [--counts FILE] [--verbose]
 //
 // FILE of runs: rows written by bench, the tour or a step's --csv (their header line first). Each
 // row with a `launches` column is modelled for the forward (and for the backward, where it has
@@ -11,7 +11,9 @@
 // latency term's: 0 where the SASS profile has no listing for the step). --paths writes, per kernel
 // with a latency term, one row per loop of its warp path (docs/model.md, "The latency term"): the
 // loop, its parent, how the listing bounds it, its trips per entry, its executions per warp, and the
-// cycles it adds to the path.
+// cycles it adds to the path. --counts writes, per kernel with a latency term, the warp instructions the
+// path predicts for the whole launch by class (path × warps): what Nsight's executed instructions
+// per opcode check (scripts/ncu_sass.py).
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -78,14 +80,14 @@ void term_columns(std::ostream& os, const ModelPrediction& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string peaks, out_path, paths_path;
+  std::string peaks, out_path, paths_path, counts_path;
   std::vector<std::string> runs;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--verbose") { verbose = true; continue; }
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--paths FILE] [--verbose]\n";
+      std::cout << "usage: model --peaks FILE --runs FILE[,FILE...] [--out FILE] [--paths FILE] [--counts FILE] [--verbose]\n";
       return 0;
     }
     if (i + 1 >= argc) { std::cerr << "model: " << a << " needs a value\n"; return 2; }
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
     else if (a == "--runs") runs = split(v, ',');
     else if (a == "--out") out_path = v;
     else if (a == "--paths") paths_path = v;
+    else if (a == "--counts") counts_path = v;
     else { std::cerr << "model: unknown flag " << a << "\n"; return 2; }
   }
   if (peaks.empty() || runs.empty()) { std::cerr << "model: --peaks and --runs are required (see --help)\n"; return 2; }
@@ -112,6 +115,15 @@ int main(int argc, char** argv) {
     if (!paths) { std::cerr << "model: cannot write " << paths_path << "\n"; return 2; }
     paths << "file,step,variant,pass_of,dtype,B,H,N,d,causal,kernel,function,warps_per_scheduler,path_cycles,path_instructions,"
              "latency_ms,latency_by,marker,hot_loop,loop,parent,trip_kind,trips_per_entry,executions,cycles\n";
+  }
+  std::ofstream counts;
+  const char* classes[] = {"gmem", "smem", "mma", "sfu", "barrier", "control", "alu"};
+  if (!counts_path.empty()) {
+    counts.open(counts_path);
+    if (!counts) { std::cerr << "model: cannot write " << counts_path << "\n"; return 2; }
+    counts << "file,step,variant,pass_of,dtype,B,H,N,d,causal,kernel,function,warps";
+    for (const char* k : classes) counts << ",inst_" << k;
+    counts << "\n";
   }
   int modelled = 0, skipped = 0, within = 0;
   std::cout << std::left << std::setw(5) << "step" << std::setw(22) << "variant" << std::setw(5) << "pass" << std::setw(28) << "shape"
@@ -187,6 +199,16 @@ int main(int argc, char** argv) {
           term_columns(out.f, m);
           out.f << "\n";
         }
+        if (counts.is_open())
+          for (const KernelModel& k : m.kernels) {
+            if (k.path_cycles <= 0) continue;
+            const double warps = double(k.launch.blocks) * double((k.launch.threads + 31) / 32);
+            counts << path << "," << st->id << "," << get("variant") << "," << p.name << "," << get("dtype") << "," << s.B << ","
+                   << s.H << "," << s.N << "," << s.d << "," << (s.causal ? 1 : 0) << "," << k.kernel << "," << k.function << ","
+                   << warps;
+            for (const char* c : classes) counts << "," << (k.path_classes.count(c) ? k.path_classes.at(c) * warps : 0.0);
+            counts << "\n";
+          }
         if (paths.is_open())
           for (const KernelModel& k : m.kernels)
             for (const KernelModel::PathLoop& pl : k.path_loops)

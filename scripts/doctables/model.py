@@ -379,3 +379,44 @@ def model_latencies():
             for r in rs if r["peak"] in waits]
     return provenance(rs) + (f" _One warp alone, each instruction waiting on the one before; cycles at {mhz:g} MHz._\n\n") + table(
         ["latency", "what waits on it in the replay", "ns", "cycles"], body)
+
+
+def _template_args(name):
+    """A kernel's template arguments in order, from a mangled (Li128E, Lb1E) or demangled ((int)128, (bool)1)
+    name, with its storage type: enough to match Nsight's kernel to the profile's instantiation."""
+    ints = re.findall(r"L[ib](\d+)E", name) or re.findall(r"\((?:int|bool)\)(\d+)", name)
+    dtype = "bf16" if "bfloat16" in name else "fp16" if "half" in name else ""
+    return dtype, tuple(int(x) for x in ints)
+
+
+def model_latency_counts():
+    """Nsight's executed warp instructions by class on the tour's kernels (scripts/ncu_sass.py rows, opcodes
+    classed as scripts/sass_profile.py classes them) beside the model's path × warps (model --counts)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sass_profile", os.path.join(ROOT, "scripts", "sass_profile.py"))
+    sp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sp)
+    ncu = [r for r in common.rows("ncu_sass_*_tour.csv") if r["kind"] == "opcode"]
+    model = [r for r in common.rows("model_counts_h200.csv") if "tour" in r["file"] and r["pass_of"] == "fwd"]
+    if not ncu or not model:
+        return provenance([], "scripts/latency_check.sh OUTDIR")
+    measured = {}
+    for r in ncu:
+        step = re.search(r"step(\d\d)", r["label"]).group(1)
+        cls = sp.Instr(0, r["name"], 0).klass()
+        key = (step, r["kernel"])
+        measured.setdefault(key, {}).setdefault(cls, 0)
+        measured[key][cls] += int(r["executed"] or 0)
+    body = []
+    for (step, kname), by in sorted(measured.items()):
+        m = next((x for x in model if x["step"] == step and f"step{step}_{x['kernel']}" in kname
+                  and _template_args(x["function"]) == _template_args(kname)), None)
+        if m is None:
+            continue
+        for cls in sp.CLASSES:
+            want, got = float(m["inst_" + cls]), by.get(cls, 0)
+            body.append([step, m["kernel"], cls, f"{want:.4g}", f"{got:.4g}", f"{got / want:.2f}" if want > 0 else "–"])
+    return provenance(ncu) + (" _Nsight: executed warp instructions per opcode (`scripts/ncu_sass.py`, one launch of "
+                              "each kernel at the tour's shape), summed by the classes of `scripts/sass_profile.py`. "
+                              "Model: one warp's path by class × the launch's warps (`model --counts`). Ratio = "
+                              "Nsight / model._\n\n") + table(["step", "kernel", "class", "model", "Nsight", "ratio"], body)

@@ -8,7 +8,7 @@ import step_diff  # noqa: E402  (each step's kernel diff, lines per anchor)
 
 from .decode import decode_clocks, decode_merge, decode_probe, decode_splits, decode_target
 from .first_run import first_run
-from .model import (ceilings, io_complexity, model_latencies, model_latency, model_latency_sweeps, model_path, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
+from .model import (ceilings, io_complexity, model_latencies, model_latency, model_latency_counts, model_latency_sweeps, model_path, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
                     step08_stored)
 from .python_pkg import python_gpt, python_peers
 from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_target, step20_units
@@ -128,6 +128,7 @@ TABLES = {
     "model-summary": model_summary,
     "model-dev-summary": lambda: model_summary("model_dev_h200.csv", "development"),
     "model-latency": model_latency,
+    "model-latency-counts": model_latency_counts,
     "model-latencies": model_latencies,
     "model-latency-sweeps": model_latency_sweeps,
     "model-path-step03": lambda: model_path("03"),
