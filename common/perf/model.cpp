@@ -229,9 +229,9 @@ double ledger_work(const Ledger& led, const std::string& marker) {
 
 // [latency] One warp's path through the kernel's loop tree. Each loop's trips per entry come from the
 // listing where its bounds are constants ("imm": bound / step; "ntid": bound / the block's threads); a
-// loop whose bound the problem sets ("runtime") makes one trip, except the hot one: the innermost
-// runtime loop that holds all of the marker class's instructions, whose trips are set so that the
-// warp's marker work is the ledger's share. The marker is the block barrier where the kernel has one:
+// loop whose bound the problem sets ("runtime") makes one trip, except the hot one: the deepest
+// runtime loop whose subtree does at least half of the listing's marker work, whose trips are set so
+// that the warp's marker work is the ledger's share. The marker is the block barrier where the kernel has one:
 // every warp passes every __syncthreads, so a warp's count is the block's, even where warps take turns
 // at other work (`if (warp == w)`: the listing's per-warp walk overcounts that work, not the barriers).
 // Else the MMAs, the exponentials, shared, then global memory, a warp's share of the ledger's.
