@@ -5,16 +5,17 @@ from . import common
 from .common import geomean, kms, ktf, provenance, table
 
 HOW = "scripts/fp8_target.sh OUTDIR (docs/21_fp8.md, 'Measured')"
-ATTENTION_KERNEL = "step21_fp8"  # the forward alone, without the quantize kernels
+ATTENTION_KERNEL = "fp8"  # the forward alone, without the quantize kernels (its ledger name)
 
 
 def _parts(r):
-    """A row's kernel time per kernel (kernels_ms: "name:ms;name:ms")."""
+    """A row's kernel time per kernel (kernels_ms: "name:ms;name:ms", each name the kernel's ledger name as
+    bench writes it: memset, amax, quantize, fp8)."""
     out = {}
     for part in (r.get("kernels_ms") or "").split(";"):
         if ":" in part:
             name, ms = part.rsplit(":", 1)
-            key = next((k for k in ("step21_fp8", "step21_amax", "step21_quantize") if k in name), name)
+            key = next((k for k in ("fp8", "amax", "quantize") if name == k), name)
             out[key] = out.get(key, 0.0) + float(ms)
     return out
 
