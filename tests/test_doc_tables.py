@@ -267,6 +267,22 @@ class Step21(unittest.TestCase):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 
+class Tables(unittest.TestCase):
+    def test_a_row_of_the_wrong_width_is_refused(self):
+        # step20-target's "not measured" rows had one cell too many: Markdown shows such a row shifted
+        self.assertIn("| 1 | 2 |", common.table(["a", "b"], [[1, 2]]))
+        with self.assertRaises(ValueError):
+            common.table(["a", "b"], [[1, 2, 3]])
+
+    def test_step20_target_with_points_missing_renders(self):
+        row = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "step": "20",
+               "dtype": "fp16", "d": "128", "causal": "0", "N": "1024", "Nk": "1024", "B": "16", "H": "16",
+               "variant": "-", "pass": "1", "kernel_ms": "1.0", "kernel_tflops": "100", **OURS}
+        text = with_rows("step20-target", {"clock_": [row]})
+        self.assertIn("not measured | – | – | – | – | – |", text)
+        self.assertIn("**Not measured:", text)
+
+
 class ScriptsNamed(unittest.TestCase):
     def test_every_script_is_in_the_readme_layout_and_in_scripts_readme(self):
         readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
@@ -284,8 +300,10 @@ class ScriptsNamed(unittest.TestCase):
         # step20_target.sh runs peer_tables.sh by its path: without the bit a GPU call lost a phase to
         # "Permission denied". A fresh clone's modes are git's, so the check on disk is the check on git.
         d = os.path.join(ROOT, "scripts")
-        scripts = [f for f in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, f))
-                   and open(os.path.join(d, f), "rb").read(2) == b"#!"]
+        def shebang(f):
+            with open(os.path.join(d, f), "rb") as fh:
+                return fh.read(2) == b"#!"
+        scripts = [f for f in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, f)) and shebang(f)]
         self.assertIn("peer_tables.sh", scripts)
         for name in scripts:
             with self.subTest(script=name):

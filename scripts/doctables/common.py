@@ -60,6 +60,9 @@ def geomean(xs):
 
 
 def table(header, body):
+    for row in body:  # a row with more or fewer cells than the header renders as a broken table
+        if len(row) != len(header):
+            raise ValueError(f"table row has {len(row)} cells for {len(header)} columns: {row}")
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
     return "\n".join(lines)

@@ -357,7 +357,7 @@ def fwd16_wide():
                 key = (dt, 256, c, n)
                 r16, r15, r14 = by.get(("16",) + key), by.get(("15",) + key), by.get(("14",) + key)
                 if not r16:
-                    body.append([dt, "yes" if c else "no", n, "not measured"] + ["–"] * 8)
+                    body.append([dt, "yes" if c else "no", n, "not measured"] + ["–"] * 7)
                     continue
                 cell = lambda r: (f"{ktf(r):.1f}" + ("" if r["pass"] == "1" else " (FAIL)")) if r else "–"
                 row = [dt, "yes" if c else "no", n, cell(r14), cell(r15), cell(r16)]

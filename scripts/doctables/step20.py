@@ -63,7 +63,7 @@ def step20_target():
         r, r16 = by.get(("20",) + key), by.get(("16",) + key)
         if not r:
             missing.append(key)
-            body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 6)
+            body.append([dt, d, "yes" if c else "no", n, "not measured"] + ["–"] * 5)
             continue
         row = [dt, d, "yes" if c else "no", n, f"{ktf(r):.1f}" + ("" if r["pass"] == "1" else " (FAIL)")]
         if r16 and kms(r16):
