@@ -219,8 +219,19 @@ class PythonPackage(unittest.TestCase):
     def test_a_curve_outside_the_spread_disagrees(self):
         self.assertIn("at **0 of 40** steps", self.gpt(0.5))
 
+    def test_the_host_check_per_gpu(self):
+        ident = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "seed": "0", "steps": "300"}
+        runs = [dict(ident, backend="sdpa", step_ms_median="10", host_ms_median="9.9", attn_kernel_ms_per_step="1"),
+                dict(ident, backend="steps", step_ms_median="12", host_ms_median="6", attn_kernel_ms_per_step="1.1")]
+        text = with_rows("python-gpt-host", {"gpthost_": runs})
+        self.assertIn("| a GPU | `abc1234` | steps | 1 | 300 | 12.00 | 6.00 | 1.100 |", text)
+        self.assertIn("SDPA's **1.20** (prediction ≤ 1.10: **missed**)", text)
+        self.assertIn("waits for the host) for: sdpa.", text)
+        runs[1].update(step_ms_median="10.5")
+        self.assertIn("**1.05** (prediction ≤ 1.10: **met**)", with_rows("python-gpt-host", {"gpthost_": runs}))
+
     def test_no_rows_give_one_sentence(self):
-        for table in ("python-gpt", "python-peers"):
+        for table in ("python-gpt", "python-gpt-host", "python-peers"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
     def test_the_package_beside_the_step_programs(self):
@@ -247,7 +258,7 @@ class Step21(unittest.TestCase):
                 dict(base, step="21", dtype="e4m3", variant="v=kernel", kernel_ms=str(ms21), kernel_tflops="1100",
                      kernels_ms=f"memset:0.001;amax:{0.05 * ms21};quantize:{0.05 * ms21};fp8:{0.9 * ms21}")]  # names as bench writes them
         text = with_rows("step21-target", {"fp8_": rows})
-        self.assertIn("| 128 | no | 16384 | kernel | 600 | 1100 | 1222 | 1.83 | PASS |", text)
+        self.assertIn("| 128 | no | 16384 | kernel | 600 | 1100 | 1222 | 10 % | 1.83 | PASS |", text)
         self.assertIn("1100 TFLOP/s with the quantize kernels, 1222 without (target ≥ 1000: **met** counted with them", text)
         self.assertIn("Step 21 / step 16 at d = 128, N = 16k: **1.83** (target ≥ 1.6: **met**)", text)
 

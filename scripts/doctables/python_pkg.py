@@ -87,6 +87,43 @@ def python_gpt():
     return text
 
 
+HOST_HOW = "scripts/python_gpu.sh OUTDIR with FA_PYTEST=0 FA_PEERS=0, its gpt_runs_<gpu>.csv kept as gpthost_<gpu>.csv (docs/python.md)"
+STEP_GOAL = 1.10  # docs/python.md's prediction after [spec-cache]: the package's step at most this × SDPA's
+
+
+def python_gpt_host():
+    """The host check of the small GPT (gpthost_*.csv: gpt.py's run rows, kept apart from the loss-curve runs of
+    python-gpt because they are shorter and on one seed): per GPU, commit and backend the median step and host
+    time and the attention kernels' time per step. Closing lines, per GPU and commit: the package's step over
+    SDPA's against the prediction (at most 1.10×), and whether each backend's host time is below its step time
+    (below: the GPU did not wait for the host)."""
+    runs = common.rows("gpthost_*.csv")
+    if not runs:
+        return provenance([], HOST_HOW)
+    by = defaultdict(list)
+    for r in runs:
+        by[(r["device"], r["commit"], r["backend"])].append(r)
+    body, lines = [], []
+    mean = lambda rs, k: statistics.mean(float(r[k]) for r in rs)  # noqa: E731
+    for (dev, commit, backend), rs in sorted(by.items()):
+        attn = [float(r["attn_kernel_ms_per_step"]) for r in rs if r.get("attn_kernel_ms_per_step")]
+        body.append([dev, f"`{commit}`", backend, len(rs), rs[0]["steps"], f"{mean(rs, 'step_ms_median'):.2f}",
+                     f"{mean(rs, 'host_ms_median'):.2f}", f"{statistics.mean(attn):.3f}" if attn else "–"])
+    for dev, commit in sorted({k[:2] for k in by}):
+        got = {b: by.get((dev, commit, b)) for b in ("sdpa", "steps")}
+        if not all(got.values()):
+            continue
+        ratio = mean(got["steps"], "step_ms_median") / mean(got["sdpa"], "step_ms_median")
+        waits = [b for b in ("sdpa", "steps") if mean(got[b], "host_ms_median") >= 0.95 * mean(got[b], "step_ms_median")]
+        lines.append(f"{dev} at `{commit}`: the package's step / SDPA's **{ratio:.2f}** (prediction ≤ {STEP_GOAL:.2f}: "
+                     f"**{'met' if ratio <= STEP_GOAL else 'missed'}**); host time within 5 % of the step time (the GPU "
+                     f"waits for the host) for: {', '.join(waits) if waits else 'neither backend'}.")
+    return (provenance(runs, HOST_HOW) + " _Median over the steps after the first tenth: step by CUDA events, host time by "
+            "the CPU's clock until the step is queued; attention by Kineto's kernel records._\n\n"
+            + table(["GPU", "commit", "backend", "seeds", "steps", "step ms", "host ms", "attention kernel ms per step"], body)
+            + "\n\n" + " ".join(lines))
+
+
 def python_peers():
     """The package's flash_attn_func by kernel time beside the step programs' own kernel time for the same
     kernels (clock_*_bwd19.csv: step 16's forward, step 19's backward) and beside SDPA's cuDNN and flash

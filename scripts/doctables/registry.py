@@ -10,7 +10,7 @@ from .decode import decode_clocks, decode_merge, decode_probe, decode_splits, de
 from .first_run import first_run
 from .model import (ceilings, io_complexity, model_latencies, model_latency, model_latency_counts, model_latency_sweeps, model_path, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
                     step08_stored)
-from .python_pkg import python_gpt, python_peers
+from .python_pkg import python_gpt, python_gpt_host, python_peers
 from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_target, step20_units
 from .step21 import step21_accuracy, step21_target
 from .peers import bwd19_deterministic, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
@@ -115,6 +115,7 @@ TABLES = {
     "step21-accuracy": step21_accuracy,
     # The Python package (docs/python.md): the small GPT both ways, the package beside the steps and SDPA.
     "python-gpt": python_gpt,
+    "python-gpt-host": python_gpt_host,
     "python-peers": python_peers,
     # The README's first run: how long scripts/run.sh and scripts/test.sh take (plots/data/first_run*.csv).
     "first-run": first_run,
