@@ -6,7 +6,8 @@
 #   3. scripts/peers.py with the package beside SDPA's flash and cuDNN on the backward target matrix
 #      (scripts/targets.txt, "bwd"), by the one clock: OUTDIR/pypeers_<gpu>.csv;
 #   4. the small GPT (python/examples/gpt.py), SDPA (cuDNN) and the package, seeds 0, 1, 2, FA_GPT_STEPS
-#      steps each: OUTDIR/gpt_steps_<gpu>.csv (a row per step) and gpt_runs_<gpu>.csv (a row per run).
+#      steps each: OUTDIR/gpt_steps_<gpu>.csv (a row per step), gpt_runs_<gpu>.csv (a row per run) and
+#      gpt_hostprof_<gpu>.txt (cProfile of a few more steps per run: where the host time goes).
 # Usage: scripts/python_gpu.sh [OUTDIR]      (default plots/data)
 #   FA_PYTEST=0 FA_PEERS=0 FA_GPT=0   skip a phase
 #   FA_GPT_STEPS=1000                 training steps per run;  FA_GPT_SEEDS=0,1,2
@@ -54,11 +55,12 @@ if [ "${FA_PEERS:-1}" = 1 ]; then
 fi
 
 if [ "${FA_GPT:-1}" = 1 ]; then
-  rm -f "$out/gpt_steps_${slug}.csv" "$out/gpt_runs_${slug}.csv"
+  rm -f "$out/gpt_steps_${slug}.csv" "$out/gpt_runs_${slug}.csv" "$out/gpt_hostprof_${slug}.txt"
   for be in sdpa steps; do
     say "the small GPT with $be, seeds ${FA_GPT_SEEDS:-0,1,2}, ${FA_GPT_STEPS:-1000} steps"
     "$py" "$root/python/examples/gpt.py" --backend "$be" --seeds "${FA_GPT_SEEDS:-0,1,2}" \
       --steps "${FA_GPT_STEPS:-1000}" --out "$out/gpt_steps_${slug}.csv" --summary "$out/gpt_runs_${slug}.csv" \
+      --host-profile "$out/gpt_hostprof_${slug}.txt" \
       || { r=$?; say "gpt.py ($be) exited $r"; [ $rc -ne 0 ] || rc=$r; }
   done
 fi

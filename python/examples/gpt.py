@@ -212,11 +212,38 @@ def train(args, seed, data, val, vocab, rows, summary):
         except LookupError as e:  # the run's loss curve is kept; the summary says the time is missing, and the exit is 1
             print(f"gpt.py: {e}", file=sys.stderr)
             clock, ok = "none: no attention kernel found in the profile", False
+    if args.host_profile:
+        host_profile(args, step, data, gen, device, seed)
     summary.writerow({**ident, "steps": args.steps, "final_loss": f"{losses[-1]:.5f}", "final_val_loss": val_loss,
                       "step_ms_median": f"{statistics.median(times[len(times) // 10:]):.3f}",
                       "host_ms_median": f"{statistics.median(hosts[len(hosts) // 10:]):.3f}",
                       "attn_kernel_ms_per_step": attn_ms, "attn_kernels_per_step": attn_n, "attn_clock": clock})
     return ok
+
+
+def host_profile(args, step, data, gen, device, seed):
+    """Where a step's host time goes: args.profile_steps more steps under cProfile, the functions by cumulative
+    time appended to args.host_profile (text). On a GPU nothing in a step waits for it, so this is the time the
+    CPU spends queuing the step's work: for a host-bound step, the step's time."""
+    import cProfile
+    import io
+    import pstats
+    n = max(1, args.profile_steps)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        step(*batches(data, args.batch, args.context, gen, device))
+    prof.disable()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    text = io.StringIO()
+    stats = pstats.Stats(prof, stream=text)
+    stats.sort_stats("cumulative").print_stats(40)
+    with open(args.host_profile, "a") as f:
+        f.write(f"# gpt.py host profile: backend {args.backend}, seed {seed}, {n} steps on {device} "
+                f"(cumulative seconds over the {n} steps; divide by {n} for one step)\n{text.getvalue()}\n")
 
 
 def attention_kernel_ms(args, step, data, gen, device):
@@ -264,6 +291,8 @@ def main(argv=None):
     ap.add_argument("--profile-steps", type=int, default=10)
     ap.add_argument("--out", required=True, help="CSV of every step (appended to)")
     ap.add_argument("--summary", help="CSV of one row per run (appended to)")
+    ap.add_argument("--host-profile", help="after each seed, --profile-steps more steps under cProfile: the functions "
+                    "by cumulative time appended to this text file (where the host time of a step goes)")
     args = ap.parse_args(argv)
     for name in ("steps", "layers", "d_model", "heads", "context", "batch", "eval_every", "log_every"):
         if getattr(args, name) < 1:

@@ -58,3 +58,13 @@ def test_bad_arguments_exit_2(tmp_path):
         with pytest.raises(SystemExit) as e:
             gpt.main(["--backend", "steps", "--out", str(tmp_path / "x.csv"), "--device", "cpu"] + bad)
         assert e.value.code == 2
+
+
+def test_the_host_profile_names_the_package_s_calls(tmp_path):
+    # --host-profile: where a step's host time goes, by function; with the package, its call path shows in it
+    prof = tmp_path / "host.txt"
+    args = TINY[:TINY.index("--seeds")] + ["--seeds", "0", "--device", "cpu", "--profile-steps", "2"]
+    assert gpt.main(["--backend", "steps", "--out", str(tmp_path / "g.csv"), "--host-profile", str(prof)] + args) == 0
+    text = prof.read_text()
+    assert "backend steps, seed 0, 2 steps on cpu" in text
+    assert "flash_attn_func" in text and "cumulative" in text
