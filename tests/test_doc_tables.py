@@ -285,6 +285,14 @@ class Tables(unittest.TestCase):
         with self.assertRaises(ValueError):
             common.table(["a", "b"], [[1, 2, 3]])
 
+    def test_rows_of_two_gpus_are_refused_unless_the_table_sets_them_apart(self):
+        a = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "GPU A"}
+        b = dict(a, device="GPU B")
+        self.assertIn("on an GPU A", common.provenance([a, a]))
+        with self.assertRaises(ValueError):
+            common.provenance([a, b])
+        self.assertIn("GPU A and an GPU B", common.provenance([a, b], many_gpus=True))
+
     def test_step20_target_with_points_missing_renders(self):
         row = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "step": "20",
                "dtype": "fp16", "d": "128", "causal": "0", "N": "1024", "Nk": "1024", "B": "16", "H": "16",

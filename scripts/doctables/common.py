@@ -39,11 +39,20 @@ def mb(x):
     return f"{float(x) / 1e6:,.0f}" if x not in ("", None) else "–"
 
 
-def provenance(rs, how="scripts/gpu_session.sh"):
+def provenance(rs, how="scripts/gpu_session.sh", many_gpus=False):
+    """The caption naming where and when a table's rows were measured. Rows from two GPUs are refused unless the
+    table sets them apart itself (many_gpus): a glob such as clock_*_fwd20.csv reads every GPU's file, and a
+    table that keys its rows by shape alone would mix them."""
     if not rs:
         return f"_no measurements yet: run `{how}` on a GPU machine_"
+    gpus = sorted({x.get("device") or x.get("gpu") or "" for x in rs})
+    if len(gpus) > 1 and not many_gpus:
+        raise ValueError(f"rows from {len(gpus)} GPUs in one table ({', '.join(gpus)}): keep one GPU's files, "
+                         "or set the rows apart by GPU in the table")
     r = rs[0]
     gpu = r.get("device") or r.get("gpu")
+    if many_gpus and len(gpus) > 1:
+        gpu = " and an ".join(gpus)
     cuda = f", CUDA {r['cuda']}" if "cuda" in r else ""
     spans = {}
     for x in rs:  # a run writes a date per row: each commit's first and last

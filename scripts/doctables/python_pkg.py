@@ -118,7 +118,7 @@ def python_gpt_host():
         lines.append(f"{dev} at `{commit}`: the package's step / SDPA's **{ratio:.2f}** (prediction ≤ {STEP_GOAL:.2f}: "
                      f"**{'met' if ratio <= STEP_GOAL else 'missed'}**); host time within 5 % of the step time (the GPU "
                      f"waits for the host) for: {', '.join(waits) if waits else 'neither backend'}.")
-    return (provenance(runs, HOST_HOW) + " _Median over the steps after the first tenth: step by CUDA events, host time by "
+    return (provenance(runs, HOST_HOW, many_gpus=True) + " _Median over the steps after the first tenth: step by CUDA events, host time by "
             "the CPU's clock until the step is queued; attention by Kineto's kernel records._\n\n"
             + table(["GPU", "commit", "backend", "seeds", "steps", "step ms", "host ms", "attention kernel ms per step"], body)
             + "\n\n" + " ".join(lines))
