@@ -104,6 +104,57 @@ TEST_CASE("step 21 [sw128]: an e4m3 tile's bytes sit where the 16-bit layout put
     }
 }
 
+// [transpose-banks] The most 4-byte words one shared-memory bank is asked for by one warp-instruction of the
+// transposers (32 lanes), over their four loads (raw V, keys' rows) and four stores (Vᵀ, dims' rows), for a
+// way of handing units to lanes: 1 = every access one wavefront.
+template <class Unit>
+int worst_bank_load(int d, Unit unit, int& loads_worst, int& stores_worst) {
+  constexpr int Bc = 128;
+  loads_worst = stores_worst = 0;
+  for (int g = 0; g < step21::transpose_units(Bc, d) / 32; ++g)
+    for (int i = 0; i < 4; ++i) {
+      std::vector<std::set<uint32_t>> load(32), store(32);
+      for (int l = 0; l < 32; ++l) {
+        const auto [sg, dg] = unit(32 * g + l);
+        const int slot0 = 4 * sg, n0 = 4 * dg;
+        const int key = 32 * (slot0 / 32) + step21::key_of_slot(slot0 % 32 + i);
+        const uint32_t a = step21::sw8_offset(key, n0, Bc), b = step21::sw8_offset(n0 + i, slot0, d);
+        load[(a / 4) % 32].insert(a / 4);
+        store[(b / 4) % 32].insert(b / 4);
+      }
+      for (int k = 0; k < 32; ++k) {
+        loads_worst = std::max(loads_worst, int(load[size_t(k)].size()));
+        stores_worst = std::max(stores_worst, int(store[size_t(k)].size()));
+      }
+    }
+  return std::max(loads_worst, stores_worst);
+}
+
+TEST_CASE("step 21 [transpose-banks]: every unit once, and no two lanes of a transposer's load or store on one bank") {
+  for (int d : {128, 256}) {
+    CAPTURE(d);
+    const int units = step21::transpose_units(128, d);
+    std::set<std::pair<int, int>> seen;
+    for (int u = 0; u < units; ++u) {
+      const step21::TransposeUnit t = step21::transpose_unit(u, d);
+      REQUIRE(t.slot_group >= 0);
+      REQUIRE(t.slot_group < 32);
+      REQUIRE(t.dim_group >= 0);
+      REQUIRE(t.dim_group < d / 4);
+      seen.insert({t.slot_group, t.dim_group});
+    }
+    CHECK(int(seen.size()) == units);  // a permutation of the tile's units: the same transpose, another order
+    int loads = 0, stores = 0;
+    CHECK(worst_bank_load(d, [&](int u) { auto t = step21::transpose_unit(u, d); return std::pair{t.slot_group, t.dim_group}; },
+                          loads, stores) == 1);
+    // The order before: slot group u % 32, dim group u / 32. The count sees its conflicts (8 rows share a
+    // chunk of the swizzle), so the check above can fail.
+    worst_bank_load(d, [](int u) { return std::pair{u % 32, u / 32}; }, loads, stores);
+    CHECK(loads == 8);
+    CHECK(stores == 1);
+  }
+}
+
 TEST_CASE("step 21 [incoherent]: the transform is orthogonal, leaves QKᵀ as it was, and spreads an outlier") {
   for (int d : {32, 64, 128, 256}) {
     CAPTURE(d);

@@ -197,7 +197,8 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
           Vrs[st].load_from(V, j * Bc, 0);
           // lab:begin v-transpose-cpu {O}: [v-transpose] [transpose4]: the producer's warps, unit by unit …
           for (int u = 0; u < transpose_units(int(Bc), int(d)); ++u) {
-            const int sg = u % int(Bc / 4), n0 = 4 * (u / int(Bc / 4)), slot0 = 4 * sg;
+            const TransposeUnit tu = transpose_unit(u, int(d));  // [transpose-banks] the kernel's lanes' order
+            const int n0 = 4 * tu.dim_group, slot0 = 4 * tu.slot_group;
             uint32_t r[4], t[4];
             for (int i = 0; i < 4; ++i) {
               const int key = 32 * (slot0 / 32) + key_of_slot(slot0 % 32 + i);

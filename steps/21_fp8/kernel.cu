@@ -276,7 +276,8 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
       mbar_wait(full_vr(st), full_parity(j, Stages));
       if (j >= Stages) mbar_wait(empty_v(st), empty_parity(j, Stages));
       for (int u = tid; u < transpose_units(Bc, D); u += 96) {
-        const int sg = u % (Bc / 4), n0 = 4 * (u / (Bc / 4)), slot0 = 4 * sg;
+        const TransposeUnit tu = transpose_unit(u, D);  // [transpose-banks] no two lanes on one bank
+        const int n0 = 4 * tu.dim_group, slot0 = 4 * tu.slot_group;
         uint32_t r[4], t[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {

@@ -122,6 +122,20 @@ FA_HD constexpr uint32_t sw8_offset(int r, int c, int R) {
 // u % (Bc / 4), dim group u / (Bc / 4).
 FA_HD constexpr int transpose_units(int Bc, int d) { return (Bc / 4) * (d / 4); }
 
+// [transpose-banks] Which unit lane l of warp-instruction g takes (u = 32g + l; Bc = 128: 32 slot
+// groups). Taken in order (slot group u % 32, dim group u / 32), the 32 lanes of a load read the same
+// 4-byte column of 32 keys' rows: the swizzle spreads those rows over 8 16-byte chunks only, so every
+// load was 8 bank wavefronts. Here lane l takes slot group 16(g % 2) + l/2 and dim group
+// (l % 2 + 2(l/2) + 2(g/2)) mod (d/4): each load and each store of a warp-instruction touches 32 banks
+// once (tests/test_step21.cpp counts them), and over g every (slot group, dim group) comes once.
+struct TransposeUnit {
+  int slot_group, dim_group;
+};
+FA_HD constexpr TransposeUnit transpose_unit(int u, int d) {
+  const int g = u / 32, l = u % 32;
+  return {16 * (g % 2) + l / 2, (l % 2 + 2 * (l / 2) + 2 * (g / 2)) % (d / 4)};
+}
+
 // [handshake] step 16's parities (the ring counts tiles j from 0; stage j % stages).
 FA_HD constexpr uint32_t full_parity(int j, int stages) { return uint32_t(j / stages) & 1u; }
 FA_HD constexpr uint32_t empty_parity(int j, int stages) { return (uint32_t(j / stages) & 1u) ^ 1u; }
