@@ -69,8 +69,8 @@ static_assert(valid(schedule_for(128)) && valid(schedule_for(256)) && valid(sche
 // that is a multiple of 32.
 inline constexpr int kHeadDims[] = {128, 256};
 
-// [setmaxnreg] The producer warpgroup transposes V: 40 registers each, the two consumers 232
-// (128·40 + 256·232 = 64512 of 65536).
+// [setmaxnreg] Step 16's split: the producer warpgroup (TMA and the transposers) 24 registers each, the
+// two consumers 240 (128·24 + 256·240 = 64512 of 65536). 40 and 232 serialize d = 256's wgmmas (docs/21).
 inline constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "the register file");
 
