@@ -223,8 +223,8 @@ def train(args, seed, data, val, vocab, rows, summary):
 
 def host_profile(args, step, data, gen, device, seed):
     """Where a step's host time goes: args.profile_steps more steps under cProfile, the functions by cumulative
-    time appended to args.host_profile (text). On a GPU nothing in a step waits for it, so this is the time the
-    CPU spends queuing the step's work: for a host-bound step, the step's time."""
+    time appended to args.host_profile (text). On a GPU that is the time the CPU spends queuing the step's work,
+    and a call that waits for the GPU shows its wait as its own time."""
     import cProfile
     import io
     import pstats
