@@ -386,3 +386,41 @@ def fwd16_wide():
                      f"{'causal' if best['causal'] == '1' else 'no mask'}, N = {best['N']}), "
                      f"{100 * ktf(best) / 989.0:.0f} % of the H200's 989 TFLOP/s dense fp16/bf16 (datasheet)")
     return head + "\n\n" + t + "\n\n" + "; ".join(x for x in lines if x) + "."
+
+
+def bwd19_point():
+    """Issue 34's single point, rerun on its own (point_*_bwd19.csv: bench --steps 19 --variants all at fp16 and
+    bf16, d = 128, N = 16k, no mask; pointpeers_*_bwd19.csv: scripts/peers.py's flash and cuDNN at the same
+    shape, right after, in the same call): step 19's backward TFLOP/s by kernel time, plain and
+    deterministic, beside cuDNN's. Closing line: the 550 TFLOP/s goal and deterministic ≥ 0.8 of plain."""
+    ours = [r for r in common.rows("point_*_bwd19.csv") if r["step"] == "19" and kms(r, "bwd")]
+    peers = [r for r in common.rows("pointpeers_*_bwd19.csv") if r.get("bwd_kernel_ms") and r["causal"] == "0"]
+    how = "build/bench --steps 19 --ns 16384 --ds 128 --causal 0 --variants all, then scripts/peers.py (docs/19, 'Measured')"
+    if not ours:
+        return provenance([], how)
+    cud = {r["dtype"]: r for r in peers if r["backend"] == "cudnn"}
+    fl = {r["dtype"]: r for r in peers if r["backend"] == "flash"}
+    body, best = [], {}
+    for r in sorted(ours, key=lambda x: (x["dtype"], x["variant"])):
+        dt, var = r["dtype"], plain_variant(r["variant"])
+        tf = ktf(r, "bwd")
+        c, f = cud.get(dt), fl.get(dt)
+        best.setdefault(dt, {})[var] = kms(r, "bwd")
+        body.append([dt, "on" if var == "deterministic=on" else "off", f"{kms(r, 'bwd'):.3f}", f"{tf:.1f}",
+                     f"{float(c['bwd_kernel_tflops']):.1f}" if c else "–",
+                     f"{float(c['bwd_kernel_ms']) / kms(r, 'bwd'):.3f}" if c else "–",
+                     f"{float(f['bwd_kernel_ms']) / kms(r, 'bwd'):.3f}" if f else "–",
+                     "PASS" if r["bwd_pass"] == "1" else "**FAIL**"])
+    plain = [r for r in ours if plain_variant(r["variant"]) == "-"]
+    top = max(ktf(r, "bwd") for r in plain) if plain else None
+    dets = [v["-"] / v["deterministic=on"] for v in best.values() if "-" in v and "deterministic=on" in v]
+    lines = []
+    if top is not None:
+        lines.append(f"Plain backward at its best dtype: **{top:.1f}** TFLOP/s (goal ≥ 550: "
+                     f"**{'met' if top >= 550 else 'missed'}**).")
+    if dets:
+        lines.append(f"Deterministic / plain throughput: {', '.join(f'{x:.2f}' for x in dets)} (goal ≥ 0.8: "
+                     f"**{'met' if min(dets) >= 0.8 else 'missed'}**).")
+    return (provenance(ours, how) + " " + clock_caption(ours, peers) + "\n\n"
+            + table(["dtype", "deterministic", "step 19 bwd ms", "step 19 bwd TFLOP/s", "cuDNN bwd TFLOP/s",
+                     "step 19 / cuDNN", "step 19 / flash", "check"], body) + "\n\n" + " ".join(lines))

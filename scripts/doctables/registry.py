@@ -12,8 +12,8 @@ from .model import (ceilings, io_complexity, model_latencies, model_latency, mod
                     step08_stored)
 from .python_pkg import python_gpt, python_gpt_host, python_peers
 from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_target, step20_units
-from .step21 import step21_accuracy, step21_target
-from .peers import bwd19_deterministic, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
+from .step21 import step21_accuracy, step21_banks, step21_target
+from .peers import bwd19_deterministic, bwd19_point, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
 from .steps import (ablation, bwd_first, bwd_model, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
                     ncu_on_chip, ncu_stalls, step12_dropout, step_backward, step_dtype, step_ncu, step_sweep, tour)
@@ -79,6 +79,7 @@ TABLES = {
     "step16-ncu": lambda: ncu_stalls(("15", "16"), pattern="ncu16_*.csv"),
     "step19-target": bwd19_target,
     "step19-deterministic": bwd19_deterministic,
+    "step19-point": bwd19_point,
     "step19-dq-turns": step19_dq_turns,
     "step19-sass": lambda: sass_stalls("19"),
     "step19-hoist": step19_hoist,
@@ -113,6 +114,7 @@ TABLES = {
     # Step 21 (docs/21_fp8.md): beside step 16 in bf16, and its accuracy beside the emulation's.
     "step21-target": step21_target,
     "step21-accuracy": step21_accuracy,
+    "step21-banks": step21_banks,
     # The Python package (docs/python.md): the small GPT both ways, the package beside the steps and SDPA.
     "python-gpt": python_gpt,
     "python-gpt-host": python_gpt_host,

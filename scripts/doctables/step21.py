@@ -111,3 +111,54 @@ def step21_accuracy():
     return (provenance(rs, HOW) + " _RMSE of O against float64 attention on the bf16 inputs before quantization; in "
             "brackets, over the CPU emulation's RMSE for the same variant and point (docs/fp8_accuracy.md)._\n\n"
             + table(["inputs", "d", "causal", "N"] + [f"`{v}`" for v in variants], body) + "\n\n" + " ".join(lines))
+
+
+BANKS_BEFORE = "logs/6e1cd7f/fp8_*.csv"  # the run before [transpose-banks] (an H100, 6e1cd7f)
+BANKS_AFTER = "fp8_*.csv"  # the run after it (fp8_target.sh's current file)
+
+
+def step21_banks():
+    """[transpose-banks]'s prediction (docs/21, "Vᵀ"): at N = 16k, with --v kernel, the forward alone at least
+    two thirds of pretransposed's in the same run, at d = 128 and 256, both masks; and the forward alone's
+    change from the run before the new order (6e1cd7f) to the run after, beside the change of the two kernels
+    the order does not touch (step 16, the pretransposed forward), which say how far the two runs' GPUs and
+    days differ. Rows are set apart by run (GPU and commit)."""
+    runs = [(label, [r for r in common.rows(pat) if r.get("N") == "16384" and kms(r)])
+            for label, pat in (("before", BANKS_BEFORE), ("after", BANKS_AFTER))]
+    if not all(rs for _, rs in runs):
+        return provenance([], HOW)
+    ms = {}  # (run, kernel, d, causal) -> ms of the kernel that matters
+    for label, rs in runs:
+        for r in rs:
+            k = (int(r["d"]), int(r["causal"]))
+            if r["step"] == "16" and r["dtype"] == "bf16":
+                ms[(label, "step 16", *k)] = kms(r)
+            elif r["step"] == "21" and ATTENTION_KERNEL in _parts(r):
+                ms[(label, r["variant"].replace("v=", ""), *k)] = _parts(r)[ATTENTION_KERNEL]
+    body, held, points, change = [], 0, 0, {}
+    for d, c in sorted({(key[2], key[3]) for key in ms}):
+        row = [d, "yes" if c else "no"]
+        for label, _ in runs:
+            kern, pre = ms.get((label, "kernel", d, c)), ms.get((label, "pretransposed", d, c))
+            share = pre / kern if kern and pre else None
+            row += [f"{kern:.3f}" if kern else "–", f"{pre:.3f}" if pre else "–", f"{share:.2f}" if share else "–"]
+            if label == "after" and share:
+                points += 1
+                held += share >= 2.0 / 3.0
+        for what in ("kernel", "pretransposed", "step 16"):
+            a, b = ms.get(("before", what, d, c)), ms.get(("after", what, d, c))
+            change.setdefault(what, []).append(a / b if a and b else None)
+        row.append(f"{change['kernel'][-1]:.2f}" if change["kernel"][-1] else "–")
+        body.append(row)
+    gm = {w: geomean([x for x in xs if x]) for w, xs in change.items() if any(xs)}
+    both = runs[0][1] + runs[1][1]
+    return (provenance(both, HOW, many_gpus=True)
+            + " _Kernel time (CUPTI, cold L2) of the step21_fp8 kernel alone, in ms, N = 16k (B·N = 16k); "
+            "'share' is pretransposed's time over the in-kernel transpose's (1 = as fast); 'speed-up' is the kernel's "
+            "time before over after._\n\n"
+            + table(["d", "causal", "before: kernel ms", "before: pretransposed ms", "before: share",
+                     "after: kernel ms", "after: pretransposed ms", "after: share", "speed-up of `--v kernel`"], body)
+            + f"\n\nPrediction (after: share ≥ 2/3 at every point): held at **{held} of {points}** points. "
+            + "Geometric-mean speed-up from the run before to the run after: "
+            + ", ".join(f"{w} **{g:.3f}**" for w, g in gm.items())
+            + " (the last two kernels did not change between the runs).")
