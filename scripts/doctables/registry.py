@@ -115,6 +115,7 @@ TABLES = {
     "step21-target": step21_target,
     "step21-accuracy": step21_accuracy,
     "step21-banks": step21_banks,
+    "step21-sass": lambda: sass_stalls("21"),
     # The Python package (docs/python.md): the small GPT both ways, the package beside the steps and SDPA.
     "python-gpt": python_gpt,
     "python-gpt-host": python_gpt_host,
