@@ -189,6 +189,36 @@ class LatencyTerm(unittest.TestCase):
         self.assertIn("| -1 | – | once | 1 | 1 | 40 | 0 | 250.0 | 25.0 % |", text)
         self.assertIn("| 0 (hot) | -1 | the problem | 75 | 75 | 8 | 1 | 10.0 | 75.0 % |", text)
 
+    def test_the_validation_tour_counts_its_passes_against_the_development_table(self):
+        val = [self.row("plots/data/model_latval_tour_h200.csv", 1.2, latency_ms="20", model_ms="20"),
+               dict(self.row("plots/data/model_latval_tour_h200.csv", 1.6, latency_ms="5", model_ms="5"), step="09"),
+               dict(self.row("plots/data/model_latval_tour_h200.csv", 1.1), step="21", variant="v=kernel")]
+        dev = [self.row("plots/data/tour_h200.csv", 1.0, latency_ms="20", model_ms="20"),  # 03: +20 %, outside 10 %
+               dict(self.row("plots/data/tour_h200.csv", 1.55, latency_ms="5", model_ms="5"), step="09")]
+        tour = [dict(self.TOUR, variant="-", model_ms="20"), dict(self.TOUR, step="09", variant="-", model_ms="5.1"),
+                dict(self.TOUR, step="21", variant="v=kernel", model_ms="10")]
+        text = with_rows("model-latval", {"model_latval_h200": val, "model_latval_tour": tour, "model_latency": dev})
+        self.assertIn("| 03 | - | fwd | 24 (1–1) | 20 | 20 | 1.20 | yes | 1.00 | +20.0 % | latency |", text)
+        self.assertIn("| 21 | v=kernel | fwd | 11 (1–1) | – | 10 | 1.10 | yes | – | – | smem+serial |", text)
+        self.assertIn("**2 of 3** passes; of the 2 the development table has, **1 of 2** (the development table: 1 of 2)", text)
+        self.assertIn("Outside: 09 `-` fwd 1.600.", text)
+        self.assertIn("**1 of 2** passes; the largest change +20.0 % (step 03 `-` fwd)", text)
+        self.assertIn("largest relative difference 0.02", text)  # 5.1 against 5
+
+    def test_the_validation_inputs_count_the_loops_whose_listing_differs(self):
+        lat = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "unit": "ns"}
+        loop = {"step": "03", "function": "_Zf", "loop": "0", "regs_used": "64", "instructions": "8", "chain_cycles": "100",
+                "chain_cycles_hbm": "200"}
+        files = {"model_latval_latencies": [dict(lat, peak="l2-latency", value="160")],
+                 "latencies_": [dict(lat, peak="l2-latency", value="150")],
+                 "model_latval_sass_profile": [dict(loop, chain_cycles="110"), dict(loop, loop="1", instructions="9")],
+                 "sass_profile": [loop, dict(loop, loop="1")]}
+        text = with_rows("model-latval-inputs", files)
+        self.assertIn("| `l2-latency` | 150 | 160 | +6.7 % |", text)
+        self.assertIn("the same (step, kernel, loop) triples; loops whose registers, trips or instructions by class "
+                      "differ: **1**", text)
+        self.assertIn("1.000–1.100 (a load from L2)", text)
+
 
 class PythonPackage(unittest.TestCase):
     """docs/python.md's tables on made-up rows: what they compute, not what a GPU measured."""

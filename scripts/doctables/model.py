@@ -420,3 +420,117 @@ def model_latency_counts():
                               "each kernel at the tour's shape), summed by the classes of `scripts/sass_profile.py`. "
                               "Model: one warp's path by class × the launch's warps (`model --counts`). Ratio = "
                               "Nsight / model._\n\n") + table(["step", "kernel", "class", "model", "Nsight", "ratio"], body)
+
+
+# ------------------------------------------------------------------------------------------------
+# [latval] The latency term's validation run (docs/model.md, "What the latency term's validation run
+# measured"): scripts/latency_check.sh's files, committed under model_latval_* names so that the
+# development tables above keep reading the files the prediction was made from.
+
+LATVAL_HOW = "scripts/latency_check.sh OUTDIR"
+
+
+def _within(x):
+    return 1 / 1.5 <= x <= 1.5
+
+
+def _pct(x):
+    """A relative change as a signed percentage with one decimal (no \"-0.0\")."""
+    v = round(100 * x, 1)
+    return f"{v + 0.0:+.1f} %"
+
+
+def model_latval():
+    """The validation run's tour (model_latval_tour_h200.csv) re-modelled by `model` with the run's own profile
+    and ceilings (model_latval_h200.csv), beside the development table's ratio (model_latency_h200.csv's tour
+    rows). Closing lines, computed: the passes within 1.5×, those outside, the ratios within 10 % of the
+    development table's (the prediction), and the check that `model` gives the times the run computed."""
+    rs = model_rows("model_latval_h200.csv")
+    src = common.rows("model_latval_tour_h200.csv")
+    if not rs or not src:
+        return provenance([], LATVAL_HOW)
+    dev = {(r["step"], r["variant"], r["pass_of"]): r for r in model_rows("model_latency_h200.csv")
+           if os.path.basename(r["file"]).startswith("tour")}
+    tour = {(t["step"], t["variant"]): t for t in src}
+    body, inside, outside, changes, worst_in_run = [], 0, [], [], 0.0
+    for r in rs:
+        key = (r["step"], r["variant"], r["pass_of"])
+        ratio = float(r["ratio"])
+        ok = _within(ratio)
+        inside += ok
+        if not ok:
+            outside.append(f"{r['step']} `{r['variant']}` {r['pass_of']} {ratio:.3f}")
+        t = tour.get((r["step"], r["variant"]))
+        if t:  # the time the run itself computed before the timing, against `model`'s
+            run_ms = t.get("model_ms" if r["pass_of"] == "fwd" else "bwd_model_ms")
+            if run_ms:
+                worst_in_run = max(worst_in_run, abs(float(run_ms) / float(r["model_ms"]) - 1))
+        d = dev.get(key)
+        if d:
+            change = ratio / float(d["ratio"]) - 1
+            changes.append((abs(change), change, key, _within(float(d["ratio"])), ok))
+        lat = float(r.get("latency_ms") or 0)
+        body.append([r["step"], r["variant"], r["pass_of"],
+                     f"{float(r['measured_ms']):.3g} ({float(r['ms_min']):.3g}–{float(r['ms_max']):.3g})",
+                     f"{lat:.3g}" if lat > 0 else "–", f"{float(r['model_ms']):.3g}", f"{ratio:.2f}",
+                     "yes" if ok else "**no**", f"{float(d['ratio']):.2f}" if d else "–",
+                     _pct(change) if d else "–", r["bound_by"]])
+    n_dev = len(changes)
+    held = sum(a <= 0.10 for a, *_ in changes)
+    big = max(changes) if changes else None
+    dev_in = sum(x[3] for x in changes)
+    new_in = sum(x[4] for x in changes)
+    text = provenance(src, LATVAL_HOW) + (
+        " _Measured: median of three timed runs (min–max). Model: `model` over the run's rows with the run's own "
+        "profile (`model_latval_sass_profile_h200.csv`) and ceilings (`model_latval_peaks_h200.csv`); – where the "
+        "profile has no listing of the step. Development: the ratio of the table above (tour at 097d19c, the "
+        "committed profile); change = this ratio over that one − 1. Ratio = measured / model._\n\n") + table(
+        ["step", "variant", "pass", "measured ms", "latency term ms", "model ms", "ratio", "within 1.5×",
+         "development ratio", "change", "bound by"], body)
+    lines = [f"Within 1.5× of the measurement: **{inside} of {len(body)}** passes"
+             + (f"; of the {n_dev} the development table has, **{new_in} of {n_dev}** (the development table: {dev_in} of {n_dev})"
+                if n_dev else "") + "."]
+    if outside:
+        lines.append("Outside: " + "; ".join(outside) + ".")
+    if big:
+        step, variant, pass_of = big[2]
+        lines.append(f"Ratio within 10 % of the development table's (the prediction): **{held} of {n_dev}** passes; "
+                     f"the largest change {_pct(big[1])} (step {step} `{variant}` {pass_of}).")
+    lines.append(f"`model` gives the times the run computed before its timing (the tour's `model_ms` columns): largest "
+                 f"relative difference {worst_in_run:.2g}.")
+    return text + "\n\n" + "\n".join(lines)
+
+
+def model_latval_inputs():
+    """What the validation run's term was computed from, beside what the development table's was: the latencies
+    (model_latval_latencies_h200.csv against latencies_h200.csv) and the listings (the two sass_profile files:
+    the same loops with the same instructions, or not; the chains per trip, which follow the latencies)."""
+    new, old = common.rows("model_latval_latencies_h200.csv"), common.rows("latencies_h200.csv")
+    if not new or not old:
+        return provenance([], LATVAL_HOW)
+    waits = ("hbm-latency", "l2-latency", "barrier-latency", "smem-latency", "mma-latency", "ex2-latency", "fma-latency")
+    o = {r["peak"]: r for r in old if r["unit"] == "ns"}
+    n = {r["peak"]: r for r in new if r["unit"] == "ns"}
+    body = [[f"`{p}`", f"{float(o[p]['value']):.3g}", f"{float(n[p]['value']):.3g}",
+             _pct(float(n[p]['value']) / float(o[p]['value']) - 1)] for p in waits if p in o and p in n]
+    pa, pb = common.rows("sass_profile_h200.csv"), common.rows("model_latval_sass_profile_h200.csv")
+    chains = {"chain_cycles", "chain_cycles_hbm"}
+    ka = {(r["step"], r["function"], r["loop"]): r for r in pa}
+    kb = {(r["step"], r["function"], r["loop"]): r for r in pb}
+    cols = [c for c in (pa[0] if pa else {}) if c not in chains]
+    same_keys = set(ka) == set(kb)
+    differ = sum(any(ka[k][c] != kb[k].get(c) for c in cols) for k in ka if k in kb)
+    kernels = len({(st, f) for st, f, _ in kb})
+
+    def span(col):
+        xs = [float(kb[k][col]) / float(ka[k][col]) for k in ka if k in kb and float(ka[k][col]) > 0]
+        return f"{min(xs):.3f}–{max(xs):.3f}" if xs else "–"
+    text = provenance(old + new, "bench --peaks") + (
+        " _Latencies: `bench --peaks`, one warp alone (the committed file, which the development table's profile "
+        "used, and the validation run's). Listings: `scripts/sass_profile.py` over `cuobjdump -sass` of steps 01–12, "
+        "the committed profile against the run's._\n\n") + table(
+        ["latency", "committed ns", "validation run ns", "change"], body)
+    return text + (f"\n\nThe listings: {len(kb)} loops in {kernels} kernels in the run's profile, {len(ka)} in the "
+                   f"committed one, {'the same' if same_keys else '**not** the same'} (step, kernel, loop) triples; loops whose "
+                   f"registers, trips or instructions by class differ: **{differ}**. One trip's chain, the run's over the "
+                   f"committed: {span('chain_cycles')} (a load from L2), {span('chain_cycles_hbm')} (from HBM).")
