@@ -4,7 +4,8 @@ that the GPU keeps up, so what is measured is the time the CPU spends queuing a 
 
     python3 python/examples/host_cost.py --out host_cost.csv [--calls 1000] [--repeats 5]
 
-For each backend (steps, sdpa) and each pass (fwd: forward alone under no_grad; fwd+bwd: forward and
+For each backend (steps: flash_attn_func; steps-direct: the package's implementations called as plain
+functions, so the difference is what the interface, the operator and autograd add; sdpa) and each pass (fwd: forward alone under no_grad; fwd+bwd: forward and
 backward of the sum of O) it runs --calls calls back to back, --repeats times, after a warm-up, and writes
 one row: the median over the repeats of the host time per call (µs), and the wall time per call with the
 GPU drained at the end (µs): when the two agree, the GPU waited for the host. The rows name the date,
@@ -29,6 +30,16 @@ ROW = ["date", "commit", "device", "backend", "pass", "B", "N", "H", "d", "dtype
 
 
 def call(backend, q, k, v, backward):
+    if backend == "steps-direct":
+        # The package's own implementations, called as plain functions: no checks of the interface, no
+        # operator dispatch, no autograd graph. Beside "steps" it prices what those add per call.
+        from flash_attn_steps import _ops
+        scale = q.shape[-1] ** -0.5
+        with torch.no_grad():
+            o, lse = _ops.fwd_impl(q, k, v, scale, True, 0, 0.0, 0)
+            if backward:
+                _ops.bwd_impl(torch.ones_like(o), q, k, v, o, lse, scale, True, 0, 0.0, 0, False)
+        return o
     if backend == "steps":
         import flash_attn_steps as fas
         o = fas.flash_attn_func(q, k, v, causal=True)
@@ -67,7 +78,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--shape", default="1,128,6,64", help="B,N,H,d (default: one head pair of the small GPT's layer, short)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--backends", default="steps,sdpa")
+    ap.add_argument("--backends", default="steps,steps-direct,sdpa",
+                    help="steps (flash_attn_func), steps-direct (its implementations without the interface, the operator and autograd), sdpa")
     args = ap.parse_args(argv)
     if args.calls < 1 or args.repeats < 1:
         ap.error("--calls and --repeats must be at least 1")

@@ -14,7 +14,7 @@ import host_cost  # noqa: E402
 
 def test_a_row_per_backend_and_pass_with_host_below_wall(tmp_path):
     out = tmp_path / "host.csv"
-    backends = ["steps", "sdpa"]
+    backends = ["steps", "steps-direct", "sdpa"]
     assert host_cost.main(["--out", str(out), "--calls", "4", "--repeats", "2", "--shape", "1,16,2,32",
                            "--device", "cpu", "--backends", ",".join(backends)]) == 0
     rows = list(csv.DictReader(open(out)))
