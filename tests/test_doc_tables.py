@@ -219,6 +219,22 @@ class LatencyTerm(unittest.TestCase):
                       "differ: **1**", text)
         self.assertIn("1.000–1.100 (a load from L2)", text)
 
+    def test_the_queueing_bound_beside_the_idle_latencies_counts_every_pass(self):
+        old = [self.row("plots/data/model_latval_tour_h200.csv", 1.6, latency_ms="5", model_ms="5"),
+               dict(self.row("plots/data/model_latval_tour_h200.csv", 1.0), step="20", variant="exp2=poly"),
+               dict(self.row("plots/data/model_latval_tour_h200.csv", 1.0), step="21", variant="v=kernel")]
+        new = [self.row("plots/data/model_latval_tour_h200.csv", 1.4, latency_ms="5.7", model_ms="5.7"),
+               dict(self.row("plots/data/model_latval_tour_h200.csv", 1.1, model_ms="9"), step="20", variant="exp2=poly"),
+               dict(self.row("plots/data/model_latval_tour_h200.csv", 1.0), step="21", variant="v=kernel")]
+        path = {"step": "03", "variant": "-", "pass_of": "fwd", "path_cycles": "1000"}
+        paths = [dict(path, kernel="a", loop="-1", queue_cycles="0"), dict(path, kernel="a", loop="0", queue_cycles="150")]
+        text = with_rows("model-refined", {"model_refined_h200": new, "model_refined_paths": paths,
+                                           "model_latval_h200": old, "model_latval_tour": [self.TOUR]})
+        self.assertIn("| 03 | - | fwd | 7.98 | 5 | 5.7 | 15.0 % | 1.600 | 1.400 | yes | latency |", text)
+        self.assertNotIn("| 21 |", text)  # no latency term: not a row, but counted below
+        self.assertIn("**3 of 3** with the queueing bound (the model as the run computed it: 2 of 3)", text)
+        self.assertIn("not the bound): 20 `exp2=poly` fwd.", text)
+
 
 class PythonPackage(unittest.TestCase):
     """docs/python.md's tables on made-up rows: what they compute, not what a GPU measured."""

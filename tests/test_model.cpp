@@ -372,3 +372,55 @@ TEST_CASE("model [latency]: the SASS profile file is read, and a bad one is refu
   std::remove(path.c_str());
   CHECK_THROWS_AS(read_sass_profile(path), std::runtime_error);
 }
+
+TEST_CASE("model [latency]: under load a global wait lasts at least the time to deliver every resident warp's bytes") {
+  // [queue] One loop whose chain waits twice per trip on global memory (the HBM replay is two latency
+  // gaps longer than the L2 one) for the 16 loads of 512 bytes it issued; a quarter of the reads miss L2.
+  const Ceilings c = round_device();
+  const double l2 = c.l2_latency_ns * 1e-9 * c.clock_hz, hbm = c.hbm_latency_ns * 1e-9 * c.clock_hz;
+  const double waits = 2, trip_bytes = 16 * 512.0, trips = 100, chain = 500, root = 50, f = 0.25;
+  const std::vector<SassLoop> idle_code = {node(-1, -2, "once", 1, 0, 10, root),
+                                           node(0, -1, "runtime", 0, 0, 20, chain, {{"gmem", trip_bytes}})};
+  std::vector<SassLoop> code = idle_code;
+  code[1].chain_cycles_hbm = chain + waits * (hbm - l2);
+  auto run = [&](int64_t blocks, const std::vector<SassLoop>& listing) {
+    LedgerSet ls;
+    const double warps = double(blocks) * 256 / 32;
+    ls["k"].gmem_read = int64_t(warps * trips * trip_bytes);  // the loop's trips come from these bytes
+    return model_predict(ls, {launch("k", blocks, 256, 32, 0)}, MmaUnit::mma_sync, c, f * double(ls["k"].gmem_read), listing)
+        .kernels.at(0);
+  };
+  const double idle_path = root + trips * (chain + f * waits * (hbm - l2));  // the chain at the idle latencies
+  // The wait behind the others: Q bytes outstanding on the GPU, delivered at the L2's ceiling (and a
+  // quarter of them at HBM's); a hit waits max(L_l2, D), a miss max(L_hbm, D).
+  auto queued_path = [&](double resident_warps) {
+    const double q = resident_warps * trip_bytes / waits;
+    const double d = std::max(q / c.l2_read, f * q / c.hbm_read) * c.clock_hz;
+    return idle_path + trips * waits * ((1 - f) * std::max(0.0, d - l2) + f * std::max(0.0, d - hbm));
+  };
+  // Few warps: 4 blocks of 8 warps on 4 SMs. 32 warps' loads drain in far less than an idle L2 latency.
+  const KernelModel few = run(4, code);
+  CHECK(few.hot_trips == doctest::Approx(trips));
+  CHECK(few.queue_warps == doctest::Approx(4 * 8));
+  CHECK(few.queue_cycles == 0);
+  CHECK(few.path_cycles == doctest::Approx(idle_path));
+  // Many: 8 blocks of 8 warps resident on each of the 100 SMs (threads and registers allow 8), all at once.
+  const KernelModel many = run(int64_t(c.sms) * 8, code);
+  REQUIRE(many.blocks_per_sm == 8);
+  const double warps_many = double(c.sms) * 8 * 8;
+  CHECK(many.queue_warps == doctest::Approx(warps_many));
+  CHECK(queued_path(warps_many) > 2 * idle_path);  // the queueing bound takes over, by far
+  CHECK(many.path_cycles == doctest::Approx(queued_path(warps_many)));
+  CHECK(many.queue_cycles == doctest::Approx(queued_path(warps_many) - idle_path));
+  CHECK(many.latency_ms == doctest::Approx(queued_path(warps_many) / c.clock_hz * 1e3));  // one round, the chain
+  // Saturated, a trip is its chain without its global waits (the L2 replay less one L2 latency a wait)
+  // plus what the memory system needs for every resident warp's bytes of the trip: with the 16 loads
+  // behind one wait, a hit or a miss alike waits the delivery.
+  code[1].chain_cycles_hbm = chain + 1 * (hbm - l2);
+  const KernelModel one_wait = run(int64_t(c.sms) * 8, code);
+  const double per_trip_delivery = std::max(warps_many * trip_bytes / c.l2_read, f * warps_many * trip_bytes / c.hbm_read) * c.clock_hz;
+  CHECK(one_wait.path_cycles == doctest::Approx(root + trips * (chain - 1 * l2 + per_trip_delivery)));
+  // A loop whose chain waits on no global load (its loads hidden, or cp.async's, waited as shared memory)
+  // keeps its chain: the queue acts only through the waits the listing shows.
+  CHECK(run(int64_t(c.sms) * 8, idle_code).queue_cycles == 0);
+}

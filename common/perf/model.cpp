@@ -237,15 +237,42 @@ double ledger_work(const Ledger& led, const std::string& marker) {
 // Else the MMAs, the exponentials, shared, then global memory, a warp's share of the ledger's.
 // Every loop's own code then counts once per execution: cycles (its chain), instructions, classes.
 struct WarpPath {
-  double cycles = 0, instructions = 0, hot_trips = 0;
+  double cycles = 0, instructions = 0, hot_trips = 0, queue_cycles = 0;
   int hot = -1;
   std::string marker;
   std::map<std::string, double> classes;
   std::vector<KernelModel::PathLoop> loops;
 };
 
+// [queue] Latency under load: what the memory system can deliver, and how many warps ask at once.
+struct LoadQueue {
+  double warps = 0;                       // resident on the whole GPU at once (one round of every SM)
+  double l2_bw = 0, hbm_bw = 0;           // bytes/s: the l2-read and hbm-read ceilings
+  double l2_cycles = 0, hbm_cycles = 0;   // the idle latencies, in cycles
+  double clock_hz = 0;
+};
+
+// [queue] The cycles one trip of loop l adds to its chain when every resident warp loads at once. The profile
+// replays each trip twice, every global load at the L2's latency and at HBM's; the chain grows by the
+// number of global loads it waits out one after another times the difference, so
+//   waits = (chain_hbm − chain_l2) / (L_hbm − L_l2)           global waits per trip
+//   b     = work_gmem / waits                                 bytes a warp has in flight at each wait
+//   Q     = warps × b                                         bytes outstanding on the GPU at that wait
+//   D     = max(Q / BW_l2, f · Q / BW_hbm)                    the time to deliver them (f of them from HBM)
+// and a wait lasts max(L_l2, D) for a hit, max(L_hbm, D) for a miss: the trip gains
+//   waits · ((1 − f) · max(0, D − L_l2) + f · max(0, D − L_hbm)).
+double queue_cycles(const SassLoop& l, const LoadQueue& q, double from_hbm) {
+  const double gap = q.hbm_cycles - q.l2_cycles, bytes = l.work.count("gmem") ? l.work.at("gmem") : 0.0;
+  if (gap <= 0 || q.warps <= 0 || q.l2_bw <= 0 || q.hbm_bw <= 0 || bytes <= 0) return 0;
+  const double waits = (l.chain_cycles_hbm - l.chain_cycles) / gap;
+  if (waits <= 0) return 0;  // no global load on the chain (none, or all hidden behind other work)
+  const double outstanding = q.warps * bytes / waits;
+  const double drain = std::max(outstanding / q.l2_bw, from_hbm * outstanding / q.hbm_bw) * q.clock_hz;
+  return waits * ((1 - from_hbm) * std::max(0.0, drain - q.l2_cycles) + from_hbm * std::max(0.0, drain - q.hbm_cycles));
+}
+
 WarpPath warp_path(const std::vector<const SassLoop*>& nodes, const Ledger& led, double blocks, double warps_total,
-                   int threads, double from_hbm) {
+                   int threads, double from_hbm, const LoadQueue& queue) {
   WarpPath w;
   std::map<int, const SassLoop*> by;
   for (const SassLoop* l : nodes) by[l->loop] = l;
@@ -327,9 +354,11 @@ WarpPath warp_path(const std::vector<const SassLoop*>& nodes, const Ledger& led,
   }
   for (const auto& [id, l] : by) {
     const double e = executions(id);
-    const double cyc = e * (l->chain_cycles + from_hbm * (l->chain_cycles_hbm - l->chain_cycles));
+    const double wait = e * queue_cycles(*l, queue, from_hbm);
+    const double cyc = e * (l->chain_cycles + from_hbm * (l->chain_cycles_hbm - l->chain_cycles)) + wait;
     w.cycles += cyc;
-    w.loops.push_back({id, l->parent, l->trip_kind, per_entry[id], e, cyc});
+    w.queue_cycles += wait;
+    w.loops.push_back({id, l->parent, l->trip_kind, per_entry[id], e, cyc, wait});
     w.instructions += e * double(l->instructions);
     for (const auto& [k, n] : l->classes) w.classes[k] += e * double(n);
   }
@@ -467,7 +496,17 @@ ModelPrediction model_predict(const LedgerSet& ls, const std::vector<KernelLaunc
       const double warps_total = double(n) * warps, W = warps_sm / 4.0;
       // The share of the requested reads that miss L2 (the hbm term's reads over all reads) waits for HBM.
       const double from_hbm = gread > 0 ? std::min(1.0, hread / gread) : 0.0;
-      const WarpPath path = warp_path(mine, led, double(n), warps_total, km.launch.threads, from_hbm);
+      // [queue] The warps resident at once: `resident` blocks on each SM that has work, the grid's at most.
+      LoadQueue queue;
+      queue.warps = double(std::min<int64_t>(n, int64_t(S) * resident)) * warps;
+      queue.l2_bw = c.l2_read;
+      queue.hbm_bw = c.hbm_read;
+      queue.l2_cycles = c.l2_latency_ns * 1e-9 * c.clock_hz;
+      queue.hbm_cycles = c.hbm_latency_ns * 1e-9 * c.clock_hz;
+      queue.clock_hz = c.clock_hz;
+      const WarpPath path = warp_path(mine, led, double(n), warps_total, km.launch.threads, from_hbm, queue);
+      km.queue_warps = queue.warps;
+      km.queue_cycles = path.queue_cycles;
       km.path_cycles = path.cycles;
       km.path_instructions = path.instructions;
       km.path_classes = path.classes;
@@ -546,6 +585,9 @@ void print_model(std::ostream& os, const ModelPrediction& m) {
          << (k.hot_loop >= 0 ? " (loop " + std::to_string(k.hot_loop) + " run " + fmt_g(k.hot_trips) + " times, from the ledger's " + k.marker + ")"
                              : std::string(" (no loop's trips from the ledger)"))
          << " -> " << std::setprecision(3) << k.latency_ms << " ms (" << k.latency_by << ")\n";
+    if (k.latency_ms > 0 && k.queue_cycles > 0)
+      os << "      queue: " << std::setprecision(4) << k.queue_warps << " warps resident load at once; their wait behind each other adds "
+         << k.queue_cycles << " cycles to the path (" << std::lround(100 * k.queue_cycles / k.path_cycles) << " %)\n";
     if (k.latency_ms > 0 && k.path_cycles > 0) {
       os << "      the path's largest parts:";
       for (size_t i = 0; i < k.path_loops.size() && i < 3; ++i) {

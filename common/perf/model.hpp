@@ -115,7 +115,7 @@ struct KernelModel {
   // [latency] One warp's whole path through the kernel's loop tree: the cycles it needs alone and the
   // instructions it issues (by class too), the loop whose trips the ledger set (hot_loop, -1: none) and
   // by how much, the term's time (0 where the kernel has no SASS profile), and whether the path or the
-  // issue of the W warps a scheduler holds sets it.
+  // issue of the W warps a scheduler holds sets it. path_cycles includes queue_cycles ([queue] below).
   double path_cycles = 0, path_instructions = 0, latency_ms = 0, hot_trips = 0;
   int hot_loop = -1;
   std::string marker;
@@ -124,10 +124,16 @@ struct KernelModel {
     int loop = -1, parent = -2;
     std::string kind;  // how the listing bounds it (SassLoop::trip_kind)
     double per_entry = 1, executions = 0, cycles = 0;
+    double queue_cycles = 0;  // [queue] of `cycles`, what the wait behind other warps' loads adds
   };
   std::string function;  // the instantiation the launch ran (its mangled name)
   std::vector<PathLoop> path_loops;  // each loop's executions per warp and its cycles on the path, largest first
   std::string latency_by;  // "chain" or "issue"
+  // [queue] Latency under load. A global load waits at least its idle latency, and at least as long as the
+  // memory system needs to deliver the bytes every resident warp has asked for at that point (Little's
+  // law: outstanding bytes / bandwidth). queue_warps: the warps resident on the GPU at once;
+  // queue_cycles: what that adds to path_cycles (0 where the idle latency is the longer).
+  double queue_warps = 0, queue_cycles = 0;
 };
 
 struct ModelPrediction {

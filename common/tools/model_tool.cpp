@@ -11,7 +11,8 @@
 // latency term's: 0 where the SASS profile has no listing for the step). --paths writes, per kernel
 // with a latency term, one row per loop of its warp path (docs/model.md, "The latency term"): the
 // loop, its parent, how the listing bounds it, its trips per entry, its executions per warp, and the
-// cycles it adds to the path. --counts writes, per kernel with a latency term, the warp instructions the
+// cycles it adds to the path, then the warps resident at once and the part of those cycles their queue
+// at the memory system adds (docs/model.md, "Latency under load"). --counts writes, per kernel with a latency term, the warp instructions the
 // path predicts for the whole launch by class (path × warps): what Nsight's executed instructions
 // per opcode check (scripts/ncu_sass.py).
 #include <fstream>
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
     paths.open(paths_path);
     if (!paths) { std::cerr << "model: cannot write " << paths_path << "\n"; return 2; }
     paths << "file,step,variant,pass_of,dtype,B,H,N,d,causal,kernel,function,warps_per_scheduler,path_cycles,path_instructions,"
-             "latency_ms,latency_by,marker,hot_loop,loop,parent,trip_kind,trips_per_entry,executions,cycles\n";
+             "latency_ms,latency_by,marker,hot_loop,loop,parent,trip_kind,trips_per_entry,executions,cycles,queue_warps,queue_cycles\n";
   }
   std::ofstream counts;
   const char* classes[] = {"gmem", "smem", "mma", "sfu", "barrier", "control", "alu"};
@@ -217,7 +218,7 @@ int main(int argc, char** argv) {
                     << k.warps_per_scheduler << "," << k.path_cycles << "," << k.path_instructions << "," << k.latency_ms << ","
                     << k.latency_by << "," << k.marker << "," << k.hot_loop << "," << pl.loop << ","
                     << (pl.loop < 0 ? std::string() : std::to_string(pl.parent)) << "," << pl.kind << "," << pl.per_entry << ","
-                    << pl.executions << "," << pl.cycles << "\n";
+                    << pl.executions << "," << pl.cycles << "," << k.queue_warps << "," << pl.queue_cycles << "\n";
       }
     }
   }

@@ -534,3 +534,64 @@ def model_latval_inputs():
                    f"committed one, {'the same' if same_keys else '**not** the same'} (step, kernel, loop) triples; loops whose "
                    f"registers, trips or instructions by class differ: **{differ}**. One trip's chain, the run's over the "
                    f"committed: {span('chain_cycles')} (a load from L2), {span('chain_cycles_hbm')} (from HBM).")
+
+
+# [queue] Latency under load (docs/model.md, "Latency under load"): the model with the queueing bound on its
+# global waits, over the validation run's recorded inputs — a development result on times already seen.
+
+REFINED_HOW = ("FA_SASS_PROFILE=plots/data/model_latval_sass_profile_h200.csv model --peaks "
+               "plots/data/model_latval_peaks_h200.csv --runs plots/data/model_latval_tour_h200.csv "
+               "--out plots/data/model_refined_h200.csv --paths plots/data/model_refined_paths_h200.csv")
+
+
+def model_refined():
+    """The validation tour re-modelled with the queueing bound (model_refined_h200.csv) beside the model the run
+    computed (model_latval_h200.csv): each pass with a latency term, its term both ways and the two ratios, and
+    the warps resident at once and the cycles their queue adds to one warp's path (model_refined_paths_h200.csv).
+    Closing lines, computed over every pass: those within 1.5× both ways, those outside, and the passes whose
+    model moved without a latency term (the tree's other changes since the run, not the refinement)."""
+    rs = model_rows("model_refined_h200.csv")
+    src = common.rows("model_latval_tour_h200.csv")
+    if not rs or not src:
+        return provenance([], REFINED_HOW)
+    old = {(r["step"], r["variant"], r["pass_of"]): r for r in model_rows("model_latval_h200.csv")}
+    queue, path = {}, {}
+    for p in common.rows("model_refined_paths_h200.csv"):
+        key = (p["step"], p["variant"], p["pass_of"])
+        queue[key] = queue.get(key, 0.0) + float(p.get("queue_cycles") or 0)
+        path.setdefault(key, {})[p["kernel"]] = float(p["path_cycles"])
+    body, inside, inside_old, outside, other = [], 0, 0, [], []
+    for r in rs:
+        key = (r["step"], r["variant"], r["pass_of"])
+        o = old.get(key)
+        ratio = float(r["ratio"])
+        ok = _within(ratio)
+        inside += ok
+        inside_old += bool(o) and _within(float(o["ratio"]))
+        if not ok:
+            outside.append(f"{r['step']} `{r['variant']}` {r['pass_of']} {ratio:.3f}")
+        lat, lat_old = float(r.get("latency_ms") or 0), float(o.get("latency_ms") or 0) if o else 0.0
+        if lat <= 0:
+            if o and abs(float(o["model_ms"]) / float(r["model_ms"]) - 1) > 1e-9:
+                other.append(f"{r['step']} `{r['variant']}` {r['pass_of']}")
+            continue
+        q, total = queue.get(key, 0.0), sum(path.get(key, {}).values())
+        body.append([r["step"], r["variant"], r["pass_of"], f"{float(r['measured_ms']):.3g}",
+                     f"{lat_old:.3g}" if o else "–", f"{lat:.3g}", f"{100 * q / total:.1f} %" if total > 0 else "–",
+                     f"{float(o['ratio']):.3f}" if o else "–", f"{ratio:.3f}", "yes" if ok else "**no**", r["bound_by"]])
+    text = provenance(src, LATVAL_HOW) + (
+        " _The validation run's tour (fa39398) re-modelled with the queueing bound on each global wait: `model` with "
+        "the run's own profile and ceilings (`model_refined_h200.csv`), beside the model as the run computed it "
+        "(`model_latval_h200.csv`). The passes with a latency term (steps 01–12); queue share: the cycles the "
+        "queue adds to the kernels' warp paths over those paths (`model_refined_paths_h200.csv`). A development "
+        "result: these times were known when the bound was written. Ratio = measured / model._\n\n") + table(
+        ["step", "variant", "pass", "measured ms", "latency term ms (idle)", "latency term ms (queued)",
+         "queue share of the path", "ratio (idle)", "ratio (queued)", "within 1.5×", "bound by"], body)
+    lines = [f"Within 1.5× of the measurement, every pass of the tour: **{inside} of {len(rs)}** with the queueing "
+             f"bound (the model as the run computed it: {inside_old} of {len(rs)})."]
+    if outside:
+        lines.append("Outside: " + "; ".join(outside) + ".")
+    if other:
+        lines.append("Passes without a latency term whose model differs from the run's (the tree's other changes "
+                     "since fa39398, not the bound): " + "; ".join(other) + ".")
+    return text + "\n\n" + "\n".join(lines)
