@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <functional>
 #include <cmath>
 #include <cstring>
@@ -29,6 +30,36 @@ const StepInfo& info();
 }
 namespace fa::step20 {
 const StepInfo& info();  // the registration (blueprint.cpp)
+}
+
+TEST_CASE("step 20 [exp2-noconv]: the GPU's floor by an add rounded down, and its exponent add from the sum's bits, are floorf's") {
+  // The device branch of poly_exp2, emulated on the CPU: x + 1.5·2^23 under round-toward-minus-infinity,
+  // then minus 1.5·2^23 for n as a float, and the sum's bits shifted by 23 for n in the exponent field.
+  const int mode = std::fegetround();
+  int64_t checked = 0;
+  auto check = [&](float x) {
+    volatile float xv = x, magic = step20::kFloorMagic;
+    std::fesetround(FE_DOWNWARD);
+    const float t = xv + magic;
+    std::fesetround(mode);
+    const float n = t - step20::kFloorMagic;
+    uint32_t tb = 0;
+    std::memcpy(&tb, &t, 4);
+    const float want = std::floor(x);
+    CHECK(n == want);
+    CHECK(int32_t(tb << 23) == int32_t(uint32_t(int32_t(want)) << 23));
+    ++checked;
+  };
+  for (int n = -125; n < 8; ++n) {
+    for (int k = 0; k < 4096; k += 7) check(float(n) + float(k) / 4096.0f);
+    check(float(n));
+    check(std::nextafter(float(n + 1), float(n)));
+  }
+  CHECK(checked > 0);
+  // and the trick can fail: rounded to nearest instead, x = n + 0.75 lands on n + 1
+  volatile float x = 2.75f, magic = step20::kFloorMagic;
+  const float t = x + magic;
+  CHECK(t - step20::kFloorMagic != std::floor(2.75f));
 }
 
 TEST_CASE("step 20 [exp2-poly]: 2^x within the cubic's bound on [-125, 8], 0 below and for a masked key") {

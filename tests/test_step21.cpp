@@ -159,6 +159,39 @@ TEST_CASE("step 21 [transpose-banks]: every unit once, and no two lanes of a tra
   }
 }
 
+TEST_CASE("step 21 [v-transpose] pretransposed: the quantize kernel's staging tile gives each dim its 32 slots in order") {
+  for (int d : {128, 256}) {
+    CAPTURE(d);
+    const int E = d / 32;  // a lane's dims (load_row): E·lane .. E·lane + E − 1
+    std::vector<int> tile(size_t(32 * d), -1);
+    auto code = [&](int slot, int dim) { return (slot * 7 + dim * 13) % 256; };
+    for (int slot = 0; slot < 32; ++slot)
+      for (int dim = 0; dim < d; ++dim) {
+        const int at = step21::vt_stage_byte(slot, dim, d);
+        REQUIRE(at >= 0);
+        REQUIRE(at < 32 * d);
+        CHECK(tile[size_t(at)] == -1);  // each byte written once
+        tile[size_t(at)] = code(slot, dim);
+      }
+    // the read-out: dim n takes words i·d + n, i = 0..7, and their bytes in order are Vᵀ's slots 0..31
+    for (int n = 0; n < d; ++n)
+      for (int i = 0; i < 8; ++i)
+        for (int b = 0; b < 4; ++b) CHECK(tile[size_t(4 * (i * d + n) + b)] == code(4 * i + b, n));
+    // a warp's byte store (one key, so one slot; dim E·lane + e): words per bank, at most
+    int worst = 0;
+    for (int slot = 0; slot < 32; ++slot)
+      for (int e = 0; e < E; ++e) {
+        std::vector<std::set<int>> bank(32);
+        for (int l = 0; l < 32; ++l) {
+          const int w = step21::vt_stage_byte(slot, E * l + e, d) / 4;
+          bank[size_t(w % 32)].insert(w);
+        }
+        for (const auto& b : bank) worst = std::max(worst, int(b.size()));
+      }
+    CHECK(worst == E);  // the lanes' words are E apart: 32 / E banks between 32 lanes
+  }
+}
+
 TEST_CASE("step 21 [incoherent]: the transform is orthogonal, leaves QKᵀ as it was, and spreads an outlier") {
   for (int d : {32, 64, 128, 256}) {
     CAPTURE(d);

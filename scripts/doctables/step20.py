@@ -9,7 +9,7 @@ TARGET_HOW = "scripts/peer_tables.sh OUTDIR fwd20 (docs/20_persistent.md, 'Measu
 # The ledger's operations per entry of S besides its exponential (common/blueprint/wgmma_forward.cpp: 5 per
 # entry, the exponential one of them): the scale, the max, the sum, the conversion of P.
 OTHER_OPS = 4
-POLY_OPS = 9  # kPolyOps, steps/20_persistent/schedule.hpp
+POLY_OPS = 9  # kPolyOps when this prediction was written (10 since [exp2-noconv] split the floor in two adds)
 
 
 def step20_units():

@@ -139,13 +139,23 @@ FA_HD constexpr int64_t item_tiles(const Work& w, int64_t N, int64_t Nk, int Br,
 // rescale's 2^8 and beyond. docs/20_persistent.md proves the bound, tests/test_step20.cpp checks it.
 inline constexpr float kExp2Coeffs[4] = {0.99992521856401f, 0.695833540506448f, 0.22606715539313021f, 0.07802452266443176f};
 inline constexpr double kExp2PolyRelErr = 7.4782e-5;  // the fit's own error (the float arithmetic adds < 8 · 2^-24)
+// [exp2-noconv] On the GPU, ⌊x⌋ and its integer without a conversion instruction (FRND, F2I: the narrow
+// unit MUFU.EX2 runs on): x + 1.5·2^23 rounded down (an FADD on the FMA pipe) is 1.5·2^23 + ⌊x⌋ exactly,
+// its float is ⌊x⌋ after subtracting 1.5·2^23 again, and its bits are 0x4B400000 + ⌊x⌋, whose low 9
+// bits (all the exponent add keeps after the shift) are ⌊x⌋'s. The same n as floorf: the same result.
+inline constexpr float kFloorMagic = 12582912.0f;  // 1.5 · 2^23: one unit in its last place
 FA_HD inline float poly_exp2(float x) {
   const float xc = x < -125.0f ? -125.0f : x;  // keeps n in range; −∞ too
+#if defined(__CUDA_ARCH__)
+  const float t = __fadd_rd(xc, kFloorMagic);
+  const float n = t - kFloorMagic, f = xc - n;
+#else
   const float n = floorf(xc), f = xc - n;
+#endif
   const float p = fmaf(fmaf(fmaf(kExp2Coeffs[3], f, kExp2Coeffs[2]), f, kExp2Coeffs[1]), f, kExp2Coeffs[0]);
   int32_t bits;
 #if defined(__CUDA_ARCH__)
-  bits = __float_as_int(p) + (int32_t(n) << 23);
+  bits = __float_as_int(p) + int32_t(uint32_t(__float_as_int(t)) << 23);
   const float r = __int_as_float(bits);
 #else
   std::memcpy(&bits, &p, 4);
@@ -161,9 +171,10 @@ enum Exp2 : int { kExp2Mufu = 0, kExp2Poly, kExp2Mixed, kExp2Choices };
 inline constexpr const char* kExp2Names[kExp2Choices] = {"mufu", "poly", "mixed"};
 inline constexpr int kPolyOneIn = 4;
 FA_HD constexpr bool poly_at(int mode, int n) { return mode == kExp2Poly || (mode == kExp2Mixed && n % kPolyOneIn == kPolyOneIn - 1); }
-// FMA-pipe operations of one poly_exp2 (the ledger's non-matmul count): the clamp, the floor, the
-// fraction, three FMAs, the exponent's shift and add, the select.
-inline constexpr int kPolyOps = 9;
+// FMA-pipe operations of one poly_exp2 (the ledger's non-matmul count): the clamp, the floor (an add
+// rounded down and a subtract, [exp2-noconv]), the fraction, three FMAs, the exponent's shift and add,
+// the select.
+inline constexpr int kPolyOps = 10;
 
 // ---- [lazy-rescale] ----------------------------------------------------------------------------------
 // The row's running max m (log2 units) is what the exponentials subtract. A new tile's max m' is

@@ -170,6 +170,8 @@ __global__ void __launch_bounds__(128) step21_quantize(const AttnParams p, Fp8Bu
   const float k = fp8::quant_factor(amax);
   const __nv_bfloat16* x = s.x + (bh / s.heads) * s.sb + (bh % s.heads) * s.sh;
   uint8_t* out = blockIdx.z == 0 ? f.q8 : blockIdx.z == 1 ? f.k8 : f.v8;
+  // [v-transpose] (pretransposed) Vᵀ's codes of this block's 32-key slice (vt_stage_byte's layout).
+  __shared__ alignas(16) uint32_t vt_tile[8 * D];
   for (int r = r0 + warp; r < min(r0 + kQuantRows, rows); r += 4) {
     float y[E];
     if (r < s.rows) load_row<D>(x + r * s.sn, lane, p.incoherent && blockIdx.z < 2, y);
@@ -185,9 +187,21 @@ __global__ void __launch_bounds__(128) step21_quantize(const AttnParams p, Fp8Bu
       else *reinterpret_cast<uint2*>(row) = make_uint2(c[0], c[1]);
     } else {
       // [v-transpose] Vᵀ [d][key], each 32-key slice in the A fragment's key order ([key-order]).
-      const int col = 32 * (r / 32) + slot_of_key(r % 32);
+      // A byte a dim into shared memory first (a byte store straight to Vᵀ was a sector each).
+      const int slot = slot_of_key(r % 32);
+      uint8_t* tile = reinterpret_cast<uint8_t*>(vt_tile);
 #pragma unroll
-      for (int e = 0; e < E; ++e) out[(int64_t(bh) * D + E * lane + e) * f.nk32 + col] = uint8_t(c[e / 4] >> (8 * (e % 4)));
+      for (int e = 0; e < E; ++e) tile[vt_stage_byte(slot, E * lane + e, D)] = uint8_t(c[e / 4] >> (8 * (e % 4)));
+    }
+  }
+  if (vt) {  // then each dim's 32 slots as two 16-byte stores (r0 is the slice's first key)
+    __syncthreads();
+    for (int n = threadIdx.x; n < D; n += 128) {
+      uint32_t w[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w[i] = vt_tile[i * D + n];
+      uint4* dst = reinterpret_cast<uint4*>(out + (int64_t(bh) * D + n) * f.nk32 + r0);
+      dst[0] = make_uint4(w[0], w[1], w[2], w[3]), dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
     }
   }
 }

@@ -136,6 +136,12 @@ FA_HD constexpr TransposeUnit transpose_unit(int u, int d) {
   return {16 * (g % 2) + l / 2, (l % 2 + 2 * (l / 2) + 2 * (g / 2)) % (d / 4)};
 }
 
+// [v-transpose] (pretransposed) The quantize kernel's staging tile for one 32-key slice: 8·d words, word
+// (slot / 4)·d + dim holding that dim's slots 4(slot / 4) .. 4(slot / 4) + 3, byte slot % 4. Dim n's row
+// of Vᵀ is words n, d + n, …, 7d + n, in order: two 16-byte stores. A lane's dims are d/32 apart in
+// words, so a byte store of a warp meets d/32 words on a bank (tests/test_step21.cpp counts them).
+FA_HD constexpr int vt_stage_byte(int slot, int dim, int d) { return 4 * ((slot / 4) * d + dim) + slot % 4; }
+
 // [handshake] step 16's parities (the ring counts tiles j from 0; stage j % stages).
 FA_HD constexpr uint32_t full_parity(int j, int stages) { return uint32_t(j / stages) & 1u; }
 FA_HD constexpr uint32_t empty_parity(int j, int stages) { return (uint32_t(j / stages) & 1u) ^ 1u; }
