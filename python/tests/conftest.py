@@ -55,35 +55,3 @@ def device(request):
 # torch.compile is tried on the GPU (the GPU machine's PyTorch has torch.library.custom_op); the CPU
 # run does not collect it, so that it is not counted at all rather than counted as skipped.
 collect_ignore = [] if "cuda" in devices() else ["test_compile.py"]
-
-
-# [shard] The GPU run splits the whole matrix over processes (ctest runs "part i of n" side by side on
-# one GPU): FLASH_ATTN_STEPS_TEST_SHARD="i/n" keeps every n-th collected test from the i-th on, so that
-# the parts together run each test once (python/tests/test_shard.py checks the split).
-def parse_shard(text):
-    """(i, n) from "i/n", 1 <= i <= n; ValueError naming the variable otherwise."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ValueError(f"FLASH_ATTN_STEPS_TEST_SHARD={text!r}: expected i/n, e.g. 2/4") from None
-    if not 1 <= i <= n:
-        raise ValueError(f"FLASH_ATTN_STEPS_TEST_SHARD={text!r}: expected 1 <= i <= n")
-    return i, n
-
-
-def shard_keeps(index, i, n):
-    """Whether part i of n runs the test collected at `index` (0-based)."""
-    return index % n == i - 1
-
-
-def pytest_collection_modifyitems(config, items):
-    text = os.environ.get("FLASH_ATTN_STEPS_TEST_SHARD")
-    if not text:
-        return
-    i, n = parse_shard(text)
-    kept = [t for k, t in enumerate(items) if shard_keeps(k, i, n)]
-    dropped = [t for k, t in enumerate(items) if not shard_keeps(k, i, n)]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-    items[:] = kept
-

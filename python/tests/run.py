@@ -2,7 +2,6 @@
 
     python3 python/tests/run.py cpu          # the blueprints, the CI subset of the matrix
     python3 python/tests/run.py cuda --full  # the GPU, flash_attn's whole matrix
-    python3 python/tests/run.py cuda --full --shard=2/4   # its second quarter (ctest runs the four side by side)
 
 Exit 77 (ctest's "skipped") with a line saying why, when this Python has no torch or pytest, or the
 device asked for is not there: a suite that cannot run is reported as not run, never as passed.
@@ -18,19 +17,11 @@ SKIP = 77
 
 def main(argv):
     if not argv or argv[0] not in ("cpu", "cuda"):
-        print("usage: run.py cpu|cuda [--full] [--shard=i/n] [pytest args]", file=sys.stderr)
+        print("usage: run.py cpu|cuda [--full] [pytest args]", file=sys.stderr)
         return 2
     device, rest = argv[0], argv[1:]
     full = "--full" in rest
     rest = [a for a in rest if a != "--full"]
-    shard = next((a.split("=", 1)[1] for a in rest if a.startswith("--shard=")), None)  # [shard] i/n
-    rest = [a for a in rest if not a.startswith("--shard=")]
-    if shard:
-        parts = shard.split("/")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts) or not 1 <= int(parts[0]) <= int(parts[1]):
-            print(f"run.py: --shard={shard}: expected i/n with 1 <= i <= n, e.g. --shard=2/4", file=sys.stderr)
-            return 2
-        os.environ["FLASH_ATTN_STEPS_TEST_SHARD"] = shard
     try:
         import pytest
         import torch
@@ -45,7 +36,7 @@ def main(argv):
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     here = pathlib.Path(__file__).resolve().parent
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, device {device}, "
-          f"matrix {'full' if full else 'ci'}" + (f", part {shard}" if shard else ""), flush=True)
+          f"matrix {'full' if full else 'ci'}", flush=True)
     workers = []
     if device == "cuda" and full:  # the whole matrix: several processes share the GPU where xdist is there
         try:
