@@ -167,3 +167,60 @@ def python_peers():
             lines.append(f"{name}: geometric mean **{geomean(xs):.3f}**, range {min(xs):.3f}–{max(xs):.3f} "
                          f"over {len(xs)} points")
     return text + ("\n\n" + "; ".join(lines) + "." if lines else "")
+
+
+COST_HOW = "python3 python/examples/host_cost.py --out plots/data/host_cost_<gpu>.csv (docs/python.md)"
+COST_FWD_GAP = (100.0, 200.0)  # the prediction: the package's forward costs this many µs of host time more than SDPA's
+CALLS_PER_STEP = 6  # the small GPT's layers: one forward and one backward each per training step
+
+
+def python_host_cost():
+    """The host time per attention call (host_cost_*.csv, python/examples/host_cost.py): per GPU and commit,
+    each backend's forward alone and forward with backward, in µs of the CPU's clock per call. Closing lines
+    against docs/python.md's prediction: the package's forward over SDPA's by 100-200 µs; its backward dearer
+    than its forward; CALLS_PER_STEP × (forward + backward) beside the GPT's step gap between the backends
+    on the same GPU (gpthost_*.csv, the newest commit there); and where the package's extra lies (between
+    flash_attn_func and its implementations called directly, or in them)."""
+    rs = common.rows("host_cost_*.csv")
+    if not rs:
+        return provenance([], COST_HOW)
+    by = {(r["device"], r["commit"], r["backend"], r["pass"]): float(r["host_us_per_call"]) for r in rs}
+    body, lines = [], []
+    for dev, commit in sorted({k[:2] for k in by}):
+        for backend in ("steps", "steps-direct", "sdpa"):
+            f, fb = by.get((dev, commit, backend, "fwd")), by.get((dev, commit, backend, "fwd+bwd"))
+            body.append([dev, f"`{commit}`", backend, f"{f:.1f}" if f else "–", f"{fb:.1f}" if fb else "–",
+                         f"{fb - f:.1f}" if f and fb else "–"])
+        g = lambda b, p: by.get((dev, commit, b, p))  # noqa: E731
+        if not all(g(b, p) for b in ("steps", "steps-direct", "sdpa") for p in ("fwd", "fwd+bwd")):
+            continue
+        gap_f = g("steps", "fwd") - g("sdpa", "fwd")
+        bwd = g("steps", "fwd+bwd") - g("steps", "fwd")
+        gap_fb = g("steps", "fwd+bwd") - g("sdpa", "fwd+bwd")
+        lines.append(f"{dev} at `{commit}`: the package's forward costs **{gap_f:.0f} µs** more host time per call than "
+                     f"SDPA's (predicted {COST_FWD_GAP[0]:.0f}–{COST_FWD_GAP[1]:.0f}: "
+                     f"**{'held' if COST_FWD_GAP[0] <= gap_f <= COST_FWD_GAP[1] else 'missed'}**); its backward "
+                     f"{bwd:.0f} µs against its forward's {g('steps', 'fwd'):.0f} (predicted dearer: "
+                     f"**{'held' if bwd > g('steps', 'fwd') else 'missed'}**).")
+        steps_gpt = [r for r in common.rows("gpthost_*.csv") if r["device"] == dev]
+        if steps_gpt:
+            newest = max(steps_gpt, key=lambda r: r["date"])["commit"]
+            med = {b: statistics.mean(float(r["step_ms_median"]) for r in steps_gpt
+                                      if r["commit"] == newest and r["backend"] == b) for b in ("sdpa", "steps")
+                   if any(r["commit"] == newest and r["backend"] == b for r in steps_gpt)}
+            if len(med) == 2:
+                per_step = CALLS_PER_STEP * gap_fb / 1e3
+                lines.append(f"{CALLS_PER_STEP} × (forward + backward) over SDPA's: **{per_step:.2f} ms** per step, against "
+                             f"the GPT's step gap of {med['steps'] - med['sdpa']:.2f} ms on the same GPU (`{newest}`): "
+                             f"**{100 * per_step / (med['steps'] - med['sdpa']):.0f} %** of it.")
+        inside = g("steps", "fwd+bwd") - g("steps-direct", "fwd+bwd")
+        lines.append(f"Between `flash_attn_func` and its implementations called directly: **{inside:.0f} µs** per forward and "
+                     f"backward; the implementations alone cost {g('steps-direct', 'fwd+bwd'):.0f} µs, SDPA "
+                     f"{g('sdpa', 'fwd+bwd'):.0f} µs (predicted: most of the package's extra between the two rows: "
+                     f"**{'held' if inside > gap_fb / 2 else 'missed'}**).")
+    return (provenance(rs, COST_HOW, many_gpus=True) + " _Host time per call by the CPU's clock in one thread (the "
+            "median of the repeats), B = 1, N = 128, H = 6, d = 64, bf16: small enough that the GPU keeps up. "
+            "`steps` is `flash_attn_func`; `steps-direct` the package's forward and backward implementations called "
+            "as plain functions (no interface checks, no operator dispatch, no autograd)._\n\n"
+            + table(["GPU", "commit", "backend", "fwd µs", "fwd+bwd µs", "bwd µs (the difference)"], body)
+            + "\n\n" + " ".join(lines))

@@ -162,3 +162,107 @@ def step21_banks():
             + "Geometric-mean speed-up from the run before to the run after: "
             + ", ".join(f"{w} **{g:.3f}**" for w, g in gm.items())
             + " (the last two kernels did not change between the runs).")
+
+
+STAGED_BEFORE = "logs/6e1cd7f/fp8_*.csv"  # the quantize kernel storing Vᵀ a byte at a time (an H100, 6e1cd7f)
+STAGED_AFTER = "fp8_*.csv"  # the quantize kernel staging Vᵀ in shared memory (fp8_target.sh's current file)
+
+
+def step21_staged():
+    """The staged Vᵀ writes' prediction (docs/21, "Vᵀ", --v pretransposed): the quantize kernels' share of the
+    call below 10 % at N = 16k and below half at N = 1k; the forward alone unchanged; step 21 / step 16 at
+    d = 128, N = 16k without the mask at least 1.0. Per point, the quantize kernel's own time (the 'quantize'
+    entry of kernels_ms) and the share of the call that is not the forward, before and after."""
+    runs = {label: [r for r in common.rows(pat) if r.get("step") == "21" and r.get("variant") == "v=pretransposed" and kms(r)]
+            for label, pat in (("before", STAGED_BEFORE), ("after", STAGED_AFTER))}
+    if not all(runs.values()):
+        return provenance([], HOW)
+    s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in common.rows(STAGED_AFTER)
+           if r.get("step") == "16" and r.get("dtype") == "bf16" and kms(r)}
+    at = {label: {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs} for label, rs in runs.items()}
+
+    def share(r):
+        p = _parts(r)
+        total = sum(p.values())
+        return (total - p[ATTENTION_KERNEL]) / total if ATTENTION_KERNEL in p and total > 0 else None
+
+    body, held, points, fwd = [], {1024: 0, 16384: 0}, {1024: 0, 16384: 0}, []
+    for k in sorted(set(at["before"]) & set(at["after"])):
+        b, a = at["before"][k], at["after"][k]
+        qb, qa = _parts(b).get("quantize"), _parts(a).get("quantize")
+        sb, sa = share(b), share(a)
+        fb, fa = _parts(b).get(ATTENTION_KERNEL), _parts(a).get(ATTENTION_KERNEL)
+        if fb and fa:
+            fwd.append(fb / fa)
+        if k[2] in held and sa is not None:
+            points[k[2]] += 1
+            held[k[2]] += sa < (0.10 if k[2] == 16384 else 0.5)
+        body.append([k[0], "yes" if k[1] else "no", k[2], f"{qb * 1e3:.0f}" if qb else "–", f"{qa * 1e3:.0f}" if qa else "–",
+                     f"{qb / qa:.1f}" if qb and qa else "–", f"{100 * sb:.0f} %" if sb is not None else "–",
+                     f"{100 * sa:.0f} %" if sa is not None else "–"])
+    lines = [f"Prediction: the share below 10 % at N = 16k held at **{held[16384]} of {points[16384]}** points, below half at "
+             f"N = 1k at **{held[1024]} of {points[1024]}**."]
+    if fwd:
+        lines.append(f"The forward alone, before over after (geometric mean): **{geomean(fwd):.3f}** (predicted unchanged).")
+    a = at["after"].get((128, 0, 16384))
+    if a and (128, 0, 16384) in s16:
+        ratio = ktf(a) / ktf(s16[(128, 0, 16384)])
+        lines.append(f"Step 21 (pretransposed) / step 16 at d = 128, N = 16k, no mask: **{ratio:.2f}** "
+                     f"(predicted at least 1.0: **{'held' if ratio >= 1.0 else 'missed'}**).")
+    both = runs["before"] + runs["after"]
+    return (provenance(both, HOW) + " _Kernel time (CUPTI, cold L2), `--v pretransposed`: the quantize kernel alone "
+            "in µs (it writes Q, K and Vᵀ's codes), and the share of the call that is not the forward (amax, quantize, "
+            "the memset), before the staged writes and after._\n\n"
+            + table(["d", "causal", "N", "before: quantize µs", "after: quantize µs", "speed-up", "before: share",
+                     "after: share"], body) + "\n\n" + " ".join(lines))
+
+
+INT_ALU = ("IMAD", "LOP3", "LEA", "SHF", "IADD3", "VIADD", "ISETP", "SEL", "IABS", "MOV")  # integer and address work
+DATA_OPS = {"LDS": 4, "PRMT": 6, "STS": 4}  # what one unit's data movement takes: four loads, six byte shuffles, four stores
+
+
+def step21_sass_units():
+    """Where the in-kernel transpose's instructions go (sass_*_step21.csv, scripts/ncu_sass.py): the warp
+    instructions each opcode executed in the forward kernel with --v kernel and with --v pretransposed (same
+    shape, same commit), per transposer unit: a warp's 32 units of 16 bytes, counted by the unit's four shared
+    loads (pretransposed has none). The difference is what the transposers add, unit by unit, beside the unit's
+    own data instructions (DATA_OPS). Rows: opcodes whose difference is at least one instruction a unit."""
+    rs = [r for r in common.rows("sass_*_step21.csv") if r["kind"] == "opcode"]
+    pairs = {}
+    for r in rs:
+        v = "kernel" if r["label"].startswith("v=kernel") else "pretransposed" if r["label"].startswith("v=pretransposed") else None
+        if v:
+            pairs.setdefault((r["commit"], r["label"].split(",", 1)[1].strip()), {}).setdefault(v, {})[r["name"]] = r
+    out = []
+    for (commit, shape), both in sorted(pairs.items()):
+        if set(both) != {"kernel", "pretransposed"}:
+            continue
+        ex = {v: {n: int(r["executed"]) for n, r in both[v].items()} for v in both}
+        units = (ex["kernel"].get("LDS", 0) - ex["pretransposed"].get("LDS", 0)) / DATA_OPS["LDS"]
+        if units <= 0:
+            continue
+        names = sorted(set(ex["kernel"]) | set(ex["pretransposed"]),
+                       key=lambda n: -(ex["kernel"].get(n, 0) - ex["pretransposed"].get(n, 0)))
+        body, ints, rest = [], 0.0, 0.0
+        for n in names:
+            a, b = ex["kernel"].get(n, 0) / units, ex["pretransposed"].get(n, 0) / units
+            if abs(a - b) < 1.0:
+                continue
+            kind = ("integer / address" if n in INT_ALU else "data" if n in DATA_OPS
+                    else "waiting (barrier polls)" if n in ("BRA", "SYNCS", "YIELD") else "other")
+            if n in INT_ALU:
+                ints += a - b
+            elif n not in DATA_OPS and kind != "waiting (barrier polls)":
+                rest += a - b
+            body.append([f"`{n}`", kind, f"{a:.1f}", f"{b:.1f}", f"{a - b:.1f}"])
+        tot = {v: sum(ex[v].values()) for v in ex}
+        data = sum(DATA_OPS.values())
+        out.append(f"_Nsight Compute's executed warp instructions by opcode in the step21_fp8 kernel, commit `{commit}`, "
+                   f"{shape}, on {both['kernel'][names[0]]['gpu'] if names[0] in both['kernel'] else rs[0]['gpu']} "
+                   f"(`plots/data/sass_*_step21.csv`), over the units the transposers moved: {units:,.0f} (a warp's 32 units "
+                   f"of 16 bytes, each four shared loads)._\n\n"
+                   + table(["opcode", "what", "per unit, `--v kernel`", "per unit, `--v pretransposed`", "added by the transpose"], body)
+                   + f"\n\nAdded per unit: **{ints:.0f}** integer and address instructions, against the unit's own "
+                     f"{data} data instructions (four loads, six shuffles, four stores). The whole kernel executed "
+                     f"{tot['kernel'] / tot['pretransposed']:.2f}× the warp instructions of `--v pretransposed`.")
+    return "\n\n".join(out) if out else provenance([], "scripts/ncu_sass.py (docs/21_fp8.md, 'What the run says')")
