@@ -11,7 +11,8 @@ from .first_run import first_run
 from .model import (ceilings, io_complexity, model_latencies, model_latency, model_latency_counts, model_latval, model_latval_inputs, model_refined, model_latency_sweeps, model_path, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
                     step08_stored)
 from .python_pkg import python_gpt, python_gpt_host, python_host_cost, python_peers
-from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_target, step20_units
+from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_exp2_noconv, step20_target, step20_units
+from .step19_clocks import step19_clocks
 from .step21 import step21_accuracy, step21_banks, step21_sass_units, step21_staged, step21_target
 from .peers import bwd19_deterministic, bwd19_point, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
@@ -80,6 +81,7 @@ TABLES = {
     "step19-target": bwd19_target,
     "step19-deterministic": bwd19_deterministic,
     "step19-point": bwd19_point,
+    "step19-clocks": step19_clocks,  # the point on an H100 with nvidia-smi's SM clock and power beside it
     "step19-dq-turns": step19_dq_turns,
     "step19-sass": lambda: sass_stalls("19"),
     "step19-hoist": step19_hoist,
@@ -108,6 +110,7 @@ TABLES = {
     "step20-units": step20_units,
     "step20-target": step20_target,
     "step20-exp2": step20_exp2,
+    "step20-exp2-noconv": step20_exp2_noconv,
     "step20-ablation": step20_ablation,
     # FP8's accuracy before its kernel (docs/fp8_accuracy.md): the CPU emulation.
     "fp8-accuracy": fp8_accuracy,

@@ -128,6 +128,83 @@ def step20_exp2():
                                              "poly / mixed"], body) + "\n\n" + summary + ".")
 
 
+EXP2_BEFORE = "logs/fa39398/exp2_*_step20.csv"  # the cubic with floorf and two conversions (an H200, fa39398)
+EXP2_AFTER = "exp2_*_step20.csv"  # the cubic after [exp2-noconv] (step20_target.sh's current file)
+
+
+def step20_exp2_noconv():
+    """[exp2-noconv]'s prediction (docs/20, the end of "Measured"): at d = 64, `mufu` / `mixed` at or above 1.00,
+    and `poly` / `mufu` below its value in the run before. The two runs are on different GPUs, so the table
+    compares ratios within each run; the `mufu` kernel, which the change does not touch, says how far the two
+    runs' GPUs differ (its time after over before). Closing lines: the prediction point by point, its
+    falsifier (`mufu` / `mixed` at 0.9 or below at d = 64), and the cubic's price per exponential it takes
+    ((`mixed` − `mufu`) kernel time over the B·H·N²/4 exponentials `mixed` gives it, no mask)."""
+    runs = {label: [r for r in common.rows(pat) if r["step"] == "20" and r.get("kernel_ms") and r["dtype"] == "bf16"]
+            for label, pat in (("before", EXP2_BEFORE), ("after", EXP2_AFTER))}
+    if not all(runs.values()):
+        return provenance([], "scripts/step20_target.sh OUTDIR (docs/20_persistent.md, '2^x')")
+    ms = {label: {(int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"].split(";")[0].replace("exp2=", "")): r
+                  for r in rs if r["pass"] == "1"} for label, rs in runs.items()}
+    keys = sorted({k[:3] for k in ms["after"]} & {k[:3] for k in ms["before"]}, key=lambda k: (-k[0], k[1], k[2]))
+    body, d64, price, control = [], {"before": {"mm": [], "pm": []}, "after": {"mm": [], "pm": []}}, {}, []
+    every = {(label, v): [] for label in ("before", "after") for v in ("mufu", "poly")}  # over mixed, every point
+    for k in keys:
+        t = {(label, v): kms(ms[label][k + (v,)]) for label in ms for v in ("mufu", "mixed", "poly")
+             if k + (v,) in ms[label]}
+        if len(t) < 6:
+            continue
+        row = [k[0], "yes" if k[1] else "no", k[2]]
+        for label in ("before", "after"):
+            mm, pm = t[(label, "mufu")] / t[(label, "mixed")], t[(label, "poly")] / t[(label, "mufu")]
+            every[(label, "mufu")].append(mm)
+            every[(label, "poly")].append(t[(label, "poly")] / t[(label, "mixed")])
+            row += [f"{mm:.2f}", f"{pm:.2f}"]
+            if k[0] == 64:
+                d64[label]["mm"].append(mm)
+                d64[label]["pm"].append(pm)
+            if not k[1]:
+                r = ms[label][k + ("mixed",)]
+                n_exp = int(r["B"]) * int(r["H"]) * int(r["N"]) * int(r["Nk"]) / 4
+                price.setdefault((label, k[0]), []).append((t[(label, "mixed")] - t[(label, "mufu")]) * 1e-3 / n_exp * 1e12)
+        for v in ("mufu", "mixed", "poly"):
+            row.append(f"{t[('after', v)] / t[('before', v)]:.3f}")
+        if k[2] == 16384:
+            control.append(t[("after", "mufu")] / t[("before", "mufu")])
+        body.append(row)
+    rng = lambda xs: f"{min(xs):.2f}" + (f"–{max(xs):.2f}" if f"{max(xs):.2f}" != f"{min(xs):.2f}" else "")  # noqa: E731
+    b, a = d64["before"], d64["after"]
+    if not (a["mm"] and b["mm"] and every[("before", "mufu")]):
+        return provenance([], "scripts/step20_target.sh OUTDIR (docs/20_persistent.md, '2^x')")
+    lines = [
+        f"At d = 64, `mufu` / `mixed` (predicted ≥ 1.00): at or above it at **{sum(x >= 1.0 for x in a['mm'])} of "
+        f"{len(a['mm'])}** points, {rng(a['mm'])} after against {rng(b['mm'])} before; at 0.90 or below, the "
+        f"falsifier, at **{sum(x <= 0.9 for x in a['mm'])} of {len(a['mm'])}**.",
+        f"`poly` / `mufu` at d = 64 (predicted below its value before): below it at **"
+        f"{sum(x < y for x, y in zip(a['pm'], b['pm']))} of {len(a['pm'])}** points, {rng(a['pm'])} after against "
+        f"{rng(b['pm'])} before.",
+        "The cubic's price per exponential it takes, (`mixed` − `mufu`) over B·H·N²/4, no mask, in ps: "
+        + "; ".join(f"d = {d}: {rng(price[('before', d)])} before, {rng(price[('after', d)])} after"
+                    for d in sorted({d for _, d in price}) if ('before', d) in price and ('after', d) in price) + ".",
+        f"The `mufu` kernel, unchanged, at N = 16k: after / before {rng(control)}." if control else "",
+        f"Over all {len(every[('after', 'mufu')])} points, `mufu` is faster than `mixed` at "
+        f"**{sum(x < 1 for x in every[('after', 'mufu')])}** after and at "
+        f"{sum(x < 1 for x in every[('before', 'mufu')])} before.",
+        "The run before, as the `--exp2` table read it: " + "; ".join(
+            f"`{v}` / `mixed` geometric mean {geomean(every[('before', v)]):.2f} ({rng(every[('before', v)])})"
+            for v in ("mufu", "poly")) + ".",
+    ]
+    # provenance() per run, so that each GPU stands beside its own commit: "_Measured on X: the rows…_"
+    where = [provenance(runs[label]).split("_Measured on ", 1)[1].split(": the programs'", 1)[0]
+             for label in ("before", "after")]
+    tail = provenance(runs["after"]).split(": the programs'", 1)[1]
+    return (f"_Before: measured on {where[0]}; after: on {where[1]}: the programs'" + tail
+            + " _Kernel time (CUPTI, cold L2), bf16; each run's ratios are of its own kernels; the last three columns "
+            "are a kernel's time after over before (below 1: faster after), across the two GPUs._\n\n"
+            + table(["d", "causal", "N", "before: mufu / mixed", "before: poly / mufu", "after: mufu / mixed",
+                     "after: poly / mufu", "mufu after / before", "mixed after / before", "poly after / before"], body)
+            + "\n\n" + " ".join(x for x in lines if x))
+
+
 def step20_ablation():
     """Each of step 20's changes taken out alone (bench --variants ablations): steps.ablation on rows whose
     variant names drop the default --exp2."""
