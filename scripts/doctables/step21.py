@@ -242,7 +242,7 @@ def step21_sass_units():
         if units <= 0:
             continue
         names = sorted(set(ex["kernel"]) | set(ex["pretransposed"]),
-                       key=lambda n: -(ex["kernel"].get(n, 0) - ex["pretransposed"].get(n, 0)))
+                       key=lambda n: (-(ex["kernel"].get(n, 0) - ex["pretransposed"].get(n, 0)), n))
         body, ints, rest = [], 0.0, 0.0
         for n in names:
             a, b = ex["kernel"].get(n, 0) / units, ex["pretransposed"].get(n, 0) / units
