@@ -4,8 +4,10 @@ that the GPU keeps up, so what is measured is the time the CPU spends queuing a 
 
     python3 python/examples/host_cost.py --out host_cost.csv [--calls 1000] [--repeats 5]
 
-For each backend (steps: flash_attn_func; steps-direct: the package's implementations called as plain
-functions, so the difference is what the interface, the operator and autograd add; sdpa) and each pass (fwd: forward alone under no_grad; fwd+bwd: forward and
+For each backend (steps: flash_attn_func; steps-function: the same with its eager path through
+torch.autograd.Function rather than the operators, FLASH_ATTN_STEPS_DISPATCH=auto; steps-direct: the package's
+implementations called as plain functions, so the difference is what the interface, the operator and autograd
+add; sdpa) and each pass (fwd: forward alone under no_grad; fwd+bwd: forward and
 backward of the sum of O) it runs --calls calls back to back, --repeats times, after a warm-up, and writes
 one row: the median over the repeats of the host time per call (µs), and the wall time per call with the
 GPU drained at the end (µs): when the two agree, the GPU waited for the host. The rows name the date,
@@ -29,6 +31,9 @@ ROW = ["date", "commit", "device", "backend", "pass", "B", "N", "H", "d", "dtype
        "host_us_per_call", "wall_us_per_call"]
 
 
+BACKENDS = ("steps", "steps-function", "steps-direct", "sdpa")
+
+
 def call(backend, q, k, v, backward):
     if backend == "steps-direct":
         # The package's own implementations, called as plain functions: no checks of the interface, no
@@ -40,9 +45,18 @@ def call(backend, q, k, v, backward):
             if backward:
                 _ops.bwd_impl(torch.ones_like(o), q, k, v, o, lse, scale, True, 0, 0.0, 0, False)
         return o
-    if backend == "steps":
+    if backend in ("steps", "steps-function"):
+        # steps-function: the same call with the eager path through torch.autograd.Function instead of the
+        # operators ([dispatch] in _ops.py: FLASH_ATTN_STEPS_DISPATCH=auto); the same path as steps on a
+        # PyTorch without torch.library.custom_op.
         import flash_attn_steps as fas
-        o = fas.flash_attn_func(q, k, v, causal=True)
+        from flash_attn_steps import _ops
+        before = _ops.DISPATCH
+        _ops.DISPATCH = "auto" if backend == "steps-function" else "op"
+        try:
+            o = fas.flash_attn_func(q, k, v, causal=True)
+        finally:
+            _ops.DISPATCH = before
     else:
         o = gpt.sdpa(q, k, v)
     if backward:
@@ -78,11 +92,15 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--shape", default="1,128,6,64", help="B,N,H,d (default: one head pair of the small GPT's layer, short)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--backends", default="steps,steps-direct,sdpa",
-                    help="steps (flash_attn_func), steps-direct (its implementations without the interface, the operator and autograd), sdpa")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help="steps (flash_attn_func), steps-function (the same through torch.autograd.Function, not the "
+                         "operators), steps-direct (its implementations without the interface, the operator and autograd), sdpa")
     args = ap.parse_args(argv)
     if args.calls < 1 or args.repeats < 1:
         ap.error("--calls and --repeats must be at least 1")
+    unknown = [b for b in args.backends.split(",") if b not in BACKENDS]
+    if unknown:
+        ap.error(f"--backends: unknown {', '.join(unknown)} (known: {', '.join(BACKENDS)})")
     B, N, H, d = (int(x) for x in args.shape.split(","))
     device = torch.device(args.device)
     dtype = torch.bfloat16  # the package takes fp16 and bf16 only, on the CPU as well

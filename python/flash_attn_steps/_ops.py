@@ -7,9 +7,15 @@ the backward are registered as operators `flash_attn_steps::fwd`, `::bwd`, `::va
 them. On older PyTorch (Debian's 1.13, CI's) the same functions sit behind a plain
 `torch.autograd.Function`. Both call the same implementations below.
 
+[dispatch] Where the operators exist, FLASH_ATTN_STEPS_DISPATCH picks the eager path (read at import;
+`DISPATCH` here may be set at run time): `op` (the default) calls the operators always; `auto` calls them
+only while torch.compile traces, and the `torch.autograd.Function` otherwise, which skips the operators'
+dispatch and their Python autograd per call (python/examples/host_cost.py prices the two).
+
 Every tensor here is already checked and padded to a compiled head dimension (interface.py).
 """
 
+import os
 from typing import List, Tuple
 
 import torch
@@ -17,6 +23,15 @@ import torch
 from . import _core
 
 HAVE_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+DISPATCHES = ("op", "auto")
+DISPATCH = os.environ.get("FLASH_ATTN_STEPS_DISPATCH", "op")
+if DISPATCH not in DISPATCHES:
+    raise ValueError(f"FLASH_ATTN_STEPS_DISPATCH={DISPATCH!r}: expected one of {', '.join(DISPATCHES)}")
+
+
+def _compiling():
+    c = getattr(torch, "compiler", None)
+    return bool(c is not None and hasattr(c, "is_compiling") and c.is_compiling())
 
 
 # ---- the implementations ------------------------------------------------------------------------
@@ -109,6 +124,45 @@ def varlen_bwd_impl(dout, q, k, v, out, lse, cu_q, cu_k, scale, causal, window, 
 
 # ---- autograd -----------------------------------------------------------------------------------
 
+# The plain torch.autograd.Function: every PyTorch (the only path before custom_op).
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, window, dropout_p, seed, deterministic):
+        out, lse = fwd_impl(q, k, v, scale, causal, window, dropout_p, seed)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (scale, causal, window, dropout_p, seed, deterministic)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = bwd_impl(dout, q, k, v, out, lse, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None
+
+class _VarlenAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic):
+        out, lse = varlen_fwd_impl(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.args = (scale, causal, window, dropout_p, seed, deterministic)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = varlen_bwd_impl(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
+
+def function_attention(q, k, v, scale, causal, window, dropout_p, seed, deterministic):
+    return _Attention.apply(q, k, v, scale, causal, window, dropout_p, seed, deterministic)
+
+def function_varlen_attention(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic):
+    return _VarlenAttention.apply(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic)
+
+
 if HAVE_CUSTOM_OP:
     @torch.library.custom_op("flash_attn_steps::fwd", mutates_args=())
     def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool, window: int,
@@ -176,50 +230,27 @@ if HAVE_CUSTOM_OP:
 
     torch.library.register_autograd("flash_attn_steps::varlen_fwd", _varlen_backward, setup_context=_varlen_setup)
 
-    def attention(q, k, v, scale, causal, window, dropout_p, seed, deterministic):
+    def op_attention(q, k, v, scale, causal, window, dropout_p, seed, deterministic):
         return torch.ops.flash_attn_steps.fwd(q, k, v, scale, causal, window, dropout_p, seed, deterministic)
 
-    def varlen_attention(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic):
+    def op_varlen_attention(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic):
         return torch.ops.flash_attn_steps.varlen_fwd(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed,
                                                      deterministic)
 
-else:
-    class _Attention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, scale, causal, window, dropout_p, seed, deterministic):
-            out, lse = fwd_impl(q, k, v, scale, causal, window, dropout_p, seed)
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.args = (scale, causal, window, dropout_p, seed, deterministic)
-            ctx.mark_non_differentiable(lse)
-            return out, lse
-
-        @staticmethod
-        def backward(ctx, dout, dlse):
-            q, k, v, out, lse = ctx.saved_tensors
-            dq, dk, dv = bwd_impl(dout, q, k, v, out, lse, *ctx.args)
-            return dq, dk, dv, None, None, None, None, None, None
-
-    class _VarlenAttention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic):
-            out, lse = varlen_fwd_impl(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed)
-            ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-            ctx.args = (scale, causal, window, dropout_p, seed, deterministic)
-            ctx.mark_non_differentiable(lse)
-            return out, lse
-
-        @staticmethod
-        def backward(ctx, dout, dlse):
-            q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-            dq, dk, dv = varlen_bwd_impl(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
-            return dq, dk, dv, None, None, None, None, None, None, None, None
-
-    def attention(q, k, v, scale, causal, window, dropout_p, seed, deterministic):
-        return _Attention.apply(q, k, v, scale, causal, window, dropout_p, seed, deterministic)
-
-    def varlen_attention(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic):
-        return _VarlenAttention.apply(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic)
 
 
-__all__: List[str] = ["attention", "varlen_attention", "fwd_impl", "bwd_impl", "varlen_fwd_impl", "varlen_bwd_impl",
+def attention(q, k, v, scale, causal, window, dropout_p, seed, deterministic):
+    """[dispatch] The operator where it exists and DISPATCH asks for it (always, or while torch.compile traces),
+    else the autograd.Function."""
+    if HAVE_CUSTOM_OP and (DISPATCH == "op" or _compiling()):
+        return op_attention(q, k, v, scale, causal, window, dropout_p, seed, deterministic)
+    return function_attention(q, k, v, scale, causal, window, dropout_p, seed, deterministic)
+
+
+def varlen_attention(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic):
+    if HAVE_CUSTOM_OP and (DISPATCH == "op" or _compiling()):
+        return op_varlen_attention(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic)
+    return function_varlen_attention(q, k, v, cu_q, cu_k, scale, causal, window, dropout_p, seed, deterministic)
+
+__all__: List[str] = ["attention", "varlen_attention", "DISPATCH", "DISPATCHES", "fwd_impl", "bwd_impl", "varlen_fwd_impl", "varlen_bwd_impl",
                       "HAVE_CUSTOM_OP"]

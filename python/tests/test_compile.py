@@ -10,9 +10,13 @@ from flash_attn_steps import _ops
 
 @pytest.mark.skipif(not _ops.HAVE_CUSTOM_OP, reason="this PyTorch has no torch.library.custom_op (2.4 and later)")
 @pytest.mark.parametrize("varlen", [False, True])
-def test_compile_fullgraph_forward_and_backward(device, varlen):
+@pytest.mark.parametrize("dispatch", _ops.DISPATCHES)
+def test_compile_fullgraph_forward_and_backward(device, varlen, dispatch, monkeypatch):
+    """[dispatch] With `auto` the eager block runs through torch.autograd.Function and the compiled one
+    through the operators: the two must still agree."""
     if device.type != "cuda":
         pytest.skip("torch.compile is tried on the GPU")
+    monkeypatch.setattr(_ops, "DISPATCH", dispatch)
     torch.manual_seed(0)
     B, N, H, d = 2, 256, 4, 64
     x = torch.randn(B, N, H * d, device=device, dtype=torch.bfloat16, requires_grad=True)

@@ -14,7 +14,7 @@ import host_cost  # noqa: E402
 
 def test_a_row_per_backend_and_pass_with_host_below_wall(tmp_path):
     out = tmp_path / "host.csv"
-    backends = ["steps", "steps-direct", "sdpa"]
+    backends = list(host_cost.BACKENDS)
     assert host_cost.main(["--out", str(out), "--calls", "4", "--repeats", "2", "--shape", "1,16,2,32",
                            "--device", "cpu", "--backends", ",".join(backends)]) == 0
     rows = list(csv.DictReader(open(out)))
@@ -29,4 +29,11 @@ def test_refuses_zero_calls(tmp_path):
     import pytest
     with pytest.raises(SystemExit) as e:
         host_cost.main(["--out", str(tmp_path / "x.csv"), "--calls", "0", "--device", "cpu"])
+    assert e.value.code == 2
+
+
+def test_refuses_an_unknown_backend(tmp_path):
+    import pytest
+    with pytest.raises(SystemExit) as e:
+        host_cost.main(["--out", str(tmp_path / "x.csv"), "--backends", "steps,nope", "--device", "cpu"])
     assert e.value.code == 2
