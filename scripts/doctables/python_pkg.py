@@ -172,6 +172,7 @@ def python_peers():
 COST_HOW = "python3 python/examples/host_cost.py --out plots/data/host_cost_<gpu>.csv (docs/python.md)"
 COST_FWD_GAP = (100.0, 200.0)  # the prediction: the package's forward costs this many µs of host time more than SDPA's
 CALLS_PER_STEP = 6  # the small GPT's layers: one forward and one backward each per training step
+DISPATCH_FWD_NEAR = 50.0  # [dispatch]'s prediction: the forward through autograd.Function within this many µs of SDPA's
 
 
 def python_host_cost():
@@ -187,7 +188,9 @@ def python_host_cost():
     by = {(r["device"], r["commit"], r["backend"], r["pass"]): float(r["host_us_per_call"]) for r in rs}
     body, lines = [], []
     for dev, commit in sorted({k[:2] for k in by}):
-        for backend in ("steps", "steps-direct", "sdpa"):
+        for backend in ("steps", "steps-function", "steps-direct", "sdpa"):
+            if not any((dev, commit, backend, p) in by for p in ("fwd", "fwd+bwd")):
+                continue  # steps-function: runs before [dispatch] have none
             f, fb = by.get((dev, commit, backend, "fwd")), by.get((dev, commit, backend, "fwd+bwd"))
             body.append([dev, f"`{commit}`", backend, f"{f:.1f}" if f else "–", f"{fb:.1f}" if fb else "–",
                          f"{fb - f:.1f}" if f and fb else "–"])
@@ -213,6 +216,13 @@ def python_host_cost():
                 lines.append(f"{CALLS_PER_STEP} × (forward + backward) over SDPA's: **{per_step:.2f} ms** per step, against "
                              f"the GPT's step gap of {med['steps'] - med['sdpa']:.2f} ms on the same GPU (`{newest}`): "
                              f"**{100 * per_step / (med['steps'] - med['sdpa']):.0f} %** of it.")
+        if g("steps-function", "fwd") and g("steps-function", "fwd+bwd"):
+            half = g("steps-function", "fwd+bwd") <= 0.5 * g("steps", "fwd+bwd")
+            near = abs(g("steps-function", "fwd") - g("sdpa", "fwd")) <= DISPATCH_FWD_NEAR
+            lines.append(f"[dispatch] through torch.autograd.Function: forward with backward **{g('steps-function', 'fwd+bwd'):.0f} µs** "
+                         f"against the operators' {g('steps', 'fwd+bwd'):.0f} (predicted at most half: **{'held' if half else 'missed'}**); "
+                         f"forward {g('steps-function', 'fwd'):.0f} µs against SDPA's {g('sdpa', 'fwd'):.0f} (predicted within "
+                         f"{DISPATCH_FWD_NEAR:.0f} µs: **{'held' if near else 'missed'}**).")
         inside = g("steps", "fwd+bwd") - g("steps-direct", "fwd+bwd")
         lines.append(f"Between `flash_attn_func` and its implementations called directly: **{inside:.0f} µs** per forward and "
                      f"backward; the implementations alone cost {g('steps-direct', 'fwd+bwd'):.0f} µs, SDPA "
@@ -220,7 +230,8 @@ def python_host_cost():
                      f"**{'held' if inside > gap_fb / 2 else 'missed'}**).")
     return (provenance(rs, COST_HOW, many_gpus=True) + " _Host time per call by the CPU's clock in one thread (the "
             "median of the repeats), B = 1, N = 128, H = 6, d = 64, bf16: small enough that the GPU keeps up. "
-            "`steps` is `flash_attn_func`; `steps-direct` the package's forward and backward implementations called "
+            "`steps` is `flash_attn_func`; `steps-function` the same with `FLASH_ATTN_STEPS_DISPATCH=auto` (eager calls "
+            "through torch.autograd.Function, where the run has it); `steps-direct` the package's forward and backward implementations called "
             "as plain functions (no interface checks, no operator dispatch, no autograd)._\n\n"
             + table(["GPU", "commit", "backend", "fwd µs", "fwd+bwd µs", "bwd µs (the difference)"], body)
             + "\n\n" + " ".join(lines))
