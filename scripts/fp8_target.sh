@@ -7,16 +7,24 @@
 # 2. accuracy: one head pair (B = 1, H = 2) at N = 1k and 2k, d = 128 and 256, both masks, FlashAttention-3's
 #    inputs (--inputs normal and outliers): step 16 in bf16, and step 21 with each scale and with and
 #    without --incoherent; O's RMSE against the unquantized inputs is the raw_rmse column  -> fp8acc_<gpu>.csv
-# FA_REPS (default 10) timed reps per speed row. Every run is checked; a failed check makes the exit status 1.
+# FA_PHASES (default "speed accuracy") picks phases; FA_REPS (default 10) timed reps per speed row. Every run is
+# checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
 set -uo pipefail
 me=fp8_target.sh
+phases=" ${FA_PHASES:-speed accuracy} "
+for ph in $phases; do
+  case "$ph" in speed|accuracy) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy)" >&2; exit 2 ;; esac
+done
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 reps=${FA_REPS:-10}
 fail=0
 need_programs bench step16 step21
-echo "[$me $(date -u +%H:%M:%S)] speed: steps 16 (bf16) and 21 (e4m3) -> $out/fp8_${slug}.csv" >&2
-"$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants all \
-  --check-heads 1 --reps "$reps" --commit "$commit" --out "$out/fp8_${slug}.csv" >&2 || fail=1
+if [[ "$phases" == *" speed "* ]]; then
+  echo "[$me $(date -u +%H:%M:%S)] speed: steps 16 (bf16) and 21 (e4m3) -> $out/fp8_${slug}.csv" >&2
+  "$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants all \
+    --check-heads 1 --reps "$reps" --commit "$commit" --out "$out/fp8_${slug}.csv" >&2 || fail=1
+fi
+[[ "$phases" == *" accuracy "* ]] || { echo "[$me $(date -u +%H:%M:%S)] done (exit $fail; no accuracy phase)" >&2; exit $fail; }
 acc="$out/fp8acc_${slug}.csv"
 echo "[$me $(date -u +%H:%M:%S)] accuracy -> $acc" >&2
 rm -f "$acc"
