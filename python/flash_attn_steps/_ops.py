@@ -23,6 +23,7 @@ import torch
 from . import _core
 
 HAVE_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+# [dispatch] Which eager path a call takes where the operators exist (the module's docstring says why).
 DISPATCHES = ("op", "auto")
 DISPATCH = os.environ.get("FLASH_ATTN_STEPS_DISPATCH", "op")
 if DISPATCH not in DISPATCHES:
