@@ -31,6 +31,7 @@ if DISPATCH not in DISPATCHES:
 
 
 def _compiling():
+    """Inside torch.compile's tracing (the operators' path; interface.py's checks use it too)."""
     c = getattr(torch, "compiler", None)
     return bool(c is not None and hasattr(c, "is_compiling") and c.is_compiling())
 

@@ -108,11 +108,9 @@ def _flag(name, value):
     return value
 
 
-def _compiling():
-    """Inside torch.compile's tracing: the checks that read tensor values (cu_seqlens) or call the C
-    library are left to the operators themselves, which run them when the graph runs."""
-    c = getattr(torch, "compiler", None)
-    return bool(c is not None and hasattr(c, "is_compiling") and c.is_compiling())
+# Inside torch.compile's tracing (_ops._compiling): the checks that read tensor values (cu_seqlens) or call
+# the C library are left to the operators themselves, which run them when the graph runs.
+_compiling = _ops._compiling
 
 
 def _needs_grad(*ts):

@@ -171,7 +171,6 @@ def python_peers():
 
 COST_HOW = "python3 python/examples/host_cost.py --out plots/data/host_cost_<gpu>.csv (docs/python.md)"
 COST_FWD_GAP = (100.0, 200.0)  # the prediction: the package's forward costs this many µs of host time more than SDPA's
-CALLS_PER_STEP = 6  # the small GPT's layers: one forward and one backward each per training step
 DISPATCH_FWD_NEAR = 50.0  # [dispatch]'s prediction: the forward through autograd.Function within this many µs of SDPA's
 
 
@@ -179,7 +178,7 @@ def python_host_cost():
     """The host time per attention call (host_cost_*.csv, python/examples/host_cost.py): per GPU and commit,
     each backend's forward alone and forward with backward, in µs of the CPU's clock per call. Closing lines
     against docs/python.md's prediction: the package's forward over SDPA's by 100-200 µs; its backward dearer
-    than its forward; CALLS_PER_STEP × (forward + backward) beside the GPT's step gap between the backends
+    than its forward; (forward + backward) × the GPT's layers (its rows' `layers`: one of each per layer and step) beside the GPT's step gap between the backends
     on the same GPU (gpthost_*.csv, the newest commit there); and where the package's extra lies (between
     flash_attn_func and its implementations called directly, or in them)."""
     rs = common.rows("host_cost_*.csv")
@@ -211,9 +210,11 @@ def python_host_cost():
             med = {b: statistics.mean(float(r["step_ms_median"]) for r in steps_gpt
                                       if r["commit"] == newest and r["backend"] == b) for b in ("sdpa", "steps")
                    if any(r["commit"] == newest and r["backend"] == b for r in steps_gpt)}
-            if len(med) == 2:
-                per_step = CALLS_PER_STEP * gap_fb / 1e3
-                lines.append(f"{CALLS_PER_STEP} × (forward + backward) over SDPA's: **{per_step:.2f} ms** per step, against "
+            layers = {int(r["layers"]) for r in steps_gpt if r["commit"] == newest}
+            if len(med) == 2 and len(layers) == 1:
+                calls = layers.pop()  # one forward and one backward per layer and step
+                per_step = calls * gap_fb / 1e3
+                lines.append(f"{calls} × (forward + backward) over SDPA's: **{per_step:.2f} ms** per step, against "
                              f"the GPT's step gap of {med['steps'] - med['sdpa']:.2f} ms on the same GPU (`{newest}`): "
                              f"**{100 * per_step / (med['steps'] - med['sdpa']):.0f} %** of it.")
         if g("steps-function", "fwd") and g("steps-function", "fwd+bwd"):

@@ -164,8 +164,9 @@ def step21_banks():
             + " (the last two kernels did not change between the runs).")
 
 
-STAGED_BEFORE = "logs/6e1cd7f/fp8_*.csv"  # the quantize kernel storing Vᵀ a byte at a time (an H100, 6e1cd7f)
-STAGED_AFTER = "fp8_*.csv"  # the quantize kernel staging Vᵀ in shared memory (fp8_target.sh's current file)
+# The staged writes' before and after are the same two runs as [transpose-banks]'s: 6e1cd7f (an H100, Vᵀ a
+# byte at a time) and fp8_target.sh's current file.
+STAGED_BEFORE, STAGED_AFTER = BANKS_BEFORE, BANKS_AFTER
 
 
 def step21_staged():
