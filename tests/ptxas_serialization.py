@@ -11,7 +11,7 @@ dQ split and product order — is compiled and carries no such warning. The abla
 listed (docs/19_hopper_backward.md, "Read the compiler's report before reading an ablation"). Step 20's
 kernels (docs/20_persistent.md, "Registers") the same way: every storage type, head dimension and --exp2,
 the lazy rescale on; its spills are listed. Step 21's forward (docs/21_fp8.md, "Registers and shared
-memory"): each head dimension, Vᵀ transposed in the kernel and pretransposed.
+memory"): each head dimension and each way of bringing Vᵀ (--v).
   tests/ptxas_serialization.py NVCC REPO_ROOT
 """
 import os
@@ -92,15 +92,20 @@ def step20(nvcc, root):
 
 
 def step21(nvcc, root):
-    """Step 21: the forward at each head dimension, Vᵀ in the kernel (RawV) and pretransposed, compiled and
-    unserialized; spills listed."""
-    _, dims = head_dims(root, "21_fp8")
+    """Step 21: the forward at each head dimension, Vᵀ in the kernel (RawV, its addresses rebuilt or stepped)
+    and pretransposed, compiled and unserialized; spills listed."""
+    sched, dims = head_dims(root, "21_fp8")
+    ways = {(False, False): "pretransposed", (True, False): "kernel", (True, True): "kernel-stepped"}  # <RawV, Stepped>
+    names = re.findall(r'"([^"]+)"', re.search(r"kVLayoutNames\[kVLayouts\] = \{([^}]*)\}", sched).group(1))
+    if sorted(names) != sorted(ways.values()):
+        print(f"ptxas_serialization: step 21's --v choices {names} are not the kernels this test knows {sorted(ways.values())}")
+        return 1
 
     def classify(m):
-        d, raw = int(m.group(1)), m.group(2) == "1"
-        return (d, raw), f"d={d} v={'kernel' if raw else 'pretransposed'}", True
-    return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])E", classify,
-                      [(d, r) for d in dims for r in (False, True)])
+        d, raw, stepped = int(m.group(1)), m.group(2) == "1", m.group(3) == "1"
+        return (d, raw, stepped), f"d={d} v={ways.get((raw, stepped), '?')}", True
+    return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])ELb([01])E", classify,
+                      [(d, r, st) for d in dims for (r, st) in ways])
 
 
 def main():

@@ -159,6 +159,39 @@ TEST_CASE("step 21 [transpose-banks]: every unit once, and no two lanes of a tra
   }
 }
 
+// [transpose-addr] The stepped addresses (--v kernel-stepped) against the ones the default rebuilds from
+// transpose_unit, key_of_slot and sw8_offset: every unit, every one of its four loads and four stores, at
+// both compiled head dimensions and two stage bases. A base that is not a multiple of 128 breaks them
+// (the XOR would then flip bits the base owns), so the check can fail.
+static int stepped_mismatches(int d, uint32_t raw, uint32_t vt) {
+  constexpr int Bc = 128;
+  int bad = 0;
+  for (int g = 0; g < step21::transpose_units(Bc, d) / 32; ++g)
+    for (int l = 0; l < 32; ++l) {
+      const step21::TransposeUnit tu = step21::transpose_unit(32 * g + l, d);
+      const int n0 = 4 * tu.dim_group, slot0 = 4 * tu.slot_group;
+      const step21::TransposeLane tl = step21::transpose_lane(l);
+      REQUIRE(step21::transpose_dims(tl, g, d) == n0);
+      const uint32_t ld0 = step21::transpose_load0(raw, tl, g, n0, Bc), st0 = step21::transpose_store0(vt, tl, g, n0);
+      for (int i = 0; i < 4; ++i) {
+        const int key = 32 * (slot0 / 32) + step21::key_of_slot(slot0 % 32 + i);
+        bad += step21::transpose_load(ld0, i) != raw + step21::sw8_offset(key, n0, Bc);
+        bad += step21::transpose_store(st0, i) != vt + step21::sw8_offset(n0 + i, slot0, d);
+      }
+    }
+  return bad;
+}
+
+TEST_CASE("step 21 [transpose-addr]: the stepped addresses are sw8_offset's, unit for unit, on a swizzle-aligned stage") {
+  for (int d : step21::kHeadDims) {
+    CAPTURE(d);
+    CHECK(stepped_mismatches(d, 0, 0) == 0);
+    CHECK(stepped_mismatches(d, 3 * 1024 + 5 * 16384, 7 * 1024) == 0);  // any 1024-aligned stage
+    CHECK(stepped_mismatches(d, 16, 0) > 0);                            // a raw stage off by a chunk
+    CHECK(stepped_mismatches(d, 0, 48) > 0);                            // Vᵀ's stage off by three chunks
+  }
+}
+
 TEST_CASE("step 21 [v-transpose] pretransposed: the quantize kernel's staging tile gives each dim its 32 slots in order") {
   for (int d : {128, 256}) {
     CAPTURE(d);
@@ -292,7 +325,7 @@ TEST_CASE("step 21 [two-level] [fp22]: a row's sum left in the 13-bit accumulato
 
 TEST_CASE("step 21: the blueprint matches the reference on the dequantized inputs, every way of quantizing and of bringing V") {
   int ran = 0;
-  for (const char* v : {"kernel", "pretransposed"})
+  for (const char* v : step21::kVLayoutNames)
     for (bool block : {false, true})
       for (bool incoherent : {false, true})
         for (const char* inputs : {"default", "outliers"})
@@ -322,7 +355,7 @@ TEST_CASE("step 21: the blueprint matches the reference on the dequantized input
             CHECK(diff.empty());
             ++ran;
           }
-  CHECK(ran == 2 * 2 * 2 * 2 * 3);
+  CHECK(ran == step21::kVLayouts * 2 * 2 * 2 * 3);
 }
 
 TEST_CASE("step 21: the FP8 check fails when a K/V tile is missed, or when O ignores V's descale") {

@@ -1,6 +1,9 @@
 """Step 21's tables (docs/21_fp8.md): the FP8 forward beside step 16 in bf16 in one run (fp8_<gpu>.csv,
 scripts/fp8_target.sh), its accuracy on FlashAttention-3's inputs beside the CPU emulation's
 (fp8acc_<gpu>.csv and fp8_accuracy.csv)."""
+import os
+import re
+
 from . import common
 from .common import geomean, kms, ktf, provenance, table
 
@@ -219,7 +222,14 @@ def step21_staged():
 
 
 INT_ALU = ("IMAD", "LOP3", "LEA", "SHF", "IADD3", "VIADD", "ISETP", "SEL", "IABS", "MOV")  # integer and address work
-DATA_OPS = {"LDS": 4, "PRMT": 6, "STS": 4}  # what one unit's data movement takes: four loads, six byte shuffles, four stores
+
+
+def data_ops():
+    """What one unit's data movement takes, read from [transpose4] in steps/21_fp8/schedule.hpp: a shared load per
+    row it takes, a byte shuffle per byte_perm it calls, a shared store per column it gives."""
+    src = open(os.path.join(common.ROOT, "steps", "21_fp8", "schedule.hpp")).read()
+    m = re.search(r"void transpose4\(const uint32_t \(&r\)\[(\d+)\], uint32_t \(&out\)\[(\d+)\]\) \{(.*?)\n\}", src, re.S)
+    return {"LDS": int(m.group(1)), "PRMT": m.group(3).count("byte_perm("), "STS": int(m.group(2))}
 
 
 def step21_sass_units():
@@ -229,41 +239,101 @@ def step21_sass_units():
     loads (pretransposed has none). The difference is what the transposers add, unit by unit, beside the unit's
     own data instructions (DATA_OPS). Rows: opcodes whose difference is at least one instruction a unit."""
     rs = [r for r in common.rows("sass_*_step21.csv") if r["kind"] == "opcode"]
+    DATA_OPS = data_ops()
     pairs = {}
     for r in rs:
-        v = "kernel" if r["label"].startswith("v=kernel") else "pretransposed" if r["label"].startswith("v=pretransposed") else None
-        if v:
-            pairs.setdefault((r["commit"], r["label"].split(",", 1)[1].strip()), {}).setdefault(v, {})[r["name"]] = r
+        head, _, shape = r["label"].partition(",")
+        if head.startswith("v=") and shape:  # "v=<--v's choice>, <shape>"
+            pairs.setdefault((r["commit"], shape.strip()), {}).setdefault(head[2:].strip(), {})[r["name"]] = r
     out = []
-    for (commit, shape), both in sorted(pairs.items()):
-        if set(both) != {"kernel", "pretransposed"}:
+    for (commit, shape), ways in sorted(pairs.items()):
+        if "pretransposed" not in ways:
             continue
-        ex = {v: {n: int(r["executed"]) for n, r in both[v].items()} for v in both}
-        units = (ex["kernel"].get("LDS", 0) - ex["pretransposed"].get("LDS", 0)) / DATA_OPS["LDS"]
-        if units <= 0:
-            continue
-        names = sorted(set(ex["kernel"]) | set(ex["pretransposed"]),
-                       key=lambda n: (-(ex["kernel"].get(n, 0) - ex["pretransposed"].get(n, 0)), n))
-        body, ints, rest = [], 0.0, 0.0
-        for n in names:
-            a, b = ex["kernel"].get(n, 0) / units, ex["pretransposed"].get(n, 0) / units
-            if abs(a - b) < 1.0:
-                continue
-            kind = ("integer / address" if n in INT_ALU else "data" if n in DATA_OPS
-                    else "waiting (barrier polls)" if n in ("BRA", "SYNCS", "YIELD") else "other")
-            if n in INT_ALU:
-                ints += a - b
-            elif n not in DATA_OPS and kind != "waiting (barrier polls)":
-                rest += a - b
-            body.append([f"`{n}`", kind, f"{a:.1f}", f"{b:.1f}", f"{a - b:.1f}"])
-        tot = {v: sum(ex[v].values()) for v in ex}
-        data = sum(DATA_OPS.values())
-        out.append(f"_Nsight Compute's executed warp instructions by opcode in the step21_fp8 kernel, commit `{commit}`, "
-                   f"{shape}, on {both['kernel'][names[0]]['gpu'] if names[0] in both['kernel'] else rs[0]['gpu']} "
-                   f"(`plots/data/sass_*_step21.csv`), over the units the transposers moved: {units:,.0f} (a warp's 32 units "
-                   f"of 16 bytes, each four shared loads)._\n\n"
-                   + table(["opcode", "what", "per unit, `--v kernel`", "per unit, `--v pretransposed`", "added by the transpose"], body)
-                   + f"\n\nAdded per unit: **{ints:.0f}** integer and address instructions, against the unit's own "
-                     f"{data} data instructions (four loads, six shuffles, four stores). The whole kernel executed "
-                     f"{tot['kernel'] / tot['pretransposed']:.2f}× the warp instructions of `--v pretransposed`.")
+        for way in sorted(w for w in ways if w != "pretransposed"):
+            out += _sass_units_table(commit, shape, way, {way: ways[way], "pretransposed": ways["pretransposed"]}, rs, DATA_OPS)
     return "\n\n".join(out) if out else provenance([], "scripts/ncu_sass.py (docs/21_fp8.md, 'What the run says')")
+
+
+def _added_integer(way, pre, units):
+    """Integer and address instructions a unit adds (opcodes that differ by at least one a unit, as the table shows)."""
+    return sum((way.get(n, 0) - pre.get(n, 0)) / units for n in INT_ALU
+               if abs(way.get(n, 0) - pre.get(n, 0)) / units >= 1.0)
+
+
+def _sass_units_table(commit, shape, way, both, rs, DATA_OPS):
+    """One way of transposing in the kernel (--v WAY) against --v pretransposed: step21_sass_units' table."""
+    ex = {v: {n: int(r["executed"]) for n, r in both[v].items()} for v in both}
+    units = (ex[way].get("LDS", 0) - ex["pretransposed"].get("LDS", 0)) / DATA_OPS["LDS"]
+    if units <= 0:
+        return []
+    names = sorted(set(ex[way]) | set(ex["pretransposed"]),
+                   key=lambda n: (-(ex[way].get(n, 0) - ex["pretransposed"].get(n, 0)), n))
+    body, ints = [], _added_integer(ex[way], ex["pretransposed"], units)
+    for n in names:
+        a, b = ex[way].get(n, 0) / units, ex["pretransposed"].get(n, 0) / units
+        if abs(a - b) < 1.0:
+            continue
+        kind = ("integer / address" if n in INT_ALU else "data" if n in DATA_OPS
+                else "waiting (barrier polls)" if n in ("BRA", "SYNCS", "YIELD") else "other")
+        body.append([f"`{n}`", kind, f"{a:.1f}", f"{b:.1f}", f"{a - b:.1f}"])
+    tot = {v: sum(ex[v].values()) for v in ex}
+    data = sum(DATA_OPS.values())
+    return [f"_Nsight Compute's executed warp instructions by opcode in the step21_fp8 kernel, commit `{commit}`, "
+            f"{shape}, on {both[way][names[0]]['gpu'] if names[0] in both[way] else rs[0]['gpu']} "
+            f"(`plots/data/sass_*_step21.csv`), over the units the transposers moved: {units:,.0f} (a warp's 32 units "
+            f"of 16 bytes, each {DATA_OPS['LDS']} shared loads)._\n\n"
+            + table(["opcode", "what", f"per unit, `--v {way}`", "per unit, `--v pretransposed`", "added by the transpose"], body)
+            + f"\n\nAdded per unit: **{ints:.0f}** integer and address instructions, against the unit's own "
+              f"{data} data instructions ({DATA_OPS['LDS']} loads, {DATA_OPS['PRMT']} byte shuffles, {DATA_OPS['STS']} "
+              f"stores: `transpose4`). The whole kernel executed "
+              f"{tot[way] / tot['pretransposed']:.2f}× the warp instructions of `--v pretransposed`."]
+
+
+def step21_stepped():
+    """[transpose-addr]'s prediction (docs/21, end of "What the run says"): with --v kernel-stepped, under 30
+    added integer and address instructions a unit (sass_*_step21.csv against --v pretransposed), the forward alone
+    at d = 128, N = 16k at least 0.8 of pretransposed's in the same run, and the consumers' BRA share below 20 %.
+    Per point at N = 16k, the forward alone of each way of bringing Vᵀ, from the same run (fp8_target.sh)."""
+    rs = [r for r in common.rows("fp8_*.csv") if r.get("step") == "21" and r.get("N") == "16384" and kms(r)
+          and ATTENTION_KERNEL in _parts(r)]
+    ways = ("kernel", "kernel-stepped", "pretransposed")
+    fwd = {(r["variant"].replace("v=", ""), int(r["d"]), int(r["causal"])): _parts(r)[ATTENTION_KERNEL] for r in rs}
+    if not any(k[0] == "kernel-stepped" for k in fwd):
+        return provenance([], HOW)
+    used = [r for r in rs if r["variant"].replace("v=", "") in ways]
+    body, lines = [], []
+    for d, c in sorted({(k[1], k[2]) for k in fwd}):
+        t = {w: fwd.get((w, d, c)) for w in ways}
+        pre = t["pretransposed"]
+        sh = {w: pre / t[w] if pre and t[w] else None for w in ("kernel", "kernel-stepped")}
+        body.append([d, "yes" if c else "no"] + [f"{t[w]:.3f}" if t[w] else "–" for w in ways]
+                    + [f"{sh[w]:.2f}" if sh[w] else "–" for w in ("kernel", "kernel-stepped")]
+                    + [f"{t['kernel'] / t['kernel-stepped']:.2f}" if t["kernel"] and t["kernel-stepped"] else "–"])
+        if d == 128 and sh["kernel-stepped"]:
+            lines.append(f"Forward alone, `kernel-stepped` / `pretransposed` share at d = 128, N = 16k, "
+                         f"{'with' if c else 'without'} the mask: **{sh['kernel-stepped']:.2f}** (predicted at least 0.8: "
+                         f"**{'held' if sh['kernel-stepped'] >= 0.8 else 'missed'}**).")
+    sass = [r for r in common.rows("sass_*_step21.csv") if r["kind"] == "opcode"]
+    by = {}
+    for r in sass:
+        head, _, shape = r["label"].partition(",")
+        by.setdefault((r["commit"], shape.strip()), {}).setdefault(head[2:].strip(), {})[r["name"]] = r
+    for (commit, shape), w in sorted(by.items()):
+        if "kernel-stepped" not in w or "pretransposed" not in w:
+            continue
+        ex = {v: {n: int(r["executed"]) for n, r in w[v].items()} for v in ("kernel-stepped", "pretransposed")}
+        units = (ex["kernel-stepped"].get("LDS", 0) - ex["pretransposed"].get("LDS", 0)) / data_ops()["LDS"]
+        if units > 0:
+            ints = _added_integer(ex["kernel-stepped"], ex["pretransposed"], units)
+            lines.append(f"Nsight, `{commit}`, {shape}: **{ints:.0f}** integer and address instructions added a unit "
+                         f"(predicted under 30: **{'held' if ints < 30 else 'missed'}**).")
+        bra = float(w["kernel-stepped"]["BRA"]["samples_pct"]) if "BRA" in w["kernel-stepped"] else None
+        if bra is not None:
+            lines.append(f"`BRA`'s share of the samples: **{bra:.1f} %** (predicted under 20 %: "
+                         f"**{'held' if bra < 20 else 'missed'}**).")
+    return (provenance(used, HOW) + " _Kernel time (CUPTI, cold L2) of the step21_fp8 kernel alone, in ms, N = 16k "
+            "(B·N = 16k), each way of bringing Vᵀ in the same run; 'share' is pretransposed's time over that way's "
+            "(1 = as fast); the last column is `kernel` over `kernel-stepped` (above 1: stepping is faster)._\n\n"
+            + table(["d", "causal", "kernel ms", "kernel-stepped ms", "pretransposed ms", "share: kernel",
+                     "share: kernel-stepped", "kernel / kernel-stepped"], body)
+            + ("\n\n" + " ".join(lines) if lines else ""))

@@ -433,7 +433,7 @@ const StepInfo& info() {
     i.teaches = "e4m3 and its scales, FP8 wgmma (k = 32, K-major only), P cast in registers in the fragment's key order, V transposed by the producer's warps";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag f{"v", {}, "where Vᵀ comes from: kernel (transposed in shared memory by the producer's warps) or pretransposed (written transposed by the quantize kernel) (docs/21_fp8.md)"};
+      StepFlag f{"v", {}, "where Vᵀ comes from: kernel (transposed in shared memory by the producer's warps), pretransposed (written transposed by the quantize kernel), or kernel-stepped (kernel's transpose, its addresses stepped from per-lane constants) (docs/21_fp8.md)"};
       for (const char* n : kVLayoutNames) f.choices.push_back(n);
       i.flags = {f};
     }

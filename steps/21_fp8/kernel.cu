@@ -216,7 +216,7 @@ struct Descales {
   int gq, gk;
 };
 
-template <int D, int Stages, bool RawV>
+template <int D, int Stages, bool RawV, bool Stepped>
 __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     step21_fp8(const __grid_constant__ Maps maps, AttnParams p, Descales ds) {
   constexpr Schedule S{128, 128, Stages, RawV};
@@ -282,6 +282,33 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
       return;
     }
     if (!RawV || warp == 0) return;
+    if (Stepped) {
+      // [transpose-addr] (--v kernel-stepped) The same units in the same order, each address stepped
+      // from the lane's constants: per warp-instruction g a load's and a store's register, per word an
+      // XOR and an offset. The loop stays rolled: unrolled, its constants outgrow the 24 registers.
+      static_assert(((D / 4) & (D / 4 - 1)) == 0, "transpose_dims wraps the dims with a mask: d/4 a power of two");
+      const TransposeLane tl = transpose_lane(lane);
+      for (int j = 0; j < Tcount; ++j) {
+        const int st = j % Stages;
+        mbar_wait(full_vr(st), full_parity(j, Stages));
+        if (j >= Stages) mbar_wait(empty_v(st), empty_parity(j, Stages));
+#pragma unroll 1
+        for (int g = warp - 1; g < transpose_units(Bc, D) / 32; g += 3) {
+          const int n0 = transpose_dims(tl, g, D);
+          const uint32_t ld0 = transpose_load0(vr_at(st), tl, g, n0, Bc), st0 = transpose_store0(vt_at(st), tl, g, n0);
+          uint32_t r[4], t[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(r[i]) : "r"(transpose_load(ld0, i)));
+          transpose4(r, t);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(transpose_store(st0, i)), "r"(t[i]) : "memory");
+        }
+        wgmma::fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(free_vr(st)), mbar_arrive(full_v(st));
+      }
+      return;
+    }
     // ---- [v-transpose] warps 1-3: V_j (keys × dims) into Vᵀ_j (dims × keys, [key-order]) ------------
     // lab:begin v-transpose: [v-transpose] [transpose4]: warps 1–3 turn each V tile into Vᵀ …
     const int tid = threadIdx.x - 32;
@@ -558,11 +585,11 @@ void quantize(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step21_quantize");
 }
 
-template <int D, bool RawV>
+template <int D, bool RawV, bool Stepped = false>
 void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, RawV ? kVKernel : kVPretransposed);
   const size_t smem = size_t(smem_bytes(S, D));
-  auto kernel = step21_fp8<D, S.stages, RawV>;
+  auto kernel = step21_fp8<D, S.stages, RawV, Stepped>;
   static bool configured = false;
   if (!configured) {
     int dev = 0, optin = 0;
@@ -595,6 +622,7 @@ void launch_d(const AttnParams& p, int v_layout, cudaStream_t st) {
   const Fp8Buffers f = buffers(p, L, vt);
   quantize<D>(p, f, st);
   if (vt) forward<D, false>(p, f, st);
+  else if (v_layout == kVKernelStepped) forward<D, true, true>(p, f, st);
   else forward<D, true>(p, f, st);
 }
 

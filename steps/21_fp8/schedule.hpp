@@ -37,9 +37,11 @@
 namespace fa::step21 {
 
 // [v-transpose] Where Vᵀ comes from: transposed in shared memory by the producer's warps (the
-// default), or written transposed by the quantize kernel (--v pretransposed).
-enum VLayout : int { kVKernel = 0, kVPretransposed, kVLayouts };
-inline constexpr const char* kVLayoutNames[kVLayouts] = {"kernel", "pretransposed"};
+// default), or written transposed by the quantize kernel (--v pretransposed). kernel-stepped is the
+// default's transpose with its addresses stepped from per-lane constants ([transpose-addr]).
+enum VLayout : int { kVKernel = 0, kVPretransposed, kVKernelStepped, kVLayouts };
+inline constexpr const char* kVLayoutNames[kVLayouts] = {"kernel", "pretransposed", "kernel-stepped"};
+FA_HD constexpr bool transposes_in_kernel(int v_layout) { return v_layout != kVPretransposed; }
 
 // [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at d = 128 and 256. A stage is
 // K (Bc × d bytes), Vᵀ (d × Bc) and, when the kernel transposes, V as TMA brought it (Bc × d): as
@@ -53,7 +55,7 @@ struct Schedule {
 inline constexpr int64_t kSmemBudget = 227 * 1024;
 FA_HD constexpr int64_t stage_bytes(int Bc, int d, bool raw_v) { return int64_t(Bc) * d * (raw_v ? 3 : 2); }
 FA_HD constexpr Schedule schedule_for(int d, int v_layout = kVKernel) {
-  const bool raw = v_layout == kVKernel;
+  const bool raw = transposes_in_kernel(v_layout);
   const int64_t n = (kSmemBudget - 1024 - int64_t(128) * d) / stage_bytes(128, d, raw);
   return Schedule{128, 128, n > 8 ? 8 : int(n), raw};
 }
@@ -135,6 +137,38 @@ FA_HD constexpr TransposeUnit transpose_unit(int u, int d) {
   const int g = u / 32, l = u % 32;
   return {16 * (g % 2) + l / 2, (l % 2 + 2 * (l / 2) + 2 * (g / 2)) % (d / 4)};
 }
+
+// [transpose-addr] (--v kernel-stepped) The same units in the same order, their shared-memory addresses
+// stepped instead of rebuilt. With g = u / 32 and lane l = u % 32 as above, l % 2 + 2(l / 2) = l, so
+// the dims are n0 = 4((l + 2⌊g/2⌋) mod d/4), the slots 4(16(g % 2) + ⌊l/2⌋), and with m = ⌊l/2⌋ mod 8 the
+// keys 64(g % 2) + 32⌊l/16⌋ + 16⌊m/4⌋ + 2(m % 4) + {0, 1, 8, 9}. [sw128] XORs a row's (key mod 8) into
+// the chunk bits 4–6 of its offset, and every other term of an address is a multiple of 128 that never
+// touches them: so an address is (stage + row part + column part) ^ (chunk XOR), a key (row) more is
+// +128 after the XOR, and key i's swizzle row (2(m % 4) + i % 2) differs from key 0's by bit 4. What a
+// lane needs is worked out once (transpose_lane); per g: its dims (transpose_dims), the first load's and
+// the first store's address (transpose_load0, transpose_store0); per i: an XOR and a constant add
+// (transpose_load, transpose_store), which ptxas folds into the instruction's offset. The stage base
+// must be a multiple of 128 (the swizzle wants 1024): tests/test_step21.cpp checks every unit's eight
+// addresses against sw8_offset, and that a base off by 16 breaks them.
+struct TransposeLane {
+  uint32_t load_row, load_xor, store_slot;  // V's row offset of key 0 and its chunk XOR; Vᵀ's slot column
+  int lane;
+};
+FA_HD constexpr TransposeLane transpose_lane(int lane) {
+  const int m = (lane / 2) % 8;
+  return {uint32_t(32 * (lane / 16) + 16 * (m / 4) + 2 * (m % 4)) * 128u, uint32_t(2 * (m % 4)) << 4,
+          uint32_t(4 * (lane / 2)), lane};
+}
+FA_HD constexpr int transpose_dims(const TransposeLane& t, int g, int d) { return 4 * ((t.lane + (g & ~1)) & (d / 4 - 1)); }
+FA_HD constexpr uint32_t transpose_load0(uint32_t raw, const TransposeLane& t, int g, int n0, int Bc) {
+  return (raw + t.load_row + uint32_t(g & 1) * 64u * 128u + uint32_t(n0 / 128) * uint32_t(Bc) * 128u + uint32_t(n0 % 128)) ^
+         t.load_xor;
+}
+FA_HD constexpr uint32_t transpose_load(uint32_t a0, int i) { return (a0 ^ (uint32_t(i & 1) << 4)) + 128u * uint32_t(8 * (i / 2) + (i & 1)); }
+FA_HD constexpr uint32_t transpose_store0(uint32_t vt, const TransposeLane& t, int g, int n0) {
+  return (vt + uint32_t(n0) * 128u + uint32_t(g & 1) * 64u + t.store_slot) ^ (uint32_t(n0 & 4) << 4);
+}
+FA_HD constexpr uint32_t transpose_store(uint32_t a0, int i) { return (a0 ^ (uint32_t(i) << 4)) + 128u * uint32_t(i); }
 
 // [v-transpose] (pretransposed) The quantize kernel's staging tile for one 32-key slice: 8·d words, word
 // (slot / 4)·d + dim holding that dim's slots 4(slot / 4) .. 4(slot / 4) + 3, byte slot % 4. Dim n's row
