@@ -45,6 +45,17 @@ def provenance(rs, how="scripts/gpu_session.sh", many_gpus=False):
     table that keys its rows by shape alone would mix them."""
     if not rs:
         return f"_no measurements yet: run `{how}` on a GPU machine_"
+    return f"_Measured on {where(rs, many_gpus)}: {ROWS_FROM}_"
+
+
+# What every measured table's caption says of where its rows come from.
+ROWS_FROM = "the programs' own `--csv` rows (how each file was made: `plots/data/README.md`)."
+
+
+def where(rs, many_gpus=False):
+    """The GPU(s), CUDA version and each commit's first and last date of rows `rs` (not empty), as a caption
+    names them: "an NVIDIA H200, CUDA 13.0, commit `abc1234`, 2026-…" (provenance's middle, for a table that
+    sets several runs side by side)."""
     gpus = sorted({x.get("device") or x.get("gpu") or "" for x in rs})
     if len(gpus) > 1 and not many_gpus:
         raise ValueError(f"rows from {len(gpus)} GPUs in one table ({', '.join(gpus)}): keep one GPU's files, "
@@ -60,8 +71,7 @@ def provenance(rs, how="scripts/gpu_session.sh", many_gpus=False):
         spans[x["commit"]] = (min(lo, x["date"]), max(hi, x["date"]))
     when = "; ".join(f"commit `{c}`, {lo}" + (f" – {hi}" if hi != lo else "")
                      for c, (lo, hi) in sorted(spans.items(), key=lambda kv: kv[1]))
-    return (f"_Measured on an {gpu}{cuda}, {when}: the programs' own `--csv` rows "
-            f"(how each file was made: `plots/data/README.md`)._")
+    return f"an {gpu}{cuda}, {when}"
 
 
 def geomean(xs):

@@ -193,11 +193,9 @@ def step20_exp2_noconv():
             f"`{v}` / `mixed` geometric mean {geomean(every[('before', v)]):.2f} ({rng(every[('before', v)])})"
             for v in ("mufu", "poly")) + ".",
     ]
-    # provenance() per run, so that each GPU stands beside its own commit: "_Measured on X: the rows…_"
-    where = [provenance(runs[label]).split("_Measured on ", 1)[1].split(": the programs'", 1)[0]
-             for label in ("before", "after")]
-    tail = provenance(runs["after"]).split(": the programs'", 1)[1]
-    return (f"_Before: measured on {where[0]}; after: on {where[1]}: the programs'" + tail
+    # each run's GPU beside its own commit
+    before, after = (common.where(runs[label]) for label in ("before", "after"))
+    return (f"_Before: measured on {before}; after: on {after}: {common.ROWS_FROM}_"
             + " _Kernel time (CUPTI, cold L2), bf16; each run's ratios are of its own kernels; the last three columns "
             "are a kernel's time after over before (below 1: faster after), across the two GPUs._\n\n"
             + table(["d", "causal", "N", "before: mufu / mixed", "before: poly / mufu", "after: mufu / mixed",
