@@ -7,13 +7,15 @@
 # 2. accuracy: one head pair (B = 1, H = 2) at N = 1k and 2k, d = 128 and 256, both masks, FlashAttention-3's
 #    inputs (--inputs normal and outliers): step 16 in bf16, and step 21 with each scale and with and
 #    without --incoherent; O's RMSE against the unquantized inputs is the raw_rmse column  -> fp8acc_<gpu>.csv
-# FA_PHASES (default "speed accuracy") picks phases; FA_REPS (default 10) timed reps per speed row. Every run is
-# checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
+# 3. order ([pv-order], an experiment; run after the speed phase, before the accuracy one): step 21 with --pv overlap and --pv serial, --v kernel and pretransposed,
+#    d = 128 and 256, N = 16k (B·N = 16k, H·d = 2048), no mask; the step program's own rows  -> fp8order_<gpu>.csv
+# FA_PHASES (default "speed accuracy order") picks phases; FA_REPS (default 10) timed reps per speed row. Every
+# run is checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
 set -uo pipefail
 me=fp8_target.sh
-phases=" ${FA_PHASES:-speed accuracy} "
+phases=" ${FA_PHASES:-speed accuracy order} "
 for ph in $phases; do
-  case "$ph" in speed|accuracy) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy)" >&2; exit 2 ;; esac
+  case "$ph" in speed|accuracy|order) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy, order)" >&2; exit 2 ;; esac
 done
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 reps=${FA_REPS:-10}
@@ -24,30 +26,43 @@ if [[ "$phases" == *" speed "* ]]; then
   "$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants all \
     --check-heads 1 --reps "$reps" --commit "$commit" --out "$out/fp8_${slug}.csv" >&2 || fail=1
 fi
+row() {  # row FILE PROGRAM ARGS...: the run's CSV row into FILE (its header once), the check's exit status kept
+  local file=$1 text rc
+  text=$("$build/$2" "${@:3}" --csv) ; rc=$?
+  [ "$rc" -eq 0 ] || { echo "$me: $2 ${*:3}: exit $rc" >&2; fail=1; }
+  [ -s "$file" ] || echo "$text" | head -n1 | sed 's/^/date,commit,/' > "$file"
+  echo "$text" | tail -n1 | sed "s/^/$date_utc,$commit,/" >> "$file"
+}
+if [[ "$phases" == *" order "* ]]; then
+  ord="$out/fp8order_${slug}.csv"
+  echo "[$me $(date -u +%H:%M:%S)] order: --pv overlap and serial -> $ord" >&2
+  rm -f "$ord"
+  for d in 128 256; do
+    for v in kernel pretransposed; do
+      for pv in overlap serial; do
+        row "$ord" step21 --v "$v" --pv "$pv" --d "$d" --n 16384 --b 1 --h $((2048 / d)) --reps "$reps" --check-heads 1
+      done
+    done
+  done
+fi
 [[ "$phases" == *" accuracy "* ]] || { echo "[$me $(date -u +%H:%M:%S)] done (exit $fail; no accuracy phase)" >&2; exit $fail; }
 acc="$out/fp8acc_${slug}.csv"
 echo "[$me $(date -u +%H:%M:%S)] accuracy -> $acc" >&2
 rm -f "$acc"
-row() {  # row PROGRAM ARGS...: the run's CSV row (its header once), the check's exit status kept
-  local text rc
-  text=$("$build/$1" "${@:2}" --b 1 --h 2 --reps 3 --csv) ; rc=$?
-  [ "$rc" -eq 0 ] || { echo "$me: $1 ${*:2}: exit $rc" >&2; fail=1; }
-  [ -s "$acc" ] || echo "$text" | head -n1 | sed 's/^/date,commit,/' > "$acc"
-  echo "$text" | tail -n1 | sed "s/^/$date_utc,$commit,/" >> "$acc"
-}
+arow() { row "$acc" "$1" "${@:2}" --b 1 --h 2 --reps 3; }
 for inputs in normal outliers; do
   for d in 128 256; do
     for n in 1024 2048; do
       for c in 0 1; do
         causal=(); [ "$c" = 1 ] && causal=(--causal)
-        row step16 --dtype bf16 --inputs "$inputs" --d "$d" --n "$n" "${causal[@]}"
+        arow step16 --dtype bf16 --inputs "$inputs" --d "$d" --n "$n" "${causal[@]}"
         for scales in tensor block; do
-          row step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" "${causal[@]}"
-          row step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" --incoherent "${causal[@]}"
+          arow step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" "${causal[@]}"
+          arow step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" --incoherent "${causal[@]}"
         done
       done
     done
   done
 done
-echo "[$me $(date -u +%H:%M:%S)] done (exit $fail): copy the two files to plots/data/ and run scripts/doc_tables.py" >&2
+echo "[$me $(date -u +%H:%M:%S)] done (exit $fail): copy the files to plots/data/ and run scripts/doc_tables.py" >&2
 exit $fail

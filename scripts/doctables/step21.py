@@ -337,3 +337,38 @@ def step21_stepped():
             + table(["d", "causal", "kernel ms", "kernel-stepped ms", "pretransposed ms", "share: kernel",
                      "share: kernel-stepped", "kernel / kernel-stepped"], body)
             + ("\n\n" + " ".join(lines) if lines else ""))
+
+
+def _flags(r):
+    """A row's variant as a dict: "v=pretransposed;pv=serial" -> {"v": "pretransposed", "pv": "serial"}."""
+    return dict(kv.split("=", 1) for kv in (r.get("variant") or "").split(";") if "=" in kv)
+
+
+def step21_pv_order():
+    """[pv-order]'s prediction (docs/21, "Registers and shared memory"): at d = 256, N = 16k, no mask, the forward
+    alone with --pv serial at least 10 % faster than with overlap (its spills gone), with either way of bringing Vᵀ;
+    at d = 128, where neither spills, serial at least 5 % slower (the overlap it gives up). fp8order_<gpu>.csv:
+    the step program's rows, each way and order in the same run."""
+    rs = [r for r in common.rows("fp8order_*.csv") if kms(r) and ATTENTION_KERNEL in _parts(r)]
+    if not rs:
+        return provenance([], HOW)
+    fwd = {}
+    for r in rs:
+        f = _flags(r)
+        fwd[(int(r["d"]), f.get("v", "kernel"), f.get("pv", "overlap"))] = (_parts(r)[ATTENTION_KERNEL], r)
+    body, lines = [], []
+    for d, v in sorted({(k[0], k[1]) for k in fwd}):
+        a, b = fwd.get((d, v, "overlap")), fwd.get((d, v, "serial"))
+        if not (a and b):
+            continue
+        up = a[0] / b[0]  # above 1: serial is faster
+        tf = [ktf(x[1]) * kms(x[1]) / x[0] for x in (a, b)]  # the forward alone's TFLOP/s
+        body.append([d, f"`{v}`", f"{a[0]:.3f}", f"{b[0]:.3f}", f"{tf[0]:.0f}", f"{tf[1]:.0f}", f"{up:.2f}"])
+        goal, held = (1.10, up >= 1.10) if d == 256 else (1 / 1.05, up <= 1 / 1.05)
+        lines.append(f"d = {d}, `{v}`: overlap / serial **{up:.2f}** (predicted {'at least' if d == 256 else 'at most'} "
+                     f"{goal:.2f}: **{'held' if held else 'missed'}**).")
+    return (provenance(rs, HOW) + " _Kernel time (CUPTI, cold L2) of the step21_fp8 kernel alone, N = 16k, B·N = 16k, "
+            "H·d = 2048, no mask; TFLOP/s of that kernel alone on FlashAttention's count; the last column is overlap's "
+            "time over serial's (above 1: serial is faster)._\n\n"
+            + table(["d", "Vᵀ", "overlap ms", "serial ms", "overlap TFLOP/s", "serial TFLOP/s", "overlap / serial"], body)
+            + ("\n\n" + " ".join(lines) if lines else ""))

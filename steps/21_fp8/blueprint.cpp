@@ -423,6 +423,7 @@ size_t workspace_bytes(const Shape& s, const StepOptions& opts) {
 }
 
 int v_layout_of(const StepOptions& opts) { return choice_index(opts, "v", kVLayoutNames, kVLayouts, "step21"); }
+int pv_order_of(const StepOptions& opts) { return choice_index(opts, "pv", kPvOrderNames, kPvOrders, "step21"); }
 
 const StepInfo& info() {
   static const StepInfo step = [] {
@@ -435,8 +436,13 @@ const StepInfo& info() {
     {
       StepFlag f{"v", {}, "where Vᵀ comes from: kernel (transposed in shared memory by the producer's warps), pretransposed (written transposed by the quantize kernel), or kernel-stepped (kernel's transpose, its addresses stepped from per-lane constants) (docs/21_fp8.md)"};
       for (const char* n : kVLayoutNames) f.choices.push_back(n);
-      i.flags = {f};
+      // [pv-order] an experiment (not swept): the blueprint's arithmetic and ledger are the same either way
+      StepFlag pv{"pv", {}, "when a consumer issues the previous tile's P·V: overlap (in the turn that issues S, step 16's order) or serial (alone before S, summed into O before S is issued: fewer live registers at d = 256) (docs/21_fp8.md)"};
+      for (const char* n : kPvOrderNames) pv.choices.push_back(n);
+      pv.sweep = false;
+      i.flags = {f, pv};
     }
+    i.experiments_everywhere = true;  // [pv-order] compiled for both head dimensions and every --v
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;

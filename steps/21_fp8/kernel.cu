@@ -216,7 +216,7 @@ struct Descales {
   int gq, gk;
 };
 
-template <int D, int Stages, bool RawV, bool Stepped>
+template <int D, int Stages, bool RawV, bool Stepped, bool Serial>
 __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     step21_fp8(const __grid_constant__ Maps maps, AttnParams p, Descales ds) {
   constexpr Schedule S{128, 128, Stages, RawV};
@@ -479,6 +479,27 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     rescale_and_pack();
     for (int j = 1; j < Tcount; ++j) {
       const int st = j % Stages, prev = (j - 1) % Stages;
+      if (Serial) {
+        // [pv-order] (--pv serial) P_{j-1}·V_{j-1} alone and summed into Õ, then S_j, in one turn: S's
+        // registers are free while P·V runs (P is in pa), and P·V's while S runs.
+        mbar_wait(full_v(prev), full_parity(j - 1, Stages));
+        turn_begin();
+        wgmma::fence();
+        issue_pv(prev, 0);
+        wgmma::wait<0>();
+        accumulate(0);
+        rest_of_pv(prev);
+        release(empty_v(prev));
+        mbar_wait(full_k(st), full_parity(j, Stages));
+        wgmma::fence();
+        issue_s(st);
+        turn_end();
+        wgmma::wait<0>();
+        release(empty_k(st));
+        softmax(j);
+        rescale_and_pack();
+        continue;
+      }
       mbar_wait(full_k(st), full_parity(j, Stages));
       mbar_wait(full_v(prev), full_parity(j - 1, Stages));
       turn_begin();
@@ -585,11 +606,11 @@ void quantize(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step21_quantize");
 }
 
-template <int D, bool RawV, bool Stepped = false>
+template <int D, bool RawV, bool Stepped, bool Serial>
 void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, RawV ? kVKernel : kVPretransposed);
   const size_t smem = size_t(smem_bytes(S, D));
-  auto kernel = step21_fp8<D, S.stages, RawV, Stepped>;
+  auto kernel = step21_fp8<D, S.stages, RawV, Stepped, Serial>;
   static bool configured = false;
   if (!configured) {
     int dev = 0, optin = 0;
@@ -615,15 +636,21 @@ void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step21_fp8");
 }
 
+template <int D, bool Serial>
+void forward_v(const AttnParams& p, const Fp8Buffers& f, int v_layout, cudaStream_t st) {
+  if (v_layout == kVPretransposed) forward<D, false, false, Serial>(p, f, st);
+  else if (v_layout == kVKernelStepped) forward<D, true, true, Serial>(p, f, st);
+  else forward<D, true, false, Serial>(p, f, st);
+}
+
 template <int D>
-void launch_d(const AttnParams& p, int v_layout, cudaStream_t st) {
+void launch_d(const AttnParams& p, int v_layout, int pv_order, cudaStream_t st) {
   const bool vt = v_layout == kVPretransposed;
   const Layout L = layout(p.B, p.H, p.Hkv, p.N, p.Nk, D, p.fp8_block, vt);
   const Fp8Buffers f = buffers(p, L, vt);
   quantize<D>(p, f, st);
-  if (vt) forward<D, false>(p, f, st);
-  else if (v_layout == kVKernelStepped) forward<D, true, true>(p, f, st);
-  else forward<D, true>(p, f, st);
+  if (pv_order == kPvSerial) forward_v<D, true>(p, f, v_layout, st);
+  else forward_v<D, false>(p, f, v_layout, st);
 }
 
 }  // namespace
@@ -640,10 +667,10 @@ void launch(const AttnParams& p0, const StepOptions& opts, void* stream) {
     throw std::invalid_argument("step21: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
   if (int64_t(p.B) * std::max(p.H, p.Hkv) > 65535) throw std::invalid_argument("step21: B·H must be at most 65535 (grid dimension)");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const int v = v_layout_of(opts);
+  const int v = v_layout_of(opts), pv = pv_order_of(opts);
   switch (p.d) {
-    case 128: return launch_d<128>(p, v, st);
-    case 256: return launch_d<256>(p, v, st);
+    case 128: return launch_d<128>(p, v, pv, st);
+    case 256: return launch_d<256>(p, v, pv, st);
     default: throw Unsupported("step21: head dimension " + std::to_string(p.d) + " is not compiled (128, 256: [stored-d])");
   }
 }

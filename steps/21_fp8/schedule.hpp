@@ -43,6 +43,14 @@ enum VLayout : int { kVKernel = 0, kVPretransposed, kVKernelStepped, kVLayouts }
 inline constexpr const char* kVLayoutNames[kVLayouts] = {"kernel", "pretransposed", "kernel-stepped"};
 FA_HD constexpr bool transposes_in_kernel(int v_layout) { return v_layout != kVPretransposed; }
 
+// [pv-order] When a consumer issues tile j − 1's P·V: with S_j in the same turn (overlap, step 16's order,
+// the default), or alone before it, waited for and summed into Õ before S_j is issued (--pv serial, an
+// experiment). At d = 256 the overlap keeps Õ (128 registers), S (64), the tile's own sum (64,
+// [two-level]) and P (16) live at once, more than a consumer's 240: ptxas spills. Serially S is dead
+// while P·V runs, and P·V's registers while S does.
+enum PvOrder : int { kPvOverlap = 0, kPvSerial, kPvOrders };
+inline constexpr const char* kPvOrderNames[kPvOrders] = {"overlap", "serial"};
+
 // [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at d = 128 and 256. A stage is
 // K (Bc × d bytes), Vᵀ (d × Bc) and, when the kernel transposes, V as TMA brought it (Bc × d): as
 // many stages as fit beside the Q tile and the barriers, at most 8.
@@ -217,5 +225,6 @@ Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout);
 BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int v_layout);
 LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout);
 int v_layout_of(const StepOptions& opts);
+int pv_order_of(const StepOptions& opts);
 
 }  // namespace fa::step21
