@@ -15,7 +15,8 @@
 #           bf16; flash and cuDNN's forward       -> clock_<gpu>_fwd.csv, peers_<gpu>_clock_fwd.csv
 #                                                      (step12-target, step14/15-target, step16-target, step16-d256)
 #   fwd20   steps 16 and 20 alone over the fwd matrix and d = 256, with flash and cuDNN's forward: step 20's
-#           target in one run (a shorter call than fwd)
+#           target in one run (a shorter call than fwd); FA_FWD20_SET=exp2=mufu runs step 20 with that flag
+#           pinned (bench --set; table step20-mufu), beside the default's rows a file may already hold
 #                                                   -> clock_<gpu>_fwd20.csv, peers_<gpu>_clock_fwd20.csv (step20-target)
 #   early   steps 07 (forward) and 08 (backward), fp16, N = 512 ... 16k, d = 64, 128, both masks; flash
 #           and cuDNN, forward and backward    -> clock_<gpu>_early.csv, peers_<gpu>_clock_early.csv (versus-peers)
@@ -60,7 +61,8 @@ for ph in $phases; do
         --ds "$(target fwd ds),$(target fwd wide_ds)" --dtypes "$(target fwd dtypes)" --fwd-only ;;
     fwd20)
       bench --steps 16,20 --ns "$(target fwd ns)" --ds "$(target fwd ds),$(target fwd wide_ds)" \
-        --causal "$(target fwd causal)" --dtypes "$(target fwd dtypes)" --variants default --out "$out/clock_${slug}_fwd20.csv"
+        --causal "$(target fwd causal)" --dtypes "$(target fwd dtypes)" --variants default \
+        ${FA_FWD20_SET:+--set "$FA_FWD20_SET"} --out "$out/clock_${slug}_fwd20.csv"
       peers "$out/peers_${slug}_clock_fwd20.csv" --backends flash,cudnn --ns "$(target fwd ns)" \
         --ds "$(target fwd ds),$(target fwd wide_ds)" --dtypes "$(target fwd dtypes)" --fwd-only ;;
     early)

@@ -6,6 +6,7 @@
 # 2. --exp2's three ways, bf16, N = 1k and 16k, d = 64, 128, 256, both masks   -> exp2_<gpu>_step20.csv
 # 3. each change taken out alone (bench --variants ablations), fp16, N = 1k and 16k, d = 64 and 128, both
 #    masks                                                    -> ablation_<gpu>_step20.csv
+# FA_FWD20_SET=exp2=mufu: the target phase with step 20 at that flag (bench --set; table step20-mufu).
 # FA_PHASES (default "target exp2 ablation") picks phases; FA_REPS (default 10) timed reps per row. Every run
 # is checked against the reference; a failed check makes the exit status 1.
 set -uo pipefail

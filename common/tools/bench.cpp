@@ -2,7 +2,7 @@
 //
 //   bench [--steps 07,08] [--ns 512,1024,...] [--ds 64,128] [--causal 0,1] [--dtypes fp16,bf16,e4m3]
 //         [--variants all|default|ablations] [--tokens 16384] [--width 2048] [--reps 10] [--warmup 3] [--runs 1]
-//         [--budget-s SECONDS] [--backend auto|gpu|cpu] [--commit HASH] --out FILE
+//         [--budget-s SECONDS] [--backend auto|gpu|cpu] [--commit HASH] [--set FLAG=VALUE,...] --out FILE
 //
 // Shapes are FlashAttention's benchmark shapes: B·N = --tokens, H·d = --width. Every row is a full
 // run of the step program's runner (check against the Eigen reference, ledger, timing; the
@@ -47,6 +47,10 @@ struct BenchOptions {
   Backend backend = Backend::Auto;
   std::string commit, out;
   bool list = false;  // --list: print the runs' step and flags, measure nothing
+  // [bench-set] --set exp2=mufu: one of the steps' own flags pinned in every variant of the steps that have it
+  // (a swept flag's other values drop out; an experiment's value is added), e.g. step 20 at --exp2 mufu
+  // over a target matrix, or step 21 with --pv serial.
+  std::vector<std::pair<std::string, std::string>> set;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -72,7 +76,7 @@ const char* kUsage =
     "usage: bench --out FILE [--steps 07,08] [--ns 512,...,16384] [--ds 64,128] [--causal 0,1]\n"
     "             [--dtypes fp16,bf16,e4m3] [--variants all|default|ablations] [--tokens 16384] [--width 2048]\n"
     "             [--reps 10] [--warmup 3] [--runs 1] [--graph 10] [--check-heads K] [--budget-s S]\n"
-    "             [--backend auto|gpu|cpu] [--commit HASH]\n"
+    "             [--backend auto|gpu|cpu] [--commit HASH] [--set FLAG=VALUE,...]\n"
     "Runs each step on B = tokens/N, H = width/d for every N, d, mask and dtype; appends one CSV row per\n"
     "run to FILE and skips runs FILE already has (resume after an interrupt). On a GPU each row has the\n"
     "kernel time (cold L2, every kernel summed), the CUDA-event time and the time per call in a CUDA graph\n"
@@ -80,7 +84,9 @@ const char* kUsage =
     "bench --peaks --out FILE [--reps R] [--commit HASH] measures the GPU's ceilings instead (HBM, L2, shared\n"
     "memory, tensor cores, FMA, ex2, barriers, atomics, latencies, launch: docs/profiling.md), one CSV row each.\n"
     "bench --list [--steps ...] [--variants ...] prints each chosen step's program and flags, one variant\n"
-    "a line (e.g. 'step01 --gemm cublas'), for scripts that loop over variants.\n";
+    "a line (e.g. 'step01 --gemm cublas'), for scripts that loop over variants.\n"
+    "--set FLAG=VALUE pins a step's own flag (e.g. exp2=mufu) in every variant of the chosen steps that have\n"
+    "it; a flag no chosen step has, or a value it does not offer, is an error.\n";
 
 BenchOptions parse(const std::vector<std::string>& args) {
   BenchOptions o;
@@ -126,6 +132,13 @@ BenchOptions parse(const std::vector<std::string>& args) {
       else if (v == "gpu") o.backend = Backend::Gpu;
       else if (v == "cpu") o.backend = Backend::Cpu;
       else throw CliError("--backend: auto, gpu or cpu, got '" + v + "'");
+    } else if (a == "--set") {
+      for (const std::string& kv : split(v)) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size())
+          throw CliError("--set: FLAG=VALUE, got '" + kv + "'");
+        o.set.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+      }
     } else if (a == "--commit") o.commit = v;
     else if (a == "--out") o.out = v;
     else throw CliError("unknown flag " + a + " (see --help)");
@@ -136,7 +149,36 @@ BenchOptions parse(const std::vector<std::string>& args) {
     for (const StepInfo* st : all_steps()) known |= st->id == id;
     if (!known) throw CliError("--steps: no step '" + id + "' (ids look like 07)");
   }
+  for (const auto& [flag, value] : o.set) {  // [bench-set] a chosen step has the flag, and offers the value
+    bool has = false;
+    for (const StepInfo* st : all_steps()) {
+      if (!o.steps.empty() && std::find(o.steps.begin(), o.steps.end(), st->id) == o.steps.end()) continue;
+      for (const StepFlag& f : st->flags) {
+        if (f.name != flag) continue;
+        has = true;
+        if (std::find(f.choices.begin(), f.choices.end(), value) == f.choices.end()) {
+          std::string offered;
+          for (const std::string& c : f.choices) offered += (offered.empty() ? "" : ", ") + c;
+          throw CliError("--set: step " + st->id + "'s --" + flag + " offers " + offered + ", not '" + value + "'");
+        }
+      }
+    }
+    if (!has) throw CliError("--set: no chosen step has a flag --" + flag);
+  }
   return o;
+}
+
+// [bench-set] The variants with --set's flags pinned, for a step that has them; duplicates dropped, order kept.
+std::vector<StepOptions> pinned(const StepInfo& st, const std::vector<StepOptions>& vars,
+                                const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<StepOptions> out;
+  for (StepOptions v : vars) {
+    for (const auto& [flag, value] : set)
+      for (const StepFlag& f : st.flags)
+        if (f.name == flag) v[flag] = value;
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  }
+  return out;
 }
 
 // The columns that identify a run, as the CSV spells them.
@@ -164,9 +206,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   auto variants_of = [&](const StepInfo& st) {
-    return o.variants == "all"         ? st.all_variants()
-           : o.variants == "ablations" ? st.ablation_variants()
-                                       : std::vector<StepOptions>{st.default_options()};
+    return pinned(st,
+                  o.variants == "all"         ? st.all_variants()
+                  : o.variants == "ablations" ? st.ablation_variants()
+                                              : std::vector<StepOptions>{st.default_options()},
+                  o.set);
   };
   if (o.list) {
     for (const StepInfo* st : all_steps()) {

@@ -1,7 +1,7 @@
 """Step 20's tables (docs/20_persistent.md): the units the exponentials can run on, the target run beside
 step 16 and the peers, --exp2's three ways, the ablations."""
 from . import common
-from .common import geomean, ktf, kms, provenance, table
+from .common import geomean, ktf, kms, point, provenance, table
 from .peers import FWD_TARGET_POINTS, fwd_rows, peer_cells, peers_note
 from .steps import ablation
 
@@ -50,10 +50,18 @@ def step20_target():
     peer_tables.sh's fwd20 phase: clock_*_fwd20.csv, peers_*_clock_fwd20.csv) over the target matrix and d = 256: TFLOP/s and ratios by kernel time. Closing lines:
     the goals of docs/20 (step 20 / cuDNN geometric mean ≥ 1.1, no point below 0.9; ≥ 740 TFLOP/s in bf16 at
     d = 128, N = 16k, no mask) and step 20 / step 16."""
+    return _target("-")
+
+
+def _target(variant, lines_for=None):
+    """step20-target's table over step 20's rows of one variant ("-": the default, exp2=mixed; "exp2=mufu": the
+    rows a run with FA_FWD20_SET=exp2=mufu wrote beside them); lines_for(by, vs16, vsc) adds closing lines."""
     ours, by, peers = fwd_rows("fwd20")
-    mine = [r for r in ours if r["step"] == "20"]
+    mine = [r for r in ours if r["step"] == "20" and _variant(r) == variant]
+    by = {k: r for k, r in by.items() if k[0] != "20"}
+    by.update({("20",) + point(r): r for r in mine})
     if not mine:
-        return provenance([], TARGET_HOW)
+        return provenance([], TARGET_HOW + (f" with FA_FWD20_SET={variant}" if variant != "-" else ""))
     points = list(FWD_TARGET_POINTS) + [(dt, 256, c, n) for dt in sorted({k[0] for k in FWD_TARGET_POINTS})
                                         for c in sorted({k[2] for k in FWD_TARGET_POINTS})
                                         for n in sorted({k[3] for k in FWD_TARGET_POINTS})]
@@ -76,6 +84,8 @@ def step20_target():
             row += peer_cells(peer, r, acc, key, used, "fwd")
         body.append(row)
     head = provenance(mine, TARGET_HOW) + (peers_note(used, mine) if used else "")
+    if variant != "-":
+        head += f" _Step 20 at `--{variant.replace('=', ' ')}`._"
     head += " _TFLOP/s: 4·B·H·N²·d, halved with the mask, on both sides._"
     t = table(["dtype", "d", "causal", "N", "step 20 TFLOP/s", "step 20 / step 16", "flash (FA2) TFLOP/s",
                "step 20 / flash", "cuDNN TFLOP/s", "step 20 / cuDNN"], body)
@@ -93,6 +103,8 @@ def step20_target():
     head_pt = by.get(("20", "bf16", 128, 0, 16384))
     if head_pt:
         lines.append(f"bf16, d = 128, N = 16384, no mask: **{ktf(head_pt):.1f}** TFLOP/s (goal ≥ 740).")
+    if lines_for:
+        lines += lines_for(by, vs16, vsc)
     if missing:
         lines.append(f"**Not measured: {len(missing)} of the {len(points)} points.**")
     fails = sum(r["pass"] != "1" for r in mine)
@@ -288,3 +300,45 @@ def fp8_verdicts(by, keys, variants):
             text += (f" {'Where the error comes from' if p == 'normal' else 'With outliers'}: `fp8-qk-only` over "
                      f"`fp8-block-incoherent`, geometric mean **{geomean(xs):.2f}** on {p} inputs.")
     return text
+
+
+def step20_mufu():
+    """docs/20's next experiment ("The next experiment: the exponentials back on MUFU"): step 20 at --exp2 mufu over
+    the fwd20 matrix beside step 16 and the peers of the same run (peer_tables.sh fwd20 with FA_FWD20_SET=exp2=mufu),
+    read against the prediction written before it: step 20 / step 16 in 0.96–1.07 at d = 64 and 128, N = 16k, both
+    masks; in 1.10–1.20 at N = 1k with the mask; at least 1 at every d = 256 point; step 20 / cuDNN's geometric
+    mean in 0.96–1.04; bf16 at d = 128, N = 16k, no mask in 660–700 TFLOP/s; falsified if step 20 / step 16 stays
+    below 0.95 at d = 64, N = 16k."""
+    def lines(by, vs16, vsc):
+        r16 = {k: x for x, k in vs16}
+        out = []
+
+        def band(keys, lo, hi, what):
+            xs = [r16[k] for k in keys if k in r16]
+            if xs:
+                inside = sum(lo <= x <= hi for x in xs)
+                out.append(f"{what} (predicted {lo:.2f}–{hi:.2f}): inside at **{inside} of {len(xs)}** points "
+                           f"({min(xs):.3f}–{max(xs):.3f}).")
+        band([k for k in r16 if k[1] in (64, 128) and k[3] == 16384], 0.96, 1.07,
+             "Step 20 / step 16 at d = 64 and 128, N = 16k")
+        band([k for k in r16 if k[1] in (64, 128) and k[3] == 1024 and k[2]], 1.10, 1.20,
+             "Step 20 / step 16 at N = 1k with the mask")
+        wide = [r16[k] for k in r16 if k[1] == 256]
+        if wide:
+            out.append(f"At d = 256, step 20 / step 16 at or above 1 (predicted: every point) at **"
+                       f"{sum(x >= 1.0 for x in wide)} of {len(wide)}**.")
+        if vsc:
+            g = geomean([x for x, _ in vsc])
+            out.append(f"Step 20 / cuDNN geometric mean **{g:.3f}** (predicted 0.96–1.04: "
+                       f"**{'held' if 0.96 <= g <= 1.04 else 'missed'}**).")
+        head = by.get(("20", "bf16", 128, 0, 16384))
+        if head:
+            t = ktf(head)
+            out.append(f"bf16, d = 128, N = 16k, no mask: **{t:.1f}** TFLOP/s (predicted 660–700: "
+                       f"**{'held' if 660 <= t <= 700 else 'missed'}**).")
+        low = [r16[k] for k in r16 if k[1] == 64 and k[3] == 16384]
+        if low:
+            out.append(f"The falsifier, step 20 / step 16 below 0.95 at d = 64, N = 16k: at **{sum(x < 0.95 for x in low)} "
+                       f"of {len(low)}** points.")
+        return out
+    return _target("exp2=mufu", lines)
