@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Step 21's measurements in one call on a GPU machine (docs/21_fp8.md, "Measured"):
 #   scripts/fp8_target.sh OUTDIR        (after a build: FA_BUILD, default build/)
-# 1. speed: step 16 in bf16 and step 21 in e4m3 (both ways of bringing Vᵀ) on the same shapes in one run,
+# 1. speed: step 16 in bf16 and step 21 in e4m3 (every --v) on the same shapes in one run,
 #    B·N = 16k, N = 1k, 4k, 16k, d = 128 and 256, both masks, kernel time (bench; every kernel of a call
 #    summed, the quantize kernels included, each kernel's share in kernels_ms)  -> fp8_<gpu>.csv
 # 2. accuracy: one head pair (B = 1, H = 2) at N = 1k and 2k, d = 128 and 256, both masks, FlashAttention-3's
 #    inputs (--inputs normal and outliers): step 16 in bf16, and step 21 with each scale and with and
 #    without --incoherent; O's RMSE against the unquantized inputs is the raw_rmse column  -> fp8acc_<gpu>.csv
-# 3. order ([pv-order], an experiment; run after the speed phase, before the accuracy one): step 21 with --pv overlap and --pv serial, --v kernel and pretransposed,
-#    d = 128 and 256, N = 16k (B·N = 16k, H·d = 2048), no mask; the step program's own rows  -> fp8order_<gpu>.csv
+# 3. order ([pv-order], an experiment; run after the speed phase, before the accuracy one): step 21 with --pv overlap
+#    and --pv serial (bench --set), every --v, d = 128 and 256, N = 16k (B·N = 16k), no mask  -> fp8order_<gpu>.csv
 # FA_PHASES (default "speed accuracy order") picks phases; FA_REPS (default 10) timed reps per speed row. Every
 # run is checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
 set -uo pipefail
@@ -35,14 +35,11 @@ row() {  # row FILE PROGRAM ARGS...: the run's CSV row into FILE (its header onc
 }
 if [[ "$phases" == *" order "* ]]; then
   ord="$out/fp8order_${slug}.csv"
-  echo "[$me $(date -u +%H:%M:%S)] order: --pv overlap and serial -> $ord" >&2
+  echo "[$me $(date -u +%H:%M:%S)] order: --pv overlap and serial, every --v -> $ord" >&2
   rm -f "$ord"
-  for d in 128 256; do
-    for v in kernel pretransposed; do
-      for pv in overlap serial; do
-        row "$ord" step21 --v "$v" --pv "$pv" --d "$d" --n 16384 --b 1 --h $((2048 / d)) --reps "$reps" --check-heads 1
-      done
-    done
+  for pv in overlap serial; do
+    "$build/bench" --steps 21 --dtypes e4m3 --ns 16384 --ds 128,256 --causal 0 --variants all --set "pv=$pv" \
+      --check-heads 1 --reps "$reps" --commit "$commit" --out "$ord" >&2 || fail=1
   done
 fi
 [[ "$phases" == *" accuracy "* ]] || { echo "[$me $(date -u +%H:%M:%S)] done (exit $fail; no accuracy phase)" >&2; exit $fail; }
