@@ -9,6 +9,8 @@
 # Usage: scripts/gpu_check.sh [OUTDIR]      (default: $OUT if set, else build/gpu_check)
 #   FA_SANITIZE="12 17"   only these steps' sanitizer runs (the tests still run in full)
 #   FA_SANITIZE_TOOLS="memcheck"   the tools of step 3's default-variant runs
+#   FA_SANITIZE_EXPERIMENTS=1  also memcheck each experiment's value (`bench --list --variants ablations`:
+#                         step 12's --ablate, step 21's --pv, ...), one at a time beside the defaults
 #   FA_CTEST_JOBS=4       ctest's parallelism
 #   FA_CTEST_ARGS="-L gpu"  which tests (default the GPU ones; "" the whole suite: scripts/gpu_session.sh)
 #   FA_COMMIT=abc1234     the commit the summary names (else git's HEAD here)
@@ -94,6 +96,14 @@ while read -r prog vflags; do
     done
   fi
 done < <("$B/bench" --list --variants all $steps)
+if [ "${FA_SANITIZE_EXPERIMENTS:-0}" = 1 ]; then  # each experiment's value (an unswept flag) under memcheck too
+  declare -A exp_seen
+  while read -r prog vflags; do
+    [ -n "${exp_seen[$prog]:-}" ] || { exp_seen[$prog]=1; continue; }  # a step's first line is its default: done above
+    # shellcheck disable=SC2086
+    sanitize memcheck "$prog" $vflags
+  done < <("$B/bench" --list --variants ablations $steps)
+fi
 rm -f "$out/one.log"
 say "compute-sanitizer: $san_runs runs over ${#seen[@]} steps, $san_fail with errors ($((SECONDS - t0)) s)"
 
