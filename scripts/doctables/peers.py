@@ -89,12 +89,12 @@ def target(step):
 BWD_TARGET_POINTS = target_points("bwd")
 
 
-def peer_rows(kind):
+def peer_rows(kind, gpu=None):
     """The peers' rows of one phase of scripts/peer_tables.sh (peers_*_clock_KIND.csv), status ok, by
-    (backend, dtype, d, causal, N)."""
+    (backend, dtype, d, causal, N); with `gpu`, that GPU's rows alone (a phase run on two GPUs)."""
     out = {}
     for r in common.rows(f"peers_*_clock_{kind}.csv"):
-        if r["status"] == "ok":
+        if r["status"] == "ok" and (gpu is None or r.get("gpu") == gpu):
             out[(r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
     return out
 
@@ -225,6 +225,12 @@ def fwd_rows(phase="fwd"):
     (step,) + point and (backend,) + point."""
     ours = [r for r in common.rows(f"clock_*_{phase}.csv") if r.get("kernel_ms")]
     return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows(phase)
+
+
+def fwd_rows_on(phase, gpu):
+    """fwd_rows of one GPU's files alone (a phase measured on two GPUs: fwd20 on an H200, then on an H100)."""
+    ours = [r for r in common.rows(f"clock_*_{phase}.csv") if r.get("kernel_ms") and r.get("device") == gpu]
+    return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows(phase, gpu)
 
 
 def fwd_target(show):

@@ -204,8 +204,9 @@ def python_host_cost():
                      f"**{'held' if COST_FWD_GAP[0] <= gap_f <= COST_FWD_GAP[1] else 'missed'}**); its backward "
                      f"{bwd:.0f} µs against its forward's {g('steps', 'fwd'):.0f} (predicted dearer: "
                      f"**{'held' if bwd > g('steps', 'fwd') else 'missed'}**).")
-        steps_gpt = [r for r in common.rows("gpthost_*.csv") if r["device"] == dev]
-        if steps_gpt:
+        run_date = max(r["date"] for r in rs if r["device"] == dev and r["commit"] == commit)
+        steps_gpt = [r for r in common.rows("gpthost_*.csv") if r["device"] == dev and r["date"] <= run_date]
+        if steps_gpt:  # the GPT's newest run on this GPU up to this measurement
             newest = max(steps_gpt, key=lambda r: r["date"])["commit"]
             med = {b: statistics.mean(float(r["step_ms_median"]) for r in steps_gpt
                                       if r["commit"] == newest and r["backend"] == b) for b in ("sdpa", "steps")
@@ -224,6 +225,13 @@ def python_host_cost():
                          f"against the operators' {g('steps', 'fwd+bwd'):.0f} (predicted at most half: **{'held' if half else 'missed'}**); "
                          f"forward {g('steps-function', 'fwd'):.0f} µs against SDPA's {g('sdpa', 'fwd'):.0f} (predicted within "
                          f"{DISPATCH_FWD_NEAR:.0f} µs: **{'held' if near else 'missed'}**).")
+        disp = [r for r in common.rows("gptdispatch_*.csv") if r["device"] == dev and r["commit"] == commit]
+        ms = {(r["backend"], r["dispatch"]): float(r["step_ms_median"]) for r in disp}
+        if all(k in ms for k in (("sdpa", "op"), ("steps", "op"), ("steps", "auto"))):
+            a, b = ms[("steps", "op")] / ms[("sdpa", "op")], ms[("steps", "auto")] / ms[("sdpa", "op")]
+            lines.append(f"The GPT in the same call (one seed, 300 steps; `gptdispatch_*.csv`): the package's step over SDPA's "
+                         f"**{a:.3f}** with the operators, **{b:.3f}** with `FLASH_ATTN_STEPS_DISPATCH=auto` (predicted to "
+                         f"narrow by at least 0.1: **{'held' if a - b >= 0.1 else 'missed'}**, by {a - b:.3f}).")
         inside = g("steps", "fwd+bwd") - g("steps-direct", "fwd+bwd")
         lines.append(f"Between `flash_attn_func` and its implementations called directly: **{inside:.0f} µs** per forward and "
                      f"backward; the implementations alone cost {g('steps-direct', 'fwd+bwd'):.0f} µs, SDPA "

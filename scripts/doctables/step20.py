@@ -2,7 +2,7 @@
 step 16 and the peers, --exp2's three ways, the ablations."""
 from . import common
 from .common import geomean, ktf, kms, point, provenance, table
-from .peers import FWD_TARGET_POINTS, fwd_rows, peer_cells, peers_note
+from .peers import FWD_TARGET_POINTS, fwd_rows, fwd_rows_on, peer_cells, peers_note
 from .steps import ablation
 
 TARGET_HOW = "scripts/peer_tables.sh OUTDIR fwd20 (docs/20_persistent.md, 'Measured')"
@@ -58,6 +58,9 @@ def _target(variant, lines_for=None):
     rows a run with FA_FWD20_SET=exp2=mufu wrote beside them); lines_for(by, vs16, vsc) adds closing lines."""
     ours, by, peers = fwd_rows("fwd20")
     mine = [r for r in ours if r["step"] == "20" and _variant(r) == variant]
+    if mine:  # the GPU of the newest such run, its files alone (the phase ran on an H200, then on an H100)
+        ours, by, peers = fwd_rows_on("fwd20", max(mine, key=lambda r: r["date"])["device"])
+        mine = [r for r in ours if r["step"] == "20" and _variant(r) == variant]
     by = {k: r for k, r in by.items() if k[0] != "20"}
     by.update({("20",) + point(r): r for r in mine})
     if not mine:

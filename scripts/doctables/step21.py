@@ -117,7 +117,7 @@ def step21_accuracy():
 
 
 BANKS_BEFORE = "logs/6e1cd7f/fp8_*.csv"  # the run before [transpose-banks] (an H100, 6e1cd7f)
-BANKS_AFTER = "fp8_*.csv"  # the run after it (fp8_target.sh's current file)
+BANKS_AFTER = "logs/4febcd0/fp8_*.csv"  # the run after it (an H100, 4febcd0; plots/data/fp8_*.csv is a later run)
 
 
 def step21_banks():
