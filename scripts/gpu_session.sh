@@ -32,6 +32,7 @@
 #   FA_NS="1024,4096"         the sweep's N values (default 512 ... 16384)
 #   FA_TOUR=0  FA_TESTS=0  FA_SWEEP=0  FA_NCU=0   skip the tour / the tests and sanitizer / the
 #                             sweep / Nsight
+#   FA_TOUR_TABLE=0           skip the tour's second run, the table for the log (the CSV has its rows)
 #   FA_NCU_NS="4096" FA_NCU_CAUSAL="0"  the shapes Nsight profiles (default N = 1024 4096, both masks)
 #   FA_NCU_CHIP=gh100         the chip to list metrics for, should ncu --query-metrics on the device fail
 #   FA_BUDGET_S=200           bound on each bench call's wall time (bench resumes on a second call)
@@ -100,7 +101,8 @@ if [ "${FA_TOUR:-1}" = 1 ]; then
   say "tour"
   # [noise] Three timed runs per step: the table shows their spread.
   "$B/tour" --csv --runs 3 --reps 10 2>>"$log" | sed "1s/^/date,commit,cuda,driver,/; 2,\$s/^/$date_utc,$commit,$cuda,$driver,/" >"$out/tour_${slug}.csv"
-  "$B/tour" --reps 10 2>/dev/null | tee -a "$log" >&2
+  # The same tour again as a table for the log (it times every pass again: FA_TOUR_TABLE=0 skips it)
+  [ "${FA_TOUR_TABLE:-1}" = 1 ] && "$B/tour" --reps 10 2>/dev/null | tee -a "$log" >&2
 fi
 budget=${FA_BUDGET_S:-200}
 ns="${FA_NS:-512,1024,2048,4096,8192,16384}"

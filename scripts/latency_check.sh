@@ -15,6 +15,7 @@
 #   have the names of the committed ones in plots/data, whose tables compare against them)
 #   FA_STEPS="02 03"   the sweep's steps (default 02 … 11);  FA_NS=1024,4096  its N values
 #   FA_LAT_SWEEP=0 FA_LAT_NCU=0   skip the sweep (the tour still runs) / Nsight
+#   FA_TOUR_TABLE=1    also print the tour as a table in session.log (a second timed tour; off by default)
 #   FA_COMMIT=abc1234  the rows' commit, when the tree has no .git
 # Exit status: 0 when every phase ran, else 1 (the log says which failed).
 set -uo pipefail
@@ -61,7 +62,7 @@ say "profile: $(($(wc -l <"$FA_SASS_PROFILE") - 1)) loops -> $(basename "$FA_SAS
 # ---- 3. the tour and the sweep, the model computed in the run -----------------------------------
 sweep=1
 [ "${FA_LAT_SWEEP:-1}" = 1 ] || sweep=0
-FA_TESTS=0 FA_NCU=0 FA_SWEEP=$sweep FA_STEPS="${FA_STEPS:-02 03 04 05 06 07 08 09 10 11}" \
+FA_TESTS=0 FA_NCU=0 FA_SWEEP=$sweep FA_TOUR_TABLE="${FA_TOUR_TABLE:-0}" FA_STEPS="${FA_STEPS:-02 03 04 05 06 07 08 09 10 11}" \
   FA_NS="${FA_NS:-1024,4096,16384}" bash "$root/scripts/gpu_session.sh" "$out" 2>>"$log" \
   || { say "gpu_session.sh failed (see $out/session.log)"; rc=1; }
 

@@ -101,10 +101,12 @@ def step21(nvcc, root):
         print(f"ptxas_serialization: step 21's --v choices {names} are not the kernels this test knows {sorted(ways.values())}")
         return 1
 
-    def classify(m):  # <D, Stages, RawV, Stepped, Serial>: --pv serial is an experiment, listed
-        d, raw, stepped, serial = int(m.group(1)), m.group(2) == "1", m.group(3) == "1", m.group(4) == "1"
-        return (d, raw, stepped), f"d={d} v={ways.get((raw, stepped), '?')}" + (" pv=serial" if serial else ""), not serial
-    return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])ELb([01])ELb([01])E", classify,
+    def classify(m):  # <D, Stages, RawV, Stepped, Serial, Lean>: --pv serial and --ops lean are experiments, listed
+        d, raw, stepped = int(m.group(1)), m.group(2) == "1", m.group(3) == "1"
+        serial, lean = m.group(4) == "1", m.group(5) == "1"
+        name = f"d={d} v={ways.get((raw, stepped), '?')}" + (" pv=serial" if serial else "") + (" ops=lean" if lean else "")
+        return (d, raw, stepped), name, not serial and not lean
+    return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])ELb([01])ELb([01])ELb([01])E", classify,
                       [(d, r, st) for d in dims for (r, st) in ways])
 
 

@@ -18,6 +18,8 @@ namespace fa::fp8 {
 inline constexpr float kMax = 448.0f;      // e4m3's largest value (common/core/dtype.hpp, [e4m3])
 inline constexpr int kBlockRows = 128;     // [fp8-scales] rows per scale with --fp8-scales block
 inline constexpr float kPScale = 256.0f;   // [p-scale] P (at most 1) times 256 before its cast: 256 < 448
+inline constexpr float kLog2PScale = 8.0f; // log2(kPScale): 256·2^x = 2^(x + 8) (step 21's --ops lean)
+static_assert(kPScale == 256.0f, "kLog2PScale is log2(kPScale)");
 // [two-level] The keys an FP8 kernel lets the tensor cores sum before it adds the sum into fp32 registers
 // (one tile of step 21): their accumulator keeps about 13 bits (wgmma_emu's [fp22]), so a longer sum
 // would lose a little at every instruction. The reference's tolerance counts ⌈kSumKeys/32⌉ such losses.

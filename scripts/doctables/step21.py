@@ -374,3 +374,61 @@ def step21_pv_order():
             "time over serial's (above 1: serial is faster)._\n\n"
             + table(["d", "Vᵀ", "overlap ms", "serial ms", "overlap TFLOP/s", "serial TFLOP/s", "overlap / serial"], body)
             + ("\n\n" + " ".join(lines) if lines else ""))
+
+
+def step21_lean_ops():
+    """[lean-ops]' prediction (docs/21, "The consumers' instructions"): at N = 16k, no mask, the forward alone with
+    --ops lean against plain (time ratio plain / lean, above 1: lean is faster) — 1.05–1.20 at d = 128 with
+    pretransposed and the overlap order; at least 1.05 at d = 256 in the overlap order with the in-kernel
+    transposes; 0.95–1.05 at d = 256 pretransposed in the serial order; and within 3 % with --v kernel at d = 128.
+    fp8ops_<gpu>.csv: step 16 in bf16, then bench's rows with --set pv=…,ops=…, every --v, in the same run. The
+    closing lines read issue 37's targets on the run's fastest configuration, the quantize kernels counted."""
+    rs = [r for r in common.rows("fp8ops_*.csv") if kms(r)]
+    s21 = [r for r in rs if r["step"] == "21" and ATTENTION_KERNEL in _parts(r)]
+    if not s21:
+        return provenance([], HOW)
+    s16 = {int(r["d"]): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16"}
+    fwd = {}
+    for r in s21:
+        f = _flags(r)
+        fwd[(int(r["d"]), f.get("v", "kernel"), f.get("pv", "overlap"), f.get("ops", "plain"))] = (_parts(r)[ATTENTION_KERNEL], r)
+    body, up = [], {}
+    for d, v, pv in sorted({k[:3] for k in fwd}):
+        a, b = fwd.get((d, v, pv, "plain")), fwd.get((d, v, pv, "lean"))
+        if not (a and b):
+            continue
+        up[(d, v, pv)] = a[0] / b[0]
+        tf = [ktf(x[1]) * kms(x[1]) / x[0] for x in (a, b)]  # the forward alone's TFLOP/s
+        body.append([d, f"`{v}`", f"`{pv}`", f"{a[0]:.3f}", f"{b[0]:.3f}", f"{tf[0]:.0f}", f"{tf[1]:.0f}", f"{up[(d, v, pv)]:.2f}",
+                     f"{ktf(a[1]):.0f}", f"{ktf(b[1]):.0f}", "PASS" if a[1]["pass"] == b[1]["pass"] == "1" else "**FAIL**"])
+    lines = []
+
+    def verdict(text, keys, lo, hi):
+        got = [(k, up[k]) for k in keys if k in up]
+        if not got:
+            return
+        held = sum(lo <= x <= hi for _, x in got)
+        rng = f"between {lo:.2f} and {hi:.2f}" if hi < 9 else f"at least {lo:.2f}"
+        lines.append(f"{text}: " + ", ".join(f"{x:.2f} (`{k[1]}`, `{k[2]}`)" for k, x in got)
+                     + f" (predicted {rng}: **{'held' if held == len(got) else 'missed'}**, {held} of {len(got)}).")
+    verdict("d = 128, pretransposed, overlap", [(128, "pretransposed", "overlap")], 1.05, 1.20)
+    verdict("d = 256, in-kernel transposes, overlap", [(256, "kernel", "overlap"), (256, "kernel-stepped", "overlap")], 1.05, 99)
+    verdict("d = 256, pretransposed, serial", [(256, "pretransposed", "serial")], 0.95, 1.05)
+    verdict("d = 128, `kernel`, overlap", [(128, "kernel", "overlap")], 0.97, 1.03)
+    if any(x < 1.0 for k, x in up.items() if k[0] == 128 and k[1] == "pretransposed" and k[2] == "overlap"):
+        lines.append("The falsifier fired: lean is slower than plain at d = 128 pretransposed.")
+    for d, goal in ((128, 1000), (256, 1150)):
+        best = max((r for r in s21 if int(r["d"]) == d), key=ktf, default=None)
+        if best is None:
+            continue
+        ratio = ktf(best) / ktf(s16[d]) if d in s16 else None
+        lines.append(f"Fastest at d = {d}: `{best['variant']}`, **{ktf(best):.0f}** TFLOP/s with the quantize kernels "
+                     f"(issue 37's target ≥ {goal}: **{'met' if ktf(best) >= goal else 'missed'}**)"
+                     + (f"; step 16 in bf16 {ktf(s16[d]):.0f}, ratio **{ratio:.2f}**"
+                        + (f" (target ≥ 1.6: **{'met' if ratio >= 1.6 else 'missed'}**)" if d == 128 else "") if ratio else "") + ".")
+    return (provenance(rs, HOW) + " _Kernel time (CUPTI, cold L2), N = 16k, B·N = 16k, H·d = 2048, no mask. 'ms' and "
+            "the first TFLOP/s pair: the step21_fp8 kernel alone; plain / lean: plain's time over lean's (above 1: lean is "
+            "faster); the last TFLOP/s pair: the whole call, the quantize kernels counted (issue 37's count)._\n\n"
+            + table(["d", "Vᵀ", "--pv", "plain ms", "lean ms", "plain TFLOP/s", "lean TFLOP/s", "plain / lean",
+                     "call TFLOP/s, plain", "call TFLOP/s, lean", "check"], body)
+            + ("\n\n" + " ".join(lines) if lines else ""))

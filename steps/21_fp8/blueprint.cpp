@@ -424,6 +424,7 @@ size_t workspace_bytes(const Shape& s, const StepOptions& opts) {
 
 int v_layout_of(const StepOptions& opts) { return choice_index(opts, "v", kVLayoutNames, kVLayouts, "step21"); }
 int pv_order_of(const StepOptions& opts) { return choice_index(opts, "pv", kPvOrderNames, kPvOrders, "step21"); }
+int ops_of(const StepOptions& opts) { return choice_index(opts, "ops", kOpsNames, kOpsChoices, "step21"); }
 
 const StepInfo& info() {
   static const StepInfo step = [] {
@@ -440,9 +441,14 @@ const StepInfo& info() {
       StepFlag pv{"pv", {}, "when a consumer issues the previous tile's P·V: overlap (in the turn that issues S, step 16's order) or serial (alone before S, summed into O before S is issued: fewer live registers at d = 256) (docs/21_fp8.md)"};
       for (const char* n : kPvOrderNames) pv.choices.push_back(n);
       pv.sweep = false;
-      i.flags = {f, pv};
+      // [lean-ops] an experiment (not swept): the blueprint computes plain's arithmetic (lean differs from it
+      // by a rounding: the exponent's + 8, one FFMA for two roundings), and the ledger counts the same bytes
+      StepFlag ops{"ops", {}, "the consumers' FP32 instructions per entry: plain (step 16's: P times 256 before its cast, O rescaled by a multiply and summed by an add) or lean (the 256 folded into the exponent, O's rescale fused into the next sum's FFMA) (docs/21_fp8.md)"};
+      for (const char* n : kOpsNames) ops.choices.push_back(n);
+      ops.sweep = false;
+      i.flags = {f, pv, ops};
     }
-    i.experiments_everywhere = true;  // [pv-order] compiled for both head dimensions and every --v
+    i.experiments_everywhere = true;  // [pv-order] [lean-ops] compiled for both head dimensions and every --v
     i.blueprint = run_blueprint;
     i.closed_form = run_closed_form;
     i.smem_bytes = run_smem_bytes;

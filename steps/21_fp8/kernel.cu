@@ -216,7 +216,7 @@ struct Descales {
   int gq, gk;
 };
 
-template <int D, int Stages, bool RawV, bool Stepped, bool Serial>
+template <int D, int Stages, bool RawV, bool Stepped, bool Serial, bool Lean>
 __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     step21_fp8(const __grid_constant__ Maps maps, AttnParams p, Descales ds) {
   constexpr Schedule S{128, 128, Stages, RawV};
@@ -350,6 +350,8 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
   float pv[64];  // [two-level] one tile's P̃·Ṽ for 128 dims of O, as the tensor cores sum it
   uint32_t pa[Bc / 32][4];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
+  // [lean-ops] (--ops lean) Õ's factor waits here until the next tile's sum comes in: Õ = Õ·f + P̃·Ṽ.
+  float f_next[2] = {1.0f, 1.0f};
   // [descale] Q's descale (the block's 128 rows are one group with block scales), and K's and V's per tile.
   const float dq = ds.q[int64_t(bh) * ds.gq + (ds.gq > 1 ? i0 / fp8::kBlockRows : 0)];
   const float* dk = ds.k + (int64_t(b) * p.Hkv + hkv) * ds.gk;
@@ -385,7 +387,10 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
   };
   auto accumulate = [&](int hf) {
 #pragma unroll
-    for (int r = 0; r < 64; ++r) o[hf][r] += pv[r];
+    for (int r = 0; r < 64; ++r) {
+      if (Lean) o[hf][r] = fmaf(o[hf][r], f_next[(r >> 1) & 1], pv[r]);  // [lean-ops] one FFMA for FMUL + FADD
+      else o[hf][r] += pv[r];
+    }
   };
   // The halves after the first (d = 256): one at a time through pv, after the first half's sum is in.
   auto rest_of_pv = [&](int st) {
@@ -425,12 +430,13 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // [rescale-guard]
       alpha[hr] = fast_exp2(m[hr] - m_use);
       m[hr] = m_new;
+      const float m_exp = Lean ? m_use - fp8::kLog2PScale : m_use;  // [lean-ops] 2^(x − m + 8) = 256 · 2^(x − m)
       float rs = 0.0f;
 #pragma unroll
       for (int n = 0; n < Bc / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(s[4 * n + 2 * hr + e], sl2, -m_use));
+          const float pv = fast_exp2(fmaf(s[4 * n + 2 * hr + e], sl2, -m_exp));
           s[4 * n + 2 * hr + e] = pv;
           rs += pv;
         }
@@ -445,10 +451,24 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const float f = alpha[hr] * vr;
+      if (Lean) {  // [lean-ops] applied by the next accumulate(), inside its FFMA
+        f_next[hr] = f;
+        continue;
+      }
 #pragma unroll
       for (int hf = 0; hf < kHalves; ++hf)
 #pragma unroll
         for (int n = 0; n < 16; ++n) o[hf][4 * n + 2 * hr] *= f, o[hf][4 * n + 2 * hr + 1] *= f;
+    }
+    if constexpr (Lean) {  // [lean-ops] s holds P·256 already: the same packing without its multiplies
+#pragma unroll
+      for (int kk = 0; kk < Bc / 32; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = acc_reg_of(kk, q, 0);
+          pa[kk][q] = e4m3x4(s[r], s[r + 1], s[r + 4], s[r + 5]);
+        }
+      return;
     }
     // lab:begin p-fp8: [p-fp8] [key-order]: P·256 to e4m3, four keys per register …
 #pragma unroll
@@ -536,7 +556,8 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
     l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
   }
-  const float inv[2] = {l[0] > 0.0f ? dv_cur / (fp8::kPScale * l[0]) : 0.0f, l[1] > 0.0f ? dv_cur / (fp8::kPScale * l[1]) : 0.0f};
+  constexpr float kLScale = Lean ? 1.0f : fp8::kPScale;  // [lean-ops] l summed P·256 already
+  const float inv[2] = {l[0] > 0.0f ? dv_cur / (kLScale * l[0]) : 0.0f, l[1] > 0.0f ? dv_cur / (kLScale * l[1]) : 0.0f};
   const int wr = i0 + 64 * c + w0 + m16n8k16::group(lane);
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -550,7 +571,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
         *reinterpret_cast<__nv_bfloat162*>(orow + col) =
             __floats2bfloat162_rn(o[hf][4 * n + 2 * hr] * inv[hr], o[hf][4 * n + 2 * hr + 1] * inv[hr]);
       }
-    if (m16n8k16::thread_in_group(lane) == 0) Lse[wr + 8 * hr] = l[hr] > 0.0f ? (m[hr] + log2f(l[hr])) * kLn2 : INFINITY;
+    if (m16n8k16::thread_in_group(lane) == 0) Lse[wr + 8 * hr] = l[hr] > 0.0f ? (m[hr] + log2f(l[hr]) - (Lean ? fp8::kLog2PScale : 0.0f)) * kLn2 : INFINITY;
   }
 }
 
@@ -606,11 +627,11 @@ void quantize(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step21_quantize");
 }
 
-template <int D, bool RawV, bool Stepped, bool Serial>
+template <int D, bool RawV, bool Stepped, bool Serial, bool Lean>
 void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, RawV ? kVKernel : kVPretransposed);
   const size_t smem = size_t(smem_bytes(S, D));
-  auto kernel = step21_fp8<D, S.stages, RawV, Stepped, Serial>;
+  auto kernel = step21_fp8<D, S.stages, RawV, Stepped, Serial, Lean>;
   static bool configured = false;
   if (!configured) {
     int dev = 0, optin = 0;
@@ -636,21 +657,26 @@ void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step21_fp8");
 }
 
-template <int D, bool Serial>
+template <int D, bool Serial, bool Lean>
 void forward_v(const AttnParams& p, const Fp8Buffers& f, int v_layout, cudaStream_t st) {
-  if (v_layout == kVPretransposed) forward<D, false, false, Serial>(p, f, st);
-  else if (v_layout == kVKernelStepped) forward<D, true, true, Serial>(p, f, st);
-  else forward<D, true, false, Serial>(p, f, st);
+  if (v_layout == kVPretransposed) forward<D, false, false, Serial, Lean>(p, f, st);
+  else if (v_layout == kVKernelStepped) forward<D, true, true, Serial, Lean>(p, f, st);
+  else forward<D, true, false, Serial, Lean>(p, f, st);
+}
+template <int D, bool Lean>
+void forward_pv(const AttnParams& p, const Fp8Buffers& f, int v_layout, int pv_order, cudaStream_t st) {
+  if (pv_order == kPvSerial) forward_v<D, true, Lean>(p, f, v_layout, st);
+  else forward_v<D, false, Lean>(p, f, v_layout, st);
 }
 
 template <int D>
-void launch_d(const AttnParams& p, int v_layout, int pv_order, cudaStream_t st) {
+void launch_d(const AttnParams& p, int v_layout, int pv_order, int ops, cudaStream_t st) {
   const bool vt = v_layout == kVPretransposed;
   const Layout L = layout(p.B, p.H, p.Hkv, p.N, p.Nk, D, p.fp8_block, vt);
   const Fp8Buffers f = buffers(p, L, vt);
   quantize<D>(p, f, st);
-  if (pv_order == kPvSerial) forward_v<D, true>(p, f, v_layout, st);
-  else forward_v<D, false>(p, f, v_layout, st);
+  if (ops == kOpsLean) forward_pv<D, true>(p, f, v_layout, pv_order, st);
+  else forward_pv<D, false>(p, f, v_layout, pv_order, st);
 }
 
 }  // namespace
@@ -667,10 +693,10 @@ void launch(const AttnParams& p0, const StepOptions& opts, void* stream) {
     throw std::invalid_argument("step21: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
   if (int64_t(p.B) * std::max(p.H, p.Hkv) > 65535) throw std::invalid_argument("step21: B·H must be at most 65535 (grid dimension)");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const int v = v_layout_of(opts), pv = pv_order_of(opts);
+  const int v = v_layout_of(opts), pv = pv_order_of(opts), ops = ops_of(opts);
   switch (p.d) {
-    case 128: return launch_d<128>(p, v, pv, st);
-    case 256: return launch_d<256>(p, v, pv, st);
+    case 128: return launch_d<128>(p, v, pv, ops, st);
+    case 256: return launch_d<256>(p, v, pv, ops, st);
     default: throw Unsupported("step21: head dimension " + std::to_string(p.d) + " is not compiled (128, 256: [stored-d])");
   }
 }

@@ -51,6 +51,13 @@ FA_HD constexpr bool transposes_in_kernel(int v_layout) { return v_layout != kVP
 enum PvOrder : int { kPvOverlap = 0, kPvSerial, kPvOrders };
 inline constexpr const char* kPvOrderNames[kPvOrders] = {"overlap", "serial"};
 
+// [lean-ops] The consumer's FP32 instructions per entry of S (--ops lean, an experiment): with FP8
+// products twice as fast, the softmax's instructions are what a turn waits for. lean folds P's ×256
+// into the exponent (2^(x − m + 8)) so the packing multiplies nothing, and fuses Õ's rescale into the
+// next tile's sum (Õ·f + P̃·Ṽ, one FFMA where plain has an FMUL and an FADD). l then sums P·256.
+enum Ops : int { kOpsPlain = 0, kOpsLean, kOpsChoices };
+inline constexpr const char* kOpsNames[kOpsChoices] = {"plain", "lean"};
+
 // [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at d = 128 and 256. A stage is
 // K (Bc × d bytes), Vᵀ (d × Bc) and, when the kernel transposes, V as TMA brought it (Bc × d): as
 // many stages as fit beside the Q tile and the barriers, at most 8.
@@ -226,5 +233,6 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sche
 LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout);
 int v_layout_of(const StepOptions& opts);
 int pv_order_of(const StepOptions& opts);
+int ops_of(const StepOptions& opts);
 
 }  // namespace fa::step21
