@@ -595,3 +595,56 @@ def model_refined():
         lines.append("Passes without a latency term whose model differs from the run's (the tree's other changes "
                      "since fa39398, not the bound): " + "; ".join(other) + ".")
     return text + "\n\n" + "\n".join(lines)
+
+
+H100_TOUR = "logs/0d32704/tour_h100_80gb_hbm3.csv"
+
+
+def model_h100_tour():
+    """The latency tour an H100 ran at 0d32704 (`FA_LAT_SWEEP=0 FA_LAT_NCU=0 scripts/latency_check.sh`, the model
+    computed in the run with that GPU's own latencies, listings and ceilings), each pass beside the H200's ratio
+    with the queueing bound (model_refined_h200.csv), which the prediction for the next validation run names. Not
+    that validation (the prediction names an H200): a second GPU read against the same expectations. Closing lines:
+    passes within 1.5× over the prediction's 44 and outside it, and the passes of steps 01–12 within 10 % of the
+    H200's queued ratio."""
+    rs = [r for r in common.rows(H100_TOUR) if r.get("model_ms")]
+    h200 = {(r["step"], r["variant"], r["pass_of"]): float(r["ratio"]) for r in model_rows("model_refined_h200.csv")}
+    if not rs or not h200:
+        return provenance([], LATVAL_HOW)
+    body, named, inside, outside, extra, near, early = [], 0, 0, [], [], 0, 0
+    for r in rs:
+        for pre, name in (("", "fwd"), ("bwd_", "bwd")):
+            ms, model = r.get(pre + "ms"), r.get(pre + "model_ms")
+            if not (ms and model):
+                continue
+            ratio = float(ms) / float(model)
+            key = (r["step"], r["variant"], name)
+            ref = h200.get(key)
+            ok = _within(ratio)
+            if ref is None:
+                extra.append(f"{r['step']} `{r['variant']}` {name} {ratio:.3f} ({'within' if ok else 'outside'} 1.5×)")
+            else:
+                named += 1
+                inside += ok
+                if not ok:
+                    outside.append(f"{r['step']} `{r['variant']}` {name} {ratio:.3f}")
+                if int(r["step"]) <= 12:
+                    early += 1
+                    near += abs(ratio / ref - 1) <= 0.10
+            body.append([r["step"], r["variant"], name, f"{float(ms):.3g}", f"{float(model):.3g}", f"{ratio:.3f}",
+                         f"{ref:.3f}" if ref is not None else "–", _pct(ratio / ref - 1) if ref is not None else "–",
+                         "yes" if ok else "**no**", r.get(pre + "bound_by") or "–"])
+    text = provenance(rs, LATVAL_HOW) + (
+        " _The H100's tour at 0d32704, the model as that run computed it (its own `bench --peaks` latencies and "
+        "ceilings, its own `cuobjdump` listings through `scripts/sass_profile.py`, the queueing bound in the tree), "
+        "beside the H200's ratio with the queueing bound (`model_refined_h200.csv`, fa39398's tour). Ratio = "
+        "measured / model; change = the H100's ratio over the H200's._\n\n") + table(
+        ["step", "variant", "pass", "H100 measured ms", "H100 model ms", "H100 ratio", "H200 ratio (queued)", "change",
+         "within 1.5× (H100)", "bound by (H100)"], body)
+    lines = [f"Within 1.5× on the H100, over the {named} passes the prediction names: **{inside} of {named}**."]
+    if outside:
+        lines.append("Outside: " + "; ".join(outside) + ".")
+    if extra:
+        lines.append("Passes the prediction does not name: " + "; ".join(extra) + ".")
+    lines.append(f"Passes of steps 01–12 within 10 % of the H200's queued ratio: **{near} of {early}**.")
+    return text + "\n\n" + "\n".join(lines)
