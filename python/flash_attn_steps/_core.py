@@ -35,6 +35,7 @@ def padded_head_dim(d):
 
 
 _CC = {}  # [cc-once] device index (None: the current device) -> compute capability
+_DIMS = {}  # [dims-once] step name -> the head dimensions its GPU kernels are compiled for
 
 
 def _compute_capability(device):
@@ -43,6 +44,15 @@ def _compute_capability(device):
     if device.index not in _CC:
         _CC[device.index] = _lib.gpu_info()[0]
     return _CC[device.index]
+
+
+def _head_dims(step):
+    """The head dimensions `step`'s GPU kernels are compiled for, asked of the C library once per step and
+    process ([dims-once]): the build does not change under a running process, and steps_for runs on
+    every call of the package on sm_90."""
+    if step not in _DIMS:
+        _DIMS[step] = _lib.step_head_dims(step)
+    return _DIMS[step]
 
 
 def steps_for(device, dropout_p=0.0, head_dim=64):
@@ -58,9 +68,9 @@ def steps_for(device, dropout_p=0.0, head_dim=64):
         cc = _compute_capability(device)
         fwd, bwd = AMPERE_STEPS
         if cc == 90 and dropout_p == 0.0:
-            if head_dim in _lib.step_head_dims(HOPPER_STEPS[0]):
+            if head_dim in _head_dims(HOPPER_STEPS[0]):
                 fwd = HOPPER_STEPS[0]
-            if head_dim in _lib.step_head_dims(HOPPER_STEPS[1]):
+            if head_dim in _head_dims(HOPPER_STEPS[1]):
                 bwd = HOPPER_STEPS[1]
     return (os.environ.get("FLASH_ATTN_STEPS_FORWARD", fwd), os.environ.get("FLASH_ATTN_STEPS_BACKWARD", bwd))
 

@@ -194,7 +194,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         _ops.precheck(qp, kp, causal, window, scale, p, _needs_grad(q, k, v), deterministic)
     seed = _seed(p)
     out, lse = _ops.attention(qp, kp, vp, scale, causal, window, p, seed, deterministic)
-    out = out[..., :d]
+    out = out[..., :d] if dp != d else out  # [unpadded] no view to make when d needed no padding
     if not return_attn_probs:
         return out
     with torch.no_grad():
@@ -272,7 +272,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     seed = _seed(p)
     out, lse = _ops.varlen_attention(qp, kp, vp, cu_seqlens_q, cu_seqlens_k, scale, causal, window, p, seed,
                                      deterministic)
-    out = out[..., :d]
+    out = out[..., :d] if dp != d else out  # [unpadded] no view to make when d needed no padding
     if not return_attn_probs:
         return out
     with torch.no_grad():
@@ -446,5 +446,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                 ob, lb = _ops.fwd_impl(qp[b:b + 1], kk[b:b + 1, :keys[b]], vv[b:b + 1, :keys[b]], scale, causal,
                                        window, 0.0, 0)
                 out[b:b + 1], lse[b:b + 1] = ob, lb
-    out = out[..., :d]
+    out = out[..., :d] if dp != d else out  # [unpadded] no view to make when d needed no padding
     return (out, lse) if return_softmax_lse else out

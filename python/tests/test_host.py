@@ -35,3 +35,25 @@ def test_the_kept_answer_is_the_one_that_picks_the_step(monkeypatch):
     for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
         monkeypatch.delenv(name, raising=False)
     assert fas.steps_for(torch.device("cuda", 0), 0.0, 64) == _core.AMPERE_STEPS
+
+
+def test_a_steps_head_dimensions_are_asked_once_per_step(monkeypatch):
+    """[dims-once] On sm_90 steps_for checks the head dimension against the Hopper steps' compiled ones on
+    every call; the C library's answer is kept per step, so repeated calls do not ask again."""
+    asked = []
+
+    def fake_dims(step):
+        asked.append(step)
+        return (64, 128)
+
+    monkeypatch.setattr(_lib, "gpu_info", lambda: (90, 132, ""))
+    monkeypatch.setattr(_lib, "step_head_dims", fake_dims)
+    monkeypatch.setattr(_core, "_CC", {})
+    monkeypatch.setattr(_core, "_DIMS", {})
+    for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
+        monkeypatch.delenv(name, raising=False)
+    calls = 5
+    for _ in range(calls):
+        assert fas.steps_for(torch.device("cuda", 0), 0.0, 64) == _core.HOPPER_STEPS
+    assert sorted(asked) == sorted(set(_core.HOPPER_STEPS)), f"{calls} calls asked {asked}"
+    assert fas.steps_for(torch.device("cuda", 0), 0.0, 96) == _core.AMPERE_STEPS, "a dimension the kept answer lacks"
