@@ -325,18 +325,19 @@ TEST_CASE("step 21 [two-level] [fp22]: a row's sum left in the 13-bit accumulato
 
 TEST_CASE("step 21: the blueprint matches the reference on the dequantized inputs, every way of quantizing and of bringing V") {
   int ran = 0;
+  for (const char* ops : step21::kOpsNames)  // [lean-ops] both ways of spending the consumers' instructions
   for (const char* v : step21::kVLayoutNames)
     for (bool block : {false, true})
       for (bool incoherent : {false, true})
         for (const char* inputs : {"default", "outliers"})
           for (const auto& [N, Nk, causal] : {std::tuple<int64_t, int64_t, bool>{200, 300, true}, {130, 77, false}, {1, 333, false}}) {
             const Shape s = fp8_shape(1, 2, N, Nk, 64, causal, block, incoherent);
-            const std::string what = std::string(v) + " " + s.str() + " " + inputs;
+            const std::string what = std::string(v) + " ops=" + ops + " " + s.str() + " " + inputs;
             CAPTURE(what);
             InputSpec spec{uint64_t(N + Nk)};
             set_inputs(spec, inputs);
             const Inputs in = make_inputs(s, spec);
-            const StepOptions o{{"v", v}};
+            const StepOptions o{{"v", v}, {"ops", ops}};
             const BlueprintResult r = step21::info().blueprint(s, in, o);
             const Reference ref = reference_forward(s, in);
             const Check chk = check_forward(s, in, ref, r.out);
@@ -355,7 +356,22 @@ TEST_CASE("step 21: the blueprint matches the reference on the dequantized input
             CHECK(diff.empty());
             ++ran;
           }
-  CHECK(ran == step21::kVLayouts * 2 * 2 * 2 * 3);
+  CHECK(ran == step21::kOpsChoices * step21::kVLayouts * 2 * 2 * 2 * 3);
+}
+
+TEST_CASE("step 21 [lean-ops]: --ops lean counts fewer non-matmul operations than plain, by the rescale of O and P·256 per tile") {
+  for (int64_t d : {64, 128, 256}) {
+    const Shape s = fp8_shape(2, 2, 300, 260, d, true, false, false);
+    const step21::Schedule sc = step21::schedule_for(int(d), step21::kVKernel);
+    LedgerSet ps = step21::closed_form(s, sc, step21::kVKernel, false), ls = step21::closed_form(s, sc, step21::kVKernel, true);
+    const Ledger plain = ps["fp8"], lean = ls["fp8"];
+    CAPTURE(d);
+    // every (Q tile, K/V tile) pair a block computes, per warp: 16 rows × (d + Bc) multiplies fewer
+    const int64_t warps = 4 * sc.consumers();
+    CHECK(plain.nonmatmul_ops - lean.nonmatmul_ops == plain.tiles_computed * warps * 16 * (d + sc.Bc));
+    CHECK(lean.gmem_read == plain.gmem_read);
+    CHECK(lean.exps == plain.exps);
+  }
 }
 
 TEST_CASE("step 21: the FP8 check fails when a K/V tile is missed, or when O ignores V's descale") {

@@ -229,8 +229,8 @@ size_t workspace_bytes(const Shape& s, const StepOptions& opts);
 Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout);
 
 // The CPU side (blueprint.cpp).
-BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int v_layout);
-LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout);
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int v_layout, bool lean = false);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout, bool lean = false);
 int v_layout_of(const StepOptions& opts);
 int pv_order_of(const StepOptions& opts);
 int ops_of(const StepOptions& opts);
