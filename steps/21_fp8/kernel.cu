@@ -451,14 +451,14 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const float f = alpha[hr] * vr;
-      if (Lean) {  // [lean-ops] applied by the next accumulate(), inside its FFMA
-        f_next[hr] = f;
-        continue;
+      if constexpr (Lean) {
+        f_next[hr] = f;  // [lean-ops] applied by the next accumulate(), inside its FFMA
+      } else {
+#pragma unroll
+        for (int hf = 0; hf < kHalves; ++hf)
+#pragma unroll
+          for (int n = 0; n < 16; ++n) o[hf][4 * n + 2 * hr] *= f, o[hf][4 * n + 2 * hr + 1] *= f;
       }
-#pragma unroll
-      for (int hf = 0; hf < kHalves; ++hf)
-#pragma unroll
-        for (int n = 0; n < 16; ++n) o[hf][4 * n + 2 * hr] *= f, o[hf][4 * n + 2 * hr + 1] *= f;
     }
     if constexpr (Lean) {  // [lean-ops] s holds P·256 already: the same packing without its multiplies
 #pragma unroll
@@ -468,17 +468,17 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
           const int r = acc_reg_of(kk, q, 0);
           pa[kk][q] = e4m3x4(s[r], s[r + 1], s[r + 4], s[r + 5]);
         }
-      return;
+    } else {
+      // lab:begin p-fp8: [p-fp8] [key-order]: P·256 to e4m3, four keys per register …
+#pragma unroll
+      for (int kk = 0; kk < Bc / 32; ++kk)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = acc_reg_of(kk, q, 0);  // bytes 0, 1 at r, r + 1; bytes 2, 3 at r + 4, r + 5
+          pa[kk][q] = e4m3x4(s[r] * fp8::kPScale, s[r + 1] * fp8::kPScale, s[r + 4] * fp8::kPScale, s[r + 5] * fp8::kPScale);
+        }
+      // lab:end
     }
-    // lab:begin p-fp8: [p-fp8] [key-order]: P·256 to e4m3, four keys per register …
-#pragma unroll
-    for (int kk = 0; kk < Bc / 32; ++kk)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int r = acc_reg_of(kk, q, 0);  // bytes 0, 1 at r, r + 1; bytes 2, 3 at r + 4, r + 5
-        pa[kk][q] = e4m3x4(s[r] * fp8::kPScale, s[r + 1] * fp8::kPScale, s[r + 4] * fp8::kPScale, s[r + 5] * fp8::kPScale);
-      }
-    // lab:end
   };
   auto release = [&](uint32_t empty_bar) {
     if (lane == 0) mbar_arrive(empty_bar);
