@@ -7,6 +7,15 @@ import flash_attn_steps as fas
 from flash_attn_steps import _core, _lib
 
 
+def _fresh_caches(monkeypatch, gpu_info):
+    """steps_for as a new process sees it: `gpu_info` answering for the GPU, no kept answers, no override."""
+    monkeypatch.setattr(_lib, "gpu_info", gpu_info)
+    monkeypatch.setattr(_core, "_CC", {})
+    monkeypatch.setattr(_core, "_DIMS", {})
+    for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def test_the_gpu_is_asked_its_compute_capability_once_per_device(monkeypatch):
     """[cc-once] steps_for picks a step from the device's compute capability on every call; the C
     library's answer is kept, so a process asks once per device, however many calls it makes."""
@@ -16,10 +25,7 @@ def test_the_gpu_is_asked_its_compute_capability_once_per_device(monkeypatch):
         asked.append(1)
         return 90, 132, ""
 
-    monkeypatch.setattr(_lib, "gpu_info", fake_gpu_info)
-    monkeypatch.setattr(_core, "_CC", {})
-    for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
-        monkeypatch.delenv(name, raising=False)
+    _fresh_caches(monkeypatch, fake_gpu_info)
     calls = 5
     for _ in range(calls):
         assert fas.steps_for(torch.device("cuda", 0), 0.0, 64) == _core.HOPPER_STEPS
@@ -30,10 +36,7 @@ def test_the_gpu_is_asked_its_compute_capability_once_per_device(monkeypatch):
 
 def test_the_kept_answer_is_the_one_that_picks_the_step(monkeypatch):
     """Not an answer kept from elsewhere: a device that reports sm_80 gets the Ampere steps."""
-    monkeypatch.setattr(_lib, "gpu_info", lambda: (80, 108, ""))
-    monkeypatch.setattr(_core, "_CC", {})
-    for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
-        monkeypatch.delenv(name, raising=False)
+    _fresh_caches(monkeypatch, lambda: (80, 108, ""))
     assert fas.steps_for(torch.device("cuda", 0), 0.0, 64) == _core.AMPERE_STEPS
 
 
@@ -46,12 +49,8 @@ def test_a_steps_head_dimensions_are_asked_once_per_step(monkeypatch):
         asked.append(step)
         return (64, 128)
 
-    monkeypatch.setattr(_lib, "gpu_info", lambda: (90, 132, ""))
+    _fresh_caches(monkeypatch, lambda: (90, 132, ""))
     monkeypatch.setattr(_lib, "step_head_dims", fake_dims)
-    monkeypatch.setattr(_core, "_CC", {})
-    monkeypatch.setattr(_core, "_DIMS", {})
-    for name in ("FLASH_ATTN_STEPS_FORWARD", "FLASH_ATTN_STEPS_BACKWARD"):
-        monkeypatch.delenv(name, raising=False)
     calls = 5
     for _ in range(calls):
         assert fas.steps_for(torch.device("cuda", 0), 0.0, 64) == _core.HOPPER_STEPS
