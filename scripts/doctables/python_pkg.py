@@ -51,7 +51,8 @@ def python_gpt():
     seeds: the final training and validation loss (mean, and lowest–highest), the median training step
     (CUDA events around a whole step), the median host time per step (the CPU's clock until the step is queued;
     rows from before gpt.py wrote it show "–") and the attention kernels' GPU time per step (Kineto). Closing lines:
-    whether the curves agree within the seed-to-seed spread, and the package's attention time over SDPA's."""
+    whether the curves agree within the seed-to-seed spread, the package's attention time over SDPA's, and its
+    training step over SDPA's."""
     runs = common.rows("gpt_runs_*.csv")
     steps = common.rows("gpt_steps_*.csv")
     if not runs:
@@ -59,12 +60,12 @@ def python_gpt():
     by = defaultdict(list)
     for r in runs:
         by[r["backend"]].append(r)
-    body, attn = [], {}
+    body, attn, step = [], {}, {}
     for backend in sorted(by):
         rs = by[backend]
         fl = [float(r["final_loss"]) for r in rs]
         fv = [float(r["final_val_loss"]) for r in rs if r["final_val_loss"]]
-        sm = statistics.mean(float(r["step_ms_median"]) for r in rs)
+        sm = step[backend] = statistics.mean(float(r["step_ms_median"]) for r in rs)
         hm = [float(r["host_ms_median"]) for r in rs if r.get("host_ms_median")]
         am = [float(r["attn_kernel_ms_per_step"]) for r in rs if r["attn_kernel_ms_per_step"]]
         attn[backend] = statistics.mean(am) if am else None
@@ -84,6 +85,8 @@ def python_gpt():
                  f"{worst:.2f}).")
     if attn.get("steps") and attn.get("sdpa"):
         text += f" Attention kernel time per step, package / SDPA: **{attn['steps'] / attn['sdpa']:.2f}**."
+    if step.get("steps") and step.get("sdpa"):
+        text += f" Training step (the seeds' mean of each run's median), package / SDPA: **{step['steps'] / step['sdpa']:.2f}**."
     return text
 
 
