@@ -10,7 +10,7 @@
 # 3. order ([pv-order], an experiment; run after the speed phase, before the accuracy one): step 21 with --pv overlap
 #    and --pv serial (bench --set), every --v, d = 128 and 256, N = 16k (B·N = 16k), no mask  -> fp8order_<gpu>.csv
 # 4. ops ([lean-ops], an experiment; only when named in FA_PHASES): step 16 in bf16 as the baseline, then step 21 with
-#    --ops plain and --ops lean under each --pv, every --v, d = 128 and 256, N = 16k (B·N = 16k), no mask
+#    --ops plain, lean and fold under each --pv, every --v, d = 128 and 256, N = 16k (B·N = 16k), no mask
 #    -> fp8ops_<gpu>.csv
 # FA_PHASES (default "speed accuracy order") picks phases; FA_REPS (default 10) timed reps per speed row. Every
 # run is checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
@@ -47,12 +47,12 @@ if [[ "$phases" == *" order "* ]]; then
 fi
 if [[ "$phases" == *" ops "* ]]; then
   opsf="$out/fp8ops_${slug}.csv"
-  echo "[$me $(date -u +%H:%M:%S)] ops: step 16, then step 21 with --ops plain and lean under each --pv, every --v -> $opsf" >&2
+  echo "[$me $(date -u +%H:%M:%S)] ops: step 16, then step 21 with --ops plain, lean and fold under each --pv, every --v -> $opsf" >&2
   rm -f "$opsf"
   "$build/bench" --steps 16 --dtypes bf16 --ns 16384 --ds 128,256 --causal 0 \
     --check-heads 1 --reps "$reps" --commit "$commit" --out "$opsf" >&2 || fail=1
   for pv in overlap serial; do
-    for ops in plain lean; do
+    for ops in plain lean fold; do
       "$build/bench" --steps 21 --dtypes e4m3 --ns 16384 --ds 128,256 --causal 0 --variants all --set "pv=$pv,ops=$ops" \
         --check-heads 1 --reps "$reps" --commit "$commit" --out "$opsf" >&2 || fail=1
     done

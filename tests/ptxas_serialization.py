@@ -101,12 +101,14 @@ def step21(nvcc, root):
         print(f"ptxas_serialization: step 21's --v choices {names} are not the kernels this test knows {sorted(ways.values())}")
         return 1
 
-    def classify(m):  # <D, Stages, RawV, Stepped, Serial, Lean>: --pv serial and --ops lean are experiments, listed
+    ops_names = re.findall(r'"([^"]+)"', re.search(r"kOpsNames\[kOpsChoices\] = \{([^}]*)\}", sched).group(1))
+
+    def classify(m):  # <D, Stages, RawV, Stepped, Serial, Ops>: --pv serial and --ops other than plain are experiments, listed
         d, raw, stepped = int(m.group(1)), m.group(2) == "1", m.group(3) == "1"
-        serial, lean = m.group(4) == "1", m.group(5) == "1"
-        name = f"d={d} v={ways.get((raw, stepped), '?')}" + (" pv=serial" if serial else "") + (" ops=lean" if lean else "")
-        return (d, raw, stepped), name, not serial and not lean
-    return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])ELb([01])ELb([01])ELb([01])E", classify,
+        serial, ops = m.group(4) == "1", int(m.group(5))
+        name = f"d={d} v={ways.get((raw, stepped), '?')}" + (" pv=serial" if serial else "") + (f" ops={ops_names[ops]}" if ops else "")
+        return (d, raw, stepped), name, not serial and not ops
+    return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])ELb([01])ELb([01])ELi(\d)E", classify,
                       [(d, r, st) for d in dims for (r, st) in ways])
 
 

@@ -359,18 +359,24 @@ TEST_CASE("step 21: the blueprint matches the reference on the dequantized input
   CHECK(ran == step21::kOpsChoices * step21::kVLayouts * 2 * 2 * 2 * 3);
 }
 
-TEST_CASE("step 21 [lean-ops]: --ops lean counts fewer non-matmul operations than plain, by the rescale of O and P·256 per tile") {
+TEST_CASE("step 21 [lean-ops]: --ops lean counts fewer non-matmul operations than plain, by the rescale of O and P·256 per tile, and --ops fold by P·256 alone") {
   for (int64_t d : {64, 128, 256}) {
     const Shape s = fp8_shape(2, 2, 300, 260, d, true, false, false);
     const step21::Schedule sc = step21::schedule_for(int(d), step21::kVKernel);
-    LedgerSet ps = step21::closed_form(s, sc, step21::kVKernel, false), ls = step21::closed_form(s, sc, step21::kVKernel, true);
-    const Ledger plain = ps["fp8"], lean = ls["fp8"];
+    LedgerSet ps = step21::closed_form(s, sc, step21::kVKernel, step21::kOpsPlain),
+              ls = step21::closed_form(s, sc, step21::kVKernel, step21::kOpsLean),
+              fs = step21::closed_form(s, sc, step21::kVKernel, step21::kOpsFold);
+    const Ledger plain = ps["fp8"], lean = ls["fp8"], fold = fs["fp8"];
     CAPTURE(d);
-    // every (Q tile, K/V tile) pair a block computes, per warp: 16 rows × (d + Bc) multiplies fewer
+    // every (Q tile, K/V tile) pair a block computes, per warp: 16 rows × (d + Bc) multiplies fewer (lean),
+    // 16 rows × Bc (fold: P·256 only; Õ's rescale stays a multiply)
     const int64_t warps = 4 * sc.consumers();
     CHECK(plain.nonmatmul_ops - lean.nonmatmul_ops == plain.tiles_computed * warps * 16 * (d + sc.Bc));
-    CHECK(lean.gmem_read == plain.gmem_read);
-    CHECK(lean.exps == plain.exps);
+    CHECK(plain.nonmatmul_ops - fold.nonmatmul_ops == plain.tiles_computed * warps * 16 * sc.Bc);
+    for (const Ledger* x : {&lean, &fold}) {
+      CHECK(x->gmem_read == plain.gmem_read);
+      CHECK(x->exps == plain.exps);
+    }
   }
 }
 

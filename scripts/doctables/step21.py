@@ -382,7 +382,9 @@ def step21_lean_ops():
     pretransposed and the overlap order; at least 1.05 at d = 256 in the overlap order with the in-kernel
     transposes; 0.95–1.05 at d = 256 pretransposed in the serial order; and within 3 % with --v kernel at d = 128.
     fp8ops_<gpu>.csv: step 16 in bf16, then bench's rows with --set pv=…,ops=…, every --v, in the same run. The
-    closing lines read issue 37's targets on the run's fastest configuration, the quantize kernels counted."""
+    closing lines read issue 37's targets on the run's fastest configuration, the quantize kernels counted. A run with
+    --ops fold rows adds a plain / fold column and fold's prediction: 1.00–1.05 at d = 256 pretransposed serial, and
+    between 0.99 and lean's own ratio (+ 0.01) at the other d = 256 configurations."""
     rs = [r for r in common.rows("fp8ops_*.csv") if kms(r)]
     s21 = [r for r in rs if r["step"] == "21" and ATTENTION_KERNEL in _parts(r)]
     if not s21:
@@ -392,15 +394,21 @@ def step21_lean_ops():
     for r in s21:
         f = _flags(r)
         fwd[(int(r["d"]), f.get("v", "kernel"), f.get("pv", "overlap"), f.get("ops", "plain"))] = (_parts(r)[ATTENTION_KERNEL], r)
-    body, up = [], {}
+    body, up, upf = [], {}, {}
+    has_fold = any(k[3] == "fold" for k in fwd)  # --ops fold (the + 8 alone): a column of its own once a run has it
     for d, v, pv in sorted({k[:3] for k in fwd}):
-        a, b = fwd.get((d, v, pv, "plain")), fwd.get((d, v, pv, "lean"))
+        a, b, c = fwd.get((d, v, pv, "plain")), fwd.get((d, v, pv, "lean")), fwd.get((d, v, pv, "fold"))
         if not (a and b):
             continue
         up[(d, v, pv)] = a[0] / b[0]
         tf = [ktf(x[1]) * kms(x[1]) / x[0] for x in (a, b)]  # the forward alone's TFLOP/s
-        body.append([d, f"`{v}`", f"`{pv}`", f"{a[0]:.3f}", f"{b[0]:.3f}", f"{tf[0]:.0f}", f"{tf[1]:.0f}", f"{up[(d, v, pv)]:.2f}",
-                     f"{ktf(a[1]):.0f}", f"{ktf(b[1]):.0f}", "PASS" if a[1]["pass"] == b[1]["pass"] == "1" else "**FAIL**"])
+        row = [d, f"`{v}`", f"`{pv}`", f"{a[0]:.3f}", f"{b[0]:.3f}", f"{tf[0]:.0f}", f"{tf[1]:.0f}", f"{up[(d, v, pv)]:.2f}"]
+        if has_fold:
+            if c:
+                upf[(d, v, pv)] = a[0] / c[0]
+            row.append(f"{upf[(d, v, pv)]:.2f}" if c else "–")
+        ok = all(x[1]["pass"] == "1" for x in (a, b, c) if x)
+        body.append(row + [f"{ktf(a[1]):.0f}", f"{ktf(b[1]):.0f}", "PASS" if ok else "**FAIL**"])
     lines = []
 
     def verdict(text, keys, lo, hi):
@@ -417,6 +425,18 @@ def step21_lean_ops():
     verdict("d = 128, `kernel`, overlap", [(128, "kernel", "overlap")], 0.97, 1.03)
     if any(x < 1.0 for k, x in up.items() if k[0] == 128 and k[1] == "pretransposed" and k[2] == "overlap"):
         lines.append("The falsifier fired: lean is slower than plain at d = 128 pretransposed.")
+    if upf:  # --ops fold's prediction (docs/21, "Which half of lean spills"), written before it was built
+        k = (256, "pretransposed", "serial")
+        if k in upf:
+            x = upf[k]
+            lines.append(f"Fold at d = 256, pretransposed, serial: plain / fold {x:.2f} (predicted between 1.00 and 1.05: "
+                         f"**{'held' if 1.0 <= x <= 1.05 else 'missed'}**)" + ("; slower than plain, so the spill is not "
+                         "the whole story" if x < 1.0 else "") + ".")
+        rest = [(kk, x) for kk, x in upf.items() if kk[0] == 256 and kk != k and kk in up]
+        if rest:
+            held = sum(0.99 <= x <= up[kk] + 0.01 for kk, x in rest)
+            lines.append(f"Fold at the other d = 256 configurations, between 0.99 and lean's own ratio (+ 0.01): "
+                         f"**{'held' if held == len(rest) else 'missed'}**, {held} of {len(rest)}.")
     for d, goal in ((128, 1000), (256, 1150)):
         best = max((r for r in s21 if int(r["d"]) == d), key=ktf, default=None)
         if best is None:
@@ -429,6 +449,6 @@ def step21_lean_ops():
     return (provenance(rs, HOW) + " _Kernel time (CUPTI, cold L2), N = 16k, B·N = 16k, H·d = 2048, no mask. 'ms' and "
             "the first TFLOP/s pair: the step21_fp8 kernel alone; plain / lean: plain's time over lean's (above 1: lean is "
             "faster); the last TFLOP/s pair: the whole call, the quantize kernels counted (issue 37's count)._\n\n"
-            + table(["d", "Vᵀ", "--pv", "plain ms", "lean ms", "plain TFLOP/s", "lean TFLOP/s", "plain / lean",
-                     "call TFLOP/s, plain", "call TFLOP/s, lean", "check"], body)
+            + table(["d", "Vᵀ", "--pv", "plain ms", "lean ms", "plain TFLOP/s", "lean TFLOP/s", "plain / lean"]
+                    + (["plain / fold"] if has_fold else []) + ["call TFLOP/s, plain", "call TFLOP/s, lean", "check"], body)
             + ("\n\n" + " ".join(lines) if lines else ""))

@@ -133,11 +133,11 @@ struct WarpGroup {
 
 }  // namespace
 
-BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, int v_layout, bool lean) {
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, int v_layout, int ops) {
   if (!s.fp8) throw std::invalid_argument("step21: FP8 only (--dtype e4m3)");
   if (s.d % 32 != 0) throw std::invalid_argument("step21: d must be a multiple of 32 (an FP8 wgmma's k), got " + std::to_string(s.d));
   if (!valid(sc)) throw std::invalid_argument("step21: the tile is not valid ([tile-sizes] in steps/21_fp8/schedule.hpp)");
-  const bool vt = v_layout == kVPretransposed;
+  const bool vt = v_layout == kVPretransposed, fold = ops_fold(ops), fuse = ops_fuse(ops);  // [lean-ops] --ops
   BlueprintResult res;
   res.out.o = Tensor4(s.B, s.H, s.N, s.d);
   res.out.lse = Tensor4(s.B, s.H, s.N, 1);
@@ -259,7 +259,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                 const float m_use = m_new == -kInf ? 0.0f : m_new;  // [rescale-guard]
                 wg.alpha[size_t(32 * w + lane)][size_t(hr)] = std::exp2(m - m_use);
                 m = m_new;
-                const float m_exp = lean ? m_use - fp8::kLog2PScale : m_use;  // [lean-ops] P·256 = 2^(x − m + 8)
+                const float m_exp = fold ? m_use - fp8::kLog2PScale : m_use;  // [lean-ops] P·256 = 2^(x − m + 8)
                 float rs = 0.0f;
                 for (int n = 0; n < int(Bc) / 8; ++n)
                   for (int e = 0; e < 2; ++e) {
@@ -276,7 +276,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
           wg.dv_prev = wg.dv_cur, wg.dv_cur = dv(j);
           // [deferred] [v-descale] Õ *= α · dv_prev / dv_cur; [p-fp8] [key-order] P·256 in e4m3 into the A fragments.
           const float vr = wg.dv_prev / wg.dv_cur;
-          if (lean)  // [lean-ops] the factor waits for the next tile's sum; s holds P·256 already
+          if (fuse)  // [lean-ops] the factor waits for the next tile's sum; s holds P·256 already
             for (int i = 0; i < 128; ++i)
               for (int hr = 0; hr < 2; ++hr) wg.f_next[size_t(i)][size_t(hr)] = wg.alpha[size_t(i)][size_t(hr)] * vr;
           else
@@ -287,9 +287,9 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                     const float f = wg.alpha[size_t(32 * w + lane)][size_t(hr)] * vr;
                     for (int n = 0; n < op.n / 8; ++n) op.reg(w, lane, 4 * n + 2 * hr) *= f, op.reg(w, lane, 4 * n + 2 * hr + 1) *= f;
                   }
-          if (!lean) led.nonmatmul_ops += 4 * 16 * d + 4 * 16 * Bc;  // the rescale of Õ; P·256
+          led.nonmatmul_ops += (fuse ? 0 : 4 * 16 * d) + (fold ? 0 : 4 * 16 * Bc);  // the rescale of Õ; P·256
           wg.pa.assign(size_t(Bc / 32), std::vector<wgmma::AFrag8>(4, wgmma::AFrag8(32)));
-          if (lean) {  // [lean-ops] the same bytes in the same order, without the multiply
+          if (fold) {  // [lean-ops] the same bytes in the same order, without the multiply
             for (int64_t kk = 0; kk < Bc / 32; ++kk)
               for (int w = 0; w < 4; ++w)
                 for (int lane = 0; lane < 32; ++lane)
@@ -316,7 +316,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
             wgmma::Acc pv{int(PN)};
             for (int64_t kk = 0; kk < Bc / 32; ++kk)
               wgmma::mma_rs_e4m3(pv, wg.pa[size_t(kk)], Vts[size_t(j % sc.stages)], PN * pn, kk, kk > 0, led);
-            if (lean)  // [lean-ops] Õ · f + P̃·Ṽ, one rounding
+            if (fuse)  // [lean-ops] Õ · f + P̃·Ṽ, one rounding
               for (int w = 0; w < 4; ++w)
                 for (int lane = 0; lane < 32; ++lane)
                   for (int r = 0; r < int(PN) / 2; ++r) {
@@ -350,7 +350,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
               for (int hr = 0; hr < 2; ++hr)
                 lsum[hr] = (wg.l[size_t(w)][size_t(g0)][size_t(hr)] + wg.l[size_t(w)][size_t(g0 + 1)][size_t(hr)]) +
                            (wg.l[size_t(w)][size_t(g0 + 2)][size_t(hr)] + wg.l[size_t(w)][size_t(g0 + 3)][size_t(hr)]);
-              const float ls = lean ? 1.0f : fp8::kPScale;  // [lean-ops] l summed P·256 already
+              const float ls = fold ? 1.0f : fp8::kPScale;  // [lean-ops] l summed P·256 already
               const float inv[2] = {lsum[0] > 0.0f ? wg.dv_cur / (ls * lsum[0]) : 0.0f,
                                     lsum[1] > 0.0f ? wg.dv_cur / (ls * lsum[1]) : 0.0f};
               for (int64_t pn = 0; pn < parts; ++pn)
@@ -366,7 +366,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   const int64_t row = i0 + 64 * g + 16 * w + mf::group(lane) + 8 * hr;
                   if (row >= s.N) continue;
                   const float m = wg.m[size_t(w)][size_t(lane)][size_t(hr)];
-                  Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr]) - (lean ? fp8::kLog2PScale : 0.0f)) * kLn2 : kInf);
+                  Lse.store(0, row, lsum[hr] > 0.0f ? (m + std::log2(lsum[hr]) - (fold ? fp8::kLog2PScale : 0.0f)) * kLn2 : kInf);
                   led.nonmatmul_ops += 2;
                 }
             }
@@ -380,7 +380,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
 // in bf16 (their amax, then their codes) and write a byte per element (Vᵀ: nk32 keys), a word per
 // group (amax's memset, the descale) and an atomic per block of 32 rows; the forward is step 16's at a
 // byte per element of Q, K and V, with V's transpose in shared memory, O written from the registers.
-LedgerSet closed_form(const Shape& s, const Schedule& sc, int v_layout, bool lean) {
+LedgerSet closed_form(const Shape& s, const Schedule& sc, int v_layout, int ops) {
   const bool vt = v_layout == kVPretransposed;
   const int64_t B = s.B, H = s.H, Hkv = s.hkv(), N = s.N, Nk = s.Nk, d = s.d, Br = sc.Br, Bc = sc.Bc, G = sc.consumers();
   const int64_t nk32 = (Nk + 31) / 32 * 32, Tc = num_tiles(Nk, Bc), Tr = num_tiles(N, Br);
@@ -426,8 +426,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int v_layout, bool lea
   led.barriers = BH * Tr;
   led.matmul_flops = BH * pairs * G * 2 * (2 * 64 * Bc * d);
   // per warp and tile: the softmax (5 per entry), the row statistics, Õ's sum (16·d), and in plain its rescale
-  // (16·d) and P·256 (16·Bc), which --ops lean folds away ([lean-ops])
-  led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d + (lean ? 0 : 16 * d + 16 * Bc)) + masked * W * 16 * Bc + N * d + 2 * N);
+  // (16·d) and P·256 (16·Bc): --ops lean folds both away, --ops fold P·256 alone ([lean-ops])
+  led.nonmatmul_ops = BH * (pairs * W * (16 * Bc * 5 + 48 + 16 * d + (ops_fuse(ops) ? 0 : 16 * d) + (ops_fold(ops) ? 0 : 16 * Bc)) + masked * W * 16 * Bc + N * d + 2 * N);
   led.exps = BH * pairs * Br * (Bc + 4);
   led.tiles_computed = BH * pairs;
   led.tiles_masked = BH * diagonal;
@@ -438,10 +438,10 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int v_layout, bool lea
 
 namespace {
 BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions& o) {
-  return blueprint(s, in, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o) == kOpsLean);
+  return blueprint(s, in, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o));
 }
 LedgerSet run_closed_form(const Shape& s, const StepOptions& o) {
-  return closed_form(s, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o) == kOpsLean);
+  return closed_form(s, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o));
 }
 int64_t run_smem_bytes(const Shape& s, const StepOptions& o) { return smem_bytes(schedule_for(int(s.d), v_layout_of(o)), int(s.d)); }
 }  // namespace
@@ -471,7 +471,7 @@ const StepInfo& info() {
       pv.sweep = false;
       // [lean-ops] an experiment (not swept): the blueprint and the ledger follow it (the same bytes; fewer
       // non-matmul operations, and the kernel's roundings: the exponent's + 8, one FFMA for two)
-      StepFlag ops{"ops", {}, "the consumers' FP32 instructions per entry: plain (step 16's: P times 256 before its cast, O rescaled by a multiply and summed by an add) or lean (the 256 folded into the exponent, O's rescale fused into the next sum's FFMA) (docs/21_fp8.md)"};
+      StepFlag ops{"ops", {}, "the consumers' FP32 instructions per entry: plain (step 16's: P times 256 before its cast, O rescaled by a multiply and summed by an add), lean (the 256 folded into the exponent, O's rescale fused into the next sum's FFMA) or fold (the 256 folded into the exponent alone) (docs/21_fp8.md)"};
       for (const char* n : kOpsNames) ops.choices.push_back(n);
       ops.sweep = false;
       i.flags = {f, pv, ops};

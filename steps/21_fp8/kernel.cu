@@ -216,10 +216,11 @@ struct Descales {
   int gq, gk;
 };
 
-template <int D, int Stages, bool RawV, bool Stepped, bool Serial, bool Lean>
+template <int D, int Stages, bool RawV, bool Stepped, bool Serial, int Ops>
 __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     step21_fp8(const __grid_constant__ Maps maps, AttnParams p, Descales ds) {
   constexpr Schedule S{128, 128, Stages, RawV};
+  constexpr bool Fold = ops_fold(Ops), Fuse = ops_fuse(Ops);  // [lean-ops] --ops: lean both, fold the first
   constexpr int Br = S.Br, Bc = S.Bc, C = S.consumers(), kHalves = D / 128, kPanels = D / 128;
   // [stages] The Q tile, then per stage K (Bc × D), Vᵀ (D × Bc) and, when the kernel transposes, V
   // as it came (Bc × D): e4m3 in [sw128] panels of 128 bytes; then the mbarriers.
@@ -388,7 +389,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
   auto accumulate = [&](int hf) {
 #pragma unroll
     for (int r = 0; r < 64; ++r) {
-      if (Lean) o[hf][r] = fmaf(o[hf][r], f_next[(r >> 1) & 1], pv[r]);  // [lean-ops] one FFMA for FMUL + FADD
+      if (Fuse) o[hf][r] = fmaf(o[hf][r], f_next[(r >> 1) & 1], pv[r]);  // [lean-ops] one FFMA for FMUL + FADD
       else o[hf][r] += pv[r];
     }
   };
@@ -430,7 +431,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // [rescale-guard]
       alpha[hr] = fast_exp2(m[hr] - m_use);
       m[hr] = m_new;
-      const float m_exp = Lean ? m_use - fp8::kLog2PScale : m_use;  // [lean-ops] 2^(x − m + 8) = 256 · 2^(x − m)
+      const float m_exp = Fold ? m_use - fp8::kLog2PScale : m_use;  // [lean-ops] 2^(x − m + 8) = 256 · 2^(x − m)
       float rs = 0.0f;
 #pragma unroll
       for (int n = 0; n < Bc / 8; ++n)
@@ -451,7 +452,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const float f = alpha[hr] * vr;
-      if constexpr (Lean) {
+      if constexpr (Fuse) {
         f_next[hr] = f;  // [lean-ops] applied by the next accumulate(), inside its FFMA
       } else {
 #pragma unroll
@@ -460,7 +461,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
           for (int n = 0; n < 16; ++n) o[hf][4 * n + 2 * hr] *= f, o[hf][4 * n + 2 * hr + 1] *= f;
       }
     }
-    if constexpr (Lean) {  // [lean-ops] s holds P·256 already: the same packing without its multiplies
+    if constexpr (Fold) {  // [lean-ops] s holds P·256 already: the same packing without its multiplies
 #pragma unroll
       for (int kk = 0; kk < Bc / 32; ++kk)
 #pragma unroll
@@ -556,7 +557,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
     l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
   }
-  constexpr float kLScale = Lean ? 1.0f : fp8::kPScale;  // [lean-ops] l summed P·256 already
+  constexpr float kLScale = Fold ? 1.0f : fp8::kPScale;  // [lean-ops] l summed P·256 already
   const float inv[2] = {l[0] > 0.0f ? dv_cur / (kLScale * l[0]) : 0.0f, l[1] > 0.0f ? dv_cur / (kLScale * l[1]) : 0.0f};
   const int wr = i0 + 64 * c + w0 + m16n8k16::group(lane);
 #pragma unroll
@@ -571,7 +572,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
         *reinterpret_cast<__nv_bfloat162*>(orow + col) =
             __floats2bfloat162_rn(o[hf][4 * n + 2 * hr] * inv[hr], o[hf][4 * n + 2 * hr + 1] * inv[hr]);
       }
-    if (m16n8k16::thread_in_group(lane) == 0) Lse[wr + 8 * hr] = l[hr] > 0.0f ? (m[hr] + log2f(l[hr]) - (Lean ? fp8::kLog2PScale : 0.0f)) * kLn2 : INFINITY;
+    if (m16n8k16::thread_in_group(lane) == 0) Lse[wr + 8 * hr] = l[hr] > 0.0f ? (m[hr] + log2f(l[hr]) - (Fold ? fp8::kLog2PScale : 0.0f)) * kLn2 : INFINITY;
   }
 }
 
@@ -627,11 +628,11 @@ void quantize(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step21_quantize");
 }
 
-template <int D, bool RawV, bool Stepped, bool Serial, bool Lean>
+template <int D, bool RawV, bool Stepped, bool Serial, int Ops>
 void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, RawV ? kVKernel : kVPretransposed);
   const size_t smem = size_t(smem_bytes(S, D));
-  auto kernel = step21_fp8<D, S.stages, RawV, Stepped, Serial, Lean>;
+  auto kernel = step21_fp8<D, S.stages, RawV, Stepped, Serial, Ops>;
   static bool configured = false;
   if (!configured) {
     int dev = 0, optin = 0;
@@ -657,16 +658,16 @@ void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
   CUDA_CHECK_LAUNCH("step21_fp8");
 }
 
-template <int D, bool Serial, bool Lean>
+template <int D, bool Serial, int Ops>
 void forward_v(const AttnParams& p, const Fp8Buffers& f, int v_layout, cudaStream_t st) {
-  if (v_layout == kVPretransposed) forward<D, false, false, Serial, Lean>(p, f, st);
-  else if (v_layout == kVKernelStepped) forward<D, true, true, Serial, Lean>(p, f, st);
-  else forward<D, true, false, Serial, Lean>(p, f, st);
+  if (v_layout == kVPretransposed) forward<D, false, false, Serial, Ops>(p, f, st);
+  else if (v_layout == kVKernelStepped) forward<D, true, true, Serial, Ops>(p, f, st);
+  else forward<D, true, false, Serial, Ops>(p, f, st);
 }
-template <int D, bool Lean>
+template <int D, int Ops>
 void forward_pv(const AttnParams& p, const Fp8Buffers& f, int v_layout, int pv_order, cudaStream_t st) {
-  if (pv_order == kPvSerial) forward_v<D, true, Lean>(p, f, v_layout, st);
-  else forward_v<D, false, Lean>(p, f, v_layout, st);
+  if (pv_order == kPvSerial) forward_v<D, true, Ops>(p, f, v_layout, st);
+  else forward_v<D, false, Ops>(p, f, v_layout, st);
 }
 
 template <int D>
@@ -675,8 +676,9 @@ void launch_d(const AttnParams& p, int v_layout, int pv_order, int ops, cudaStre
   const Layout L = layout(p.B, p.H, p.Hkv, p.N, p.Nk, D, p.fp8_block, vt);
   const Fp8Buffers f = buffers(p, L, vt);
   quantize<D>(p, f, st);
-  if (ops == kOpsLean) forward_pv<D, true>(p, f, v_layout, pv_order, st);
-  else forward_pv<D, false>(p, f, v_layout, pv_order, st);
+  if (ops == kOpsLean) forward_pv<D, kOpsLean>(p, f, v_layout, pv_order, st);
+  else if (ops == kOpsFold) forward_pv<D, kOpsFold>(p, f, v_layout, pv_order, st);
+  else forward_pv<D, kOpsPlain>(p, f, v_layout, pv_order, st);
 }
 
 }  // namespace

@@ -55,8 +55,12 @@ inline constexpr const char* kPvOrderNames[kPvOrders] = {"overlap", "serial"};
 // products twice as fast, the softmax's instructions are what a turn waits for. lean folds P's ×256
 // into the exponent (2^(x − m + 8)) so the packing multiplies nothing, and fuses Õ's rescale into the
 // next tile's sum (Õ·f + P̃·Ṽ, one FFMA where plain has an FMUL and an FADD). l then sums P·256.
-enum Ops : int { kOpsPlain = 0, kOpsLean, kOpsChoices };
-inline constexpr const char* kOpsNames[kOpsChoices] = {"plain", "lean"};
+// fold is the first half alone: the + 8 without the FFMA (the FFMA is what spills at d = 256 with
+// --pv serial --v pretransposed, docs/21_fp8.md).
+enum Ops : int { kOpsPlain = 0, kOpsLean, kOpsFold, kOpsChoices };
+inline constexpr const char* kOpsNames[kOpsChoices] = {"plain", "lean", "fold"};
+FA_HD constexpr bool ops_fold(int ops) { return ops != kOpsPlain; }  // 2^(x − m + 8): P·256 from the exponent
+FA_HD constexpr bool ops_fuse(int ops) { return ops == kOpsLean; }   // Õ·f + P̃·Ṽ in one FFMA
 
 // [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at d = 128 and 256. A stage is
 // K (Bc × d bytes), Vᵀ (d × Bc) and, when the kernel transposes, V as TMA brought it (Bc × d): as
@@ -229,8 +233,8 @@ size_t workspace_bytes(const Shape& s, const StepOptions& opts);
 Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout);
 
 // The CPU side (blueprint.cpp).
-BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int v_layout, bool lean = false);
-LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout, bool lean = false);
+BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int v_layout, int ops = kOpsPlain);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout, int ops = kOpsPlain);
 int v_layout_of(const StepOptions& opts);
 int pv_order_of(const StepOptions& opts);
 int ops_of(const StepOptions& opts);
