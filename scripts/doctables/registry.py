@@ -124,6 +124,7 @@ TABLES = {
     "step21-stepped": step21_stepped,
     "step21-pv-order": step21_pv_order,
     "step21-lean-ops": step21_lean_ops,
+    "step21-lean-ops-h100": lambda: step21_lean_ops("fp8ops_h100_*.csv"),
     "step21-sass": lambda: sass_stalls("21"),
     # The Python package (docs/python.md): the small GPT both ways, the package beside the steps and SDPA.
     "python-gpt": python_gpt,

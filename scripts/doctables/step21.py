@@ -376,7 +376,7 @@ def step21_pv_order():
             + ("\n\n" + " ".join(lines) if lines else ""))
 
 
-def step21_lean_ops():
+def step21_lean_ops(pattern="fp8ops_h200.csv"):
     """[lean-ops]' prediction (docs/21, "The consumers' instructions"): at N = 16k, no mask, the forward alone with
     --ops lean against plain (time ratio plain / lean, above 1: lean is faster) — 1.05–1.20 at d = 128 with
     pretransposed and the overlap order; at least 1.05 at d = 256 in the overlap order with the in-kernel
@@ -384,8 +384,9 @@ def step21_lean_ops():
     fp8ops_<gpu>.csv: step 16 in bf16, then bench's rows with --set pv=…,ops=…, every --v, in the same run. The
     closing lines read issue 37's targets on the run's fastest configuration, the quantize kernels counted. A run with
     --ops fold rows adds a plain / fold column and fold's prediction: 1.00–1.05 at d = 256 pretransposed serial, and
-    between 0.99 and lean's own ratio (+ 0.01) at the other d = 256 configurations."""
-    rs = [r for r in common.rows("fp8ops_*.csv") if kms(r)]
+    between 0.99 and lean's own ratio (+ 0.01) at the other d = 256 configurations. One GPU per table (pattern):
+    step21-lean-ops reads the H200's run, step21-lean-ops-h100 the H100's."""
+    rs = [r for r in common.rows(pattern) if kms(r)]
     s21 = [r for r in rs if r["step"] == "21" and ATTENTION_KERNEL in _parts(r)]
     if not s21:
         return provenance([], HOW)
