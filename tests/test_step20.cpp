@@ -311,7 +311,8 @@ TEST_CASE("step 20 refuses what it does not compile: rescale's ablation outside 
   Shape s;
   s.d = 128;
   CHECK(st.options_reason(s, {{"ablate", "rescale"}}).empty());
-  CHECK(st.options_reason(s, {{"ablate", "persistent"}, {"exp2", "mixed"}}).empty());
+  CHECK(st.options_reason(s, {{"ablate", "persistent"}, {"exp2", "mufu"}}).empty());
+  CHECK(!st.options_reason(s, {{"ablate", "persistent"}, {"exp2", "mixed"}}).empty());
   CHECK(!st.options_reason(s, {{"ablate", "lpt"}, {"exp2", "poly"}}).empty());
   s.dtype = DType::bf16;
   CHECK(!st.options_reason(s, {{"ablate", "rescale"}}).empty());

@@ -109,10 +109,8 @@ Variant variant_of(const StepOptions& o) {
 }
 
 int ablation_of(const StepOptions& opts) { return choice_index(opts, "ablate", kAblationNames, kAblations, "step20"); }
-// --exp2, absent meaning its default (mixed: the flag's first choice, not kExp2Names' first).
-int exp2_of(const StepOptions& opts) {
-  return opts.count("exp2") ? choice_index(opts, "exp2", kExp2Names, kExp2Choices, "step20") : int(kExp2Mixed);
-}
+// --exp2, absent meaning its default (mufu: the flag's first choice and kExp2Names' first).
+int exp2_of(const StepOptions& opts) { return choice_index(opts, "exp2", kExp2Names, kExp2Choices, "step20"); }
 
 namespace {
 BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions& o) {
@@ -124,7 +122,7 @@ int64_t run_smem_bytes(const Shape& s, const StepOptions&) { return smem_bytes(s
 // compiled for fp16 at d = 64 and 128; and each runs with --exp2 at its default.
 std::string run_options_reason(const Shape& s, const StepOptions& o) {
   const int a = ablation_of(o);
-  if (a != kFull && exp2_of(o) != kExp2Mixed) return "--ablate runs with --exp2 mixed (its default) only";
+  if (a != kFull && exp2_of(o) != kExp2Mufu) return "--ablate runs with --exp2 mufu (its default) only";
   if (a == kNoLazy && (s.dtype != DType::f16 || s.d > 128))
     return "--ablate rescale is compiled for fp16 at d = 64 and 128 only (docs/20_persistent.md)";
   return "";
@@ -140,8 +138,8 @@ const StepInfo& info() {
     i.teaches = "a persistent tile scheduler (LPT order, head chunks for L2), a polynomial exp2, a rescale threshold";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag e{"exp2", {}, "the exponentials: mufu (the special-function unit), poly (a cubic on the FMA units), mixed (one column group in four on the FMA units)"};
-      for (const char* n : {kExp2Names[kExp2Mixed], kExp2Names[kExp2Mufu], kExp2Names[kExp2Poly]}) e.choices.push_back(n);
+      StepFlag e{"exp2", {}, "the exponentials: mufu (the special-function unit, the default), poly (a cubic on the FMA units), mixed (one column group in four on the FMA units)"};
+      for (const char* n : kExp2Names) e.choices.push_back(n);
       StepFlag a{"ablate", {}, "take a change out (same results up to rounding): none, persistent (a block per item), lpt (step 16's order), rescale (every tile rescales) — an experiment, fp16 only"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;

@@ -551,13 +551,13 @@ void launch_typed(const AttnParams& p, int ablation, cudaStream_t st) {
 template <class T, int D>
 void launch_exp2(const AttnParams& p, int exp2, int ablation, cudaStream_t st) {
   if (ablation == kNoLazy) {
-    if constexpr (std::is_same_v<T, __half> && D <= 128) return launch_typed<T, D, kExp2Mixed, false>(p, ablation, st);
+    if constexpr (std::is_same_v<T, __half> && D <= 128) return launch_typed<T, D, kExp2Mufu, false>(p, ablation, st);
     throw Unsupported("step20: --ablate rescale is compiled for fp16 at d = 64 and 128 only");
   }
   switch (exp2) {
-    case kExp2Mufu: return launch_typed<T, D, kExp2Mufu, true>(p, ablation, st);
     case kExp2Poly: return launch_typed<T, D, kExp2Poly, true>(p, ablation, st);
-    default: return launch_typed<T, D, kExp2Mixed, true>(p, ablation, st);
+    case kExp2Mixed: return launch_typed<T, D, kExp2Mixed, true>(p, ablation, st);
+    default: return launch_typed<T, D, kExp2Mufu, true>(p, ablation, st);
   }
 }
 
@@ -584,7 +584,7 @@ void launch(const AttnParams& p, const StepOptions& opts, void* stream) {
     throw std::invalid_argument("step20: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int exp2 = exp2_of(opts), ablation = ablation_of(opts);
-  if (ablation != kFull && exp2 != kExp2Mixed) throw Unsupported("step20: --ablate runs with --exp2 mixed (its default) only");
+  if (ablation != kFull && exp2 != kExp2Mufu) throw Unsupported("step20: --ablate runs with --exp2 mufu (its default) only");
   if (p.bf16) launch_d<__nv_bfloat16>(p, exp2, ablation, st);
   else launch_d<__half>(p, exp2, ablation, st);
 }

@@ -165,8 +165,9 @@ FA_HD inline float poly_exp2(float x) {
 #endif
   return x < -125.0f ? 0.0f : r;
 }
-// --exp2: which exponentials of a row's tile go to the polynomial. mixed: one column group in four
-// (kPolyOneIn), the rest to MUFU.EX2 — a share to measure (docs/20_persistent.md).
+// --exp2: which exponentials of a row's tile go to the polynomial. mufu (the default): none, every one on
+// MUFU.EX2; mixed: one column group in four (kPolyOneIn), the rest on MUFU.EX2; poly: all. The default was
+// mixed until the runs measured mufu faster at every point on an H100 and an H200 (docs/20_persistent.md).
 enum Exp2 : int { kExp2Mufu = 0, kExp2Poly, kExp2Mixed, kExp2Choices };
 inline constexpr const char* kExp2Names[kExp2Choices] = {"mufu", "poly", "mixed"};
 inline constexpr int kPolyOneIn = 4;
@@ -198,7 +199,7 @@ size_t workspace_bytes(const Shape& s, const StepOptions& opts);
 
 // The CPU side (blueprint.cpp). A variant: --exp2 and the ablations. Stats: what the data decided.
 struct Variant {
-  int exp2 = kExp2Mixed;
+  int exp2 = kExp2Mufu;
   bool lazy = true, persistent = true, lpt = true;
 };
 Variant variant_of(const StepOptions& opts);
