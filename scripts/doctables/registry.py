@@ -113,6 +113,7 @@ TABLES = {
     "step20-exp2": step20_exp2,
     "step20-exp2-noconv": step20_exp2_noconv,
     "step20-ablation": step20_ablation,
+    "step20-ablation-h100": lambda: step20_ablation("ablation_h100_*_step20.csv"),
     # FP8's accuracy before its kernel (docs/fp8_accuracy.md): the CPU emulation.
     "fp8-accuracy": fp8_accuracy,
     # Step 21 (docs/21_fp8.md): beside step 16 in bf16, and its accuracy beside the emulation's.

@@ -221,13 +221,14 @@ def step20_exp2_noconv():
             + "\n\n" + " ".join(x for x in lines if x))
 
 
-def step20_ablation():
+def step20_ablation(pattern="ablation_h200_step20.csv"):
     """Each of step 20's changes taken out alone (bench --variants ablations): steps.ablation on rows whose
-    variant names drop the default --exp2."""
+    variant names drop the default --exp2. One GPU per table: step20-ablation the H200's run (exp2 mixed, the
+    default then), step20-ablation-h100 the H100's (exp2 mufu)."""
     real = common.rows
     try:
         common.rows = lambda pat: [dict(r, variant=_variant(r, ("exp2=mixed", "exp2=mufu"))) for r in real(pat)]
-        return ablation("20")
+        return ablation("20", pattern=pattern)
     finally:
         common.rows = real
 
