@@ -89,12 +89,13 @@ def target(step):
 BWD_TARGET_POINTS = target_points("bwd")
 
 
-def peer_rows(kind, gpu=None):
+def peer_rows(kind, gpu=None, commit=None):
     """The peers' rows of one phase of scripts/peer_tables.sh (peers_*_clock_KIND.csv), status ok, by
-    (backend, dtype, d, causal, N); with `gpu`, that GPU's rows alone (a phase run on two GPUs)."""
+    (backend, dtype, d, causal, N); with `gpu`, that GPU's rows alone (a phase run on two GPUs); with
+    `commit`, one run's alone (a GPU's file holding two runs)."""
     out = {}
     for r in common.rows(f"peers_*_clock_{kind}.csv"):
-        if r["status"] == "ok" and (gpu is None or r.get("gpu") == gpu):
+        if r["status"] == "ok" and (gpu is None or r.get("gpu") == gpu) and (commit is None or r.get("commit") == commit):
             out[(r["backend"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]))] = r
     return out
 
@@ -227,10 +228,12 @@ def fwd_rows(phase="fwd"):
     return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows(phase)
 
 
-def fwd_rows_on(phase, gpu):
-    """fwd_rows of one GPU's files alone (a phase measured on two GPUs: fwd20 on an H200, then on an H100)."""
-    ours = [r for r in common.rows(f"clock_*_{phase}.csv") if r.get("kernel_ms") and r.get("device") == gpu]
-    return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows(phase, gpu)
+def fwd_rows_on(phase, gpu, commit=None):
+    """fwd_rows of one GPU's files alone (a phase measured on two GPUs: fwd20 on an H200, then on an H100);
+    with `commit`, of one run on it (its file may hold two, appended: ours and the peers at one commit)."""
+    ours = [r for r in common.rows(f"clock_*_{phase}.csv")
+            if r.get("kernel_ms") and r.get("device") == gpu and (commit is None or r.get("commit") == commit)]
+    return ours, {(r["step"],) + point(r): r for r in ours}, peer_rows(phase, gpu, commit)
 
 
 def fwd_target(show):

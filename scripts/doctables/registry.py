@@ -11,7 +11,7 @@ from .first_run import first_run
 from .model import (ceilings, io_complexity, model_latencies, model_latency, model_latency_counts, model_latval, model_h100_tour, model_latval_inputs, model_refined, model_latency_sweeps, model_path, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
                     step08_stored)
 from .python_pkg import python_gpt, python_gpt_host, python_host_cost, python_peers
-from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_exp2_noconv, step20_mufu, step20_target, step20_units
+from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_exp2_noconv, step20_h200_default, step20_mufu, step20_target, step20_units
 from .step19_clocks import step19_clocks
 from .step21 import step21_accuracy, step21_banks, step21_lean_ops, step21_pv_order, step21_sass_units, step21_staged, step21_stepped, step21_target
 from .peers import bwd19_deterministic, bwd19_point, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
@@ -110,6 +110,7 @@ TABLES = {
     "step20-units": step20_units,
     "step20-target": step20_target,
     "step20-mufu": step20_mufu,
+    "step20-h200-default": step20_h200_default,
     "step20-exp2": step20_exp2,
     "step20-exp2-noconv": step20_exp2_noconv,
     "step20-ablation": step20_ablation,

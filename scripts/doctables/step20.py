@@ -56,13 +56,14 @@ def step20_target():
     return _target("-")
 
 
-def _target(variant, lines_for=None):
+def _target(variant, lines_for=None, device=None):
     """step20-target's table over step 20's rows of one variant ("-": exp2=mixed, the default until 2026-12-06; "exp2=mufu": the
     rows a run with FA_FWD20_SET=exp2=mufu wrote beside them); lines_for(by, vs16, vsc) adds closing lines."""
     ours, by, peers = fwd_rows("fwd20")
-    mine = [r for r in ours if r["step"] == "20" and _variant(r) == variant]
-    if mine:  # the GPU of the newest such run, its files alone (the phase ran on an H200, then on an H100)
-        ours, by, peers = fwd_rows_on("fwd20", max(mine, key=lambda r: r["date"])["device"])
+    mine = [r for r in ours if r["step"] == "20" and _variant(r) == variant and device in (None, r["device"])]
+    if mine:  # the newest such run alone: its GPU and commit (the phase ran on an H200, then on an H100)
+        newest = max(mine, key=lambda r: r["date"])
+        ours, by, peers = fwd_rows_on("fwd20", newest["device"], newest["commit"])
         mine = [r for r in ours if r["step"] == "20" and _variant(r) == variant]
     by = {k: r for k, r in by.items() if k[0] != "20"}
     by.update({("20",) + point(r): r for r in mine})
@@ -348,4 +349,29 @@ def step20_mufu():
             out.append(f"The falsifier, step 20 / step 16 below 0.95 at d = 64, N = 16k: at **{sum(x < 0.95 for x in low)} "
                        f"of {len(low)}** points.")
         return out
-    return _target("exp2=mufu", lines)
+    return _target("exp2=mufu", lines, device="NVIDIA H100 80GB HBM3")
+
+
+def step20_h200_default():
+    """The new default (--exp2 mufu since e48f4c2) over the fwd20 matrix on an H200, beside step 16 and the peers
+    of the same run (peer_tables.sh fwd20, appended to the H200's files), read against docs/20's prediction
+    written before it: step 20 / cuDNN's geometric mean in 0.93–1.01, step 20 / step 16's in 0.98–1.06, bf16 at
+    d = 128, N = 16k, no mask in 630–700 TFLOP/s; falsified if step 20 / step 16's geometric mean is below 0.97."""
+    def lines(by, vs16, vsc):
+        out = []
+        if vsc:
+            g = geomean([x for x, _ in vsc])
+            out.append(f"Step 20 / cuDNN geometric mean **{g:.3f}** (predicted 0.93–1.01: "
+                       f"**{'held' if 0.93 <= g <= 1.01 else 'missed'}**).")
+        if vs16:
+            g = geomean([x for x, _ in vs16])
+            out.append(f"Step 20 / step 16 geometric mean **{g:.3f}** (predicted 0.98–1.06: "
+                       f"**{'held' if 0.98 <= g <= 1.06 else 'missed'}**; the falsifier, below 0.97: "
+                       f"**{'fired' if g < 0.97 else 'did not fire'}**).")
+        head = by.get(("20", "bf16", 128, 0, 16384))
+        if head:
+            t = ktf(head)
+            out.append(f"bf16, d = 128, N = 16k, no mask: **{t:.1f}** TFLOP/s (predicted 630–700: "
+                       f"**{'held' if 630 <= t <= 700 else 'missed'}**).")
+        return out
+    return _target("exp2=mufu", lines, device="NVIDIA H200")
