@@ -48,7 +48,7 @@ def step_dtype(step):
 
 
 def step_ncu(step):
-    rs = [r for r in common.rows("ncu_*.csv") if r["step"] == step]
+    rs = [r for r in common.rows("ncu_*_step*.csv") if r["step"] == step]
     if not rs:
         return provenance(rs)
     header = ["variant", "N", "causal", "kernel", "ledger read MB", "requested read MB", "L2 read MB", "DRAM read MB",
@@ -138,7 +138,7 @@ def ncu_on_chip(steps, ns=("1024", "4096")):
     shared-memory bank conflicts (in total and per head), achieved occupancy, registers, shared memory.
     A step whose own Nsight run predates the on-chip columns (step 07) gets a second row: its forward
     kernel as profiled with them in ncu-extra_*.csv, where a later step (08) runs it."""
-    rs = [r for r in common.rows("ncu_*.csv") if r["step"] in steps and r["N"] in ns]
+    rs = [r for r in common.rows("ncu_*_step*.csv") if r["step"] in steps and r["N"] in ns]
     if not rs:
         return provenance(rs)
     kernels = {r["kernel"]: r["step"] for r in rs if not r["occupancy_pct"]}
@@ -211,7 +211,7 @@ def ablation(step, label="without", only=None, pass_="fwd", pattern=None):
     return provenance(rs) + "\n\n" + table(header, body) + "\n\n" + summary
 
 
-def ncu_stalls(steps, n="4096", pattern="ncu_*.csv"):
+def ncu_stalls(steps, n="4096", pattern="ncu_*_step*.csv"):
     """Nsight per kernel at one N (both masks), with the per-operation shared-memory counters: time,
     registers, occupancy, tensor-pipe share, bank conflicts of plain loads (LDS; the hardware counter
     also counts ldmatrix's wavefronts), stores (STS), ldmatrix (LDSM) and cp.async (LDGSTS), all
