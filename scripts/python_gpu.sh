@@ -7,9 +7,12 @@
 #      (scripts/targets.txt, "bwd"), by the one clock: OUTDIR/pypeers_<gpu>.csv;
 #   4. the small GPT (python/examples/gpt.py), SDPA (cuDNN) and the package, seeds 0, 1, 2, FA_GPT_STEPS
 #      steps each: OUTDIR/gpt_steps_<gpu>.csv (a row per step), gpt_runs_<gpu>.csv (a row per run) and
-#      gpt_hostprof_<gpu>.txt (cProfile of a few more steps per run: where the host time goes).
+#      gpt_hostprof_<gpu>.txt (cProfile of a few more steps per run: where the host time goes);
+#   5. dQ's precision at long key ranges (python/examples/dq_long_keys.py: one query row against up to 40k
+#      keys, d = 128, bf16, steps 19 and 13 beside SDPA's backends, and with 8 query heads per K/V head):
+#      OUTDIR/dq_long_keys_<gpu>.csv (docs/19_hopper_backward.md, "dQ at long key ranges").
 # Usage: scripts/python_gpu.sh [OUTDIR]      (default plots/data)
-#   FA_PYTEST=0 FA_PEERS=0 FA_GPT=0   skip a phase
+#   FA_PYTEST=0 FA_PEERS=0 FA_GPT=0 FA_DQ=0   skip a phase
 #   FA_GPT_STEPS=1000                 training steps per run;  FA_GPT_SEEDS=0,1,2
 #   FA_COMMIT=abc1234                 the rows' commit, when the tree has no .git
 # Exit status: 0 when every phase that ran passed, else the first failure's (a GPU test failing is 1).
@@ -63,6 +66,14 @@ if [ "${FA_GPT:-1}" = 1 ]; then
       --host-profile "$out/gpt_hostprof_${slug}.txt" \
       || { r=$?; say "gpt.py ($be) exited $r"; [ $rc -ne 0 ] || rc=$r; }
   done
+fi
+
+if [ "${FA_DQ:-1}" = 1 ]; then
+  say "dQ at long key ranges -> dq_long_keys_${slug}.csv"
+  "$py" "$root/python/examples/dq_long_keys.py" --device cuda --out "$out/dq_long_keys_${slug}.csv" \
+    || { r=$?; say "dq_long_keys.py exited $r"; [ $rc -ne 0 ] || rc=$r; }
+  "$py" "$root/python/examples/dq_long_keys.py" --device cuda --group 8 --nks 40960 --out "$out/dq_long_keys_gqa_${slug}.csv" \
+    || { r=$?; say "dq_long_keys.py --group 8 exited $r"; [ $rc -ne 0 ] || rc=$r; }
 fi
 say "done (exit $rc)"
 exit $rc

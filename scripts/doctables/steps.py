@@ -627,3 +627,64 @@ def dq_precision():
             f"seed {r['seed']}). Relative L2 error of dQ against float64 from the same bf16 inputs, in percent._")
     return head + "\n\n" + table(["input mean", "Nk", "fused (the kernels)", "D from unrounded O", "dS not rounded",
                                   "both", "keys' mean taken out", "unfused composite", "predicted from δD"], body)
+
+
+def dq_kernels(on_gpu=True):
+    """dQ's relative error against float64 at long key ranges, by python/examples/dq_long_keys.py: on a GPU the
+    kernels (dq_long_keys_<gpu>.csv and dq_long_keys_gqa_<gpu>.csv), on the CPU the steps' blueprints
+    (dq_long_keys_cpu.csv). Per input mean, Nk and heads per K/V head: each backend's dQ error in percent, and the
+    largest dK and dV error of the fused backends. The GPU table's closing lines read docs/19's prediction,
+    written before the first GPU run: at mean 0.5 and the longest Nk, each fused backend (steps 13 and 19,
+    SDPA's flash and cuDNN) at least twice the composite's dQ error; dK and dV of the fused backends under 1 %;
+    at mean 0, every fused backend's dQ error under 1 %. A backend that did not run is '–', named under the
+    table with its reason."""
+    rs = [r for r in common.rows("dq_long_keys_*.csv") if r.get("backend") and (r["device"] != "cpu") == on_gpu]
+    if not rs:
+        return provenance(rs, "python/examples/dq_long_keys.py" + (" (scripts/python_gpu.sh's dq phase)" if on_gpu else
+                                                                    " --device cpu --backends steps-19,steps-13,composite"))
+    fused = ["steps-19", "steps-13", "sdpa-flash", "sdpa-cudnn"]
+    order = [b for b in fused + ["sdpa-efficient", "sdpa-math", "composite"] if any(r["backend"] == b for r in rs)]
+    ok = [r for r in rs if r["status"] == "ok"]
+    by = {(float(r["mean"]), int(r["Nk"]), r["H"], r["backend"]): r for r in ok}
+    keys = sorted({(float(r["mean"]), int(r["Nk"]), r["H"]) for r in rs}, key=lambda k: (-k[0], k[2], k[1]))
+    body = []
+    for mean, nk, h in keys:
+        row = [f"{mean:g}", nk, f"{h} : 1"]
+        for b in order:
+            r = by.get((mean, nk, h, b))
+            row.append(f"{100 * float(r['dq_err']):.2f}" if r else "–")
+        kv = [max(float(r["dk_err"]), float(r["dv_err"])) for (m, n, hh, b), r in by.items()
+              if (m, n, hh) == (mean, nk, h) and b in fused]
+        body.append(row + [f"{100 * max(kv):.2f}" if kv else "–"])
+    lines = []
+    if not on_gpu:  # the blueprints: the prediction is the kernels'
+        skipped = sorted({(r["backend"], r["status"]) for r in rs if r["status"] != "ok"})
+        lines.append("Not measured: " + "; ".join(f"{b}: {s}" for b, s in skipped) + "." if skipped else "")
+    top = max(k[1] for k in keys)
+    pairs = [(b, by.get((0.5, top, "1", b)), by.get((0.5, top, "1", "composite"))) for b in fused]
+    pairs = [(b, float(r["dq_err"]) / float(c["dq_err"])) for b, r, c in pairs if r and c]
+    if pairs and on_gpu:
+        held = sum(x >= 2 for _, x in pairs)
+        lines.append(f"Mean 0.5, Nk = {top}, one query head per K/V head: fused dQ error over the composite's "
+                     + ", ".join(f"{b} {x:.1f}" for b, x in pairs)
+                     + f" (predicted at least 2: **{'held' if held == len(pairs) else 'missed'}**, {held} of {len(pairs)}).")
+    kv = [max(float(r["dk_err"]), float(r["dv_err"])) for r in ok if r["backend"] in fused]
+    if kv and on_gpu:
+        lines.append(f"dK and dV of the fused backends: largest error {100 * max(kv):.2f} % (predicted under 1 %: "
+                     f"**{'held' if max(kv) < 0.01 else 'missed'}**).")
+    zero = [float(r["dq_err"]) for r in ok if float(r["mean"]) == 0 and r["backend"] in fused]
+    if zero and on_gpu:
+        lines.append(f"Mean 0, fused backends: largest dQ error {100 * max(zero):.2f} % (predicted under 1 %: "
+                     f"**{'held' if max(zero) < 0.01 else 'missed'}**).")
+    skipped = sorted({(r["backend"], r["status"]) for r in rs if r["status"] != "ok"})
+    if skipped and on_gpu:
+        lines.append("Not measured: " + "; ".join(f"{b}: {s}" for b, s in skipped) + ".")
+    r0 = rs[0]
+    head = (provenance(rs, "python/examples/dq_long_keys.py") if on_gpu else
+            f"_Computed on the CPU by `python/examples/dq_long_keys.py --device cpu` at commit `{r0['commit']}`, "
+            f"{r0['date']} (the steps' blueprints through the package: the kernels' arithmetic, emulated)._")
+    return (head + f" _One query row, d = {rs[0]['d']}, bf16, seed "
+            f"{rs[0]['seed']}, PyTorch {rs[0]['torch']}; relative L2 error against float64 autograd on the same bf16 "
+            "values, in percent. q : kv: query heads per K/V head._\n\n"
+            + table(["input mean", "Nk", "q : kv"] + [f"dQ {b}" for b in order] + ["dK, dV (largest, fused)"], body)
+            + ("\n\n" + " ".join(x for x in lines if x) if any(lines) else ""))
