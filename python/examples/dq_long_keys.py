@@ -44,20 +44,22 @@ def inputs(mean, nk, d, group, seed, device):
     return [t.to(torch.bfloat16).to(device) for t in (q, k, v, do)]
 
 
+def heads_first(q, k, v):
+    """[B, N, H, d] -> [B, H, N, d], each K/V head repeated for the group of query heads that shares it."""
+    group = q.shape[2] // k.shape[2]
+    return (q.transpose(1, 2),) + tuple(t.repeat_interleave(group, dim=2).transpose(1, 2) for t in (k, v))
+
+
 def attention64(q, k, v):
     """float64 attention on [B, N, H, d] with K/V heads shared by groups of query heads."""
-    group = q.shape[2] // k.shape[2]
-    qt = q.transpose(1, 2)
-    kt, vt = (t.repeat_interleave(group, dim=2).transpose(1, 2) for t in (k, v))
+    qt, kt, vt = heads_first(q, k, v)
     s = qt @ kt.transpose(-1, -2) / math.sqrt(q.shape[-1])
     return (torch.softmax(s, -1) @ vt).transpose(1, 2)
 
 
 def composite(q, k, v):
     """The unfused attention in the inputs' type: every intermediate a bf16 tensor."""
-    group = q.shape[2] // k.shape[2]
-    qt = q.transpose(1, 2)
-    kt, vt = (t.repeat_interleave(group, dim=2).transpose(1, 2) for t in (k, v))
+    qt, kt, vt = heads_first(q, k, v)
     s = (qt @ kt.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     return (torch.softmax(s, -1) @ vt).transpose(1, 2)
 
@@ -76,9 +78,7 @@ def sdpa(name):
         return f"PyTorch {torch.__version__} has no SDPA backend '{name}'"
 
     def run(q, k, v):
-        group = q.shape[2] // k.shape[2]
-        qt = q.transpose(1, 2)
-        kt, vt = (t.repeat_interleave(group, dim=2).transpose(1, 2) for t in (k, v))
+        qt, kt, vt = heads_first(q, k, v)
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(qt, kt, vt).transpose(1, 2)
     return run

@@ -335,15 +335,7 @@ def step20_mufu():
         if wide:
             out.append(f"At d = 256, step 20 / step 16 at or above 1 (predicted: every point) at **"
                        f"{sum(x >= 1.0 for x in wide)} of {len(wide)}**.")
-        if vsc:
-            g = geomean([x for x, _ in vsc])
-            out.append(f"Step 20 / cuDNN geometric mean **{g:.3f}** (predicted 0.96–1.04: "
-                       f"**{'held' if 0.96 <= g <= 1.04 else 'missed'}**).")
-        head = by.get(("20", "bf16", 128, 0, 16384))
-        if head:
-            t = ktf(head)
-            out.append(f"bf16, d = 128, N = 16k, no mask: **{t:.1f}** TFLOP/s (predicted 660–700: "
-                       f"**{'held' if 660 <= t <= 700 else 'missed'}**).")
+        out += _goal_lines(by, vsc, "0.96–1.04", (0.96, 1.04), (660, 700))
         low = [r16[k] for k in r16 if k[1] == 64 and k[3] == 16384]
         if low:
             out.append(f"The falsifier, step 20 / step 16 below 0.95 at d = 64, N = 16k: at **{sum(x < 0.95 for x in low)} "
@@ -358,20 +350,27 @@ def step20_h200_default():
     written before it: step 20 / cuDNN's geometric mean in 0.93–1.01, step 20 / step 16's in 0.98–1.06, bf16 at
     d = 128, N = 16k, no mask in 630–700 TFLOP/s; falsified if step 20 / step 16's geometric mean is below 0.97."""
     def lines(by, vs16, vsc):
-        out = []
-        if vsc:
-            g = geomean([x for x, _ in vsc])
-            out.append(f"Step 20 / cuDNN geometric mean **{g:.3f}** (predicted 0.93–1.01: "
-                       f"**{'held' if 0.93 <= g <= 1.01 else 'missed'}**).")
+        out = _goal_lines(by, vsc, "0.93–1.01", (0.93, 1.01), (630, 700))
         if vs16:
             g = geomean([x for x, _ in vs16])
             out.append(f"Step 20 / step 16 geometric mean **{g:.3f}** (predicted 0.98–1.06: "
                        f"**{'held' if 0.98 <= g <= 1.06 else 'missed'}**; the falsifier, below 0.97: "
                        f"**{'fired' if g < 0.97 else 'did not fire'}**).")
-        head = by.get(("20", "bf16", 128, 0, 16384))
-        if head:
-            t = ktf(head)
-            out.append(f"bf16, d = 128, N = 16k, no mask: **{t:.1f}** TFLOP/s (predicted 630–700: "
-                       f"**{'held' if 630 <= t <= 700 else 'missed'}**).")
         return out
     return _target("exp2=mufu", lines, device="NVIDIA H200")
+
+
+def _goal_lines(by, vsc, cudnn_text, cudnn, tflops):
+    """A prediction's readings of step 20 / cuDNN's geometric mean (band cudnn, written cudnn_text) and of bf16 at
+    d = 128, N = 16k without the mask (band tflops, TFLOP/s): the lines each step 20 target table closes with."""
+    out = []
+    if vsc:
+        g = geomean([x for x, _ in vsc])
+        out.append(f"Step 20 / cuDNN geometric mean **{g:.3f}** (predicted {cudnn_text}: "
+                   f"**{'held' if cudnn[0] <= g <= cudnn[1] else 'missed'}**).")
+    head = by.get(("20", "bf16", 128, 0, 16384))
+    if head:
+        t = ktf(head)
+        out.append(f"bf16, d = 128, N = 16k, no mask: **{t:.1f}** TFLOP/s (predicted {tflops[0]}–{tflops[1]}: "
+                   f"**{'held' if tflops[0] <= t <= tflops[1] else 'missed'}**).")
+    return out

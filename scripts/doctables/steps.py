@@ -657,9 +657,6 @@ def dq_kernels(on_gpu=True):
               if (m, n, hh) == (mean, nk, h) and b in fused]
         body.append(row + [f"{100 * max(kv):.2f}" if kv else "–"])
     lines = []
-    if not on_gpu:  # the blueprints: the prediction is the kernels'
-        skipped = sorted({(r["backend"], r["status"]) for r in rs if r["status"] != "ok"})
-        lines.append("Not measured: " + "; ".join(f"{b}: {s}" for b, s in skipped) + "." if skipped else "")
     top = max(k[1] for k in keys)
     pairs = [(b, by.get((0.5, top, "1", b)), by.get((0.5, top, "1", "composite"))) for b in fused]
     pairs = [(b, float(r["dq_err"]) / float(c["dq_err"])) for b, r, c in pairs if r and c]
@@ -677,7 +674,7 @@ def dq_kernels(on_gpu=True):
         lines.append(f"Mean 0, fused backends: largest dQ error {100 * max(zero):.2f} % (predicted under 1 %: "
                      f"**{'held' if max(zero) < 0.01 else 'missed'}**).")
     skipped = sorted({(r["backend"], r["status"]) for r in rs if r["status"] != "ok"})
-    if skipped and on_gpu:
+    if skipped:
         lines.append("Not measured: " + "; ".join(f"{b}: {s}" for b, s in skipped) + ".")
     r0 = rs[0]
     head = (provenance(rs, "python/examples/dq_long_keys.py") if on_gpu else
