@@ -17,6 +17,7 @@ The error is the relative L2 error (‖got − want‖ / ‖want‖) over each t
 """
 
 import argparse
+import contextlib
 import csv
 import datetime
 import math
@@ -77,33 +78,43 @@ def sdpa(name):
     if backend is None:
         return f"PyTorch {torch.__version__} has no SDPA backend '{name}'"
 
-    def run(q, k, v):
+    def fwd(q, k, v):
         qt, kt, vt = heads_first(q, k, v)
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(qt, kt, vt).transpose(1, 2)
-    return run
+        return F.scaled_dot_product_attention(qt, kt, vt).transpose(1, 2)
+    return with_backward(fwd, lambda: sdpa_kernel(backend))
 
 
-def steps(bwd):
-    def run(q, k, v):
-        old = os.environ.get("FLASH_ATTN_STEPS_BACKWARD")
-        os.environ["FLASH_ATTN_STEPS_BACKWARD"] = bwd
-        try:
-            return fas.flash_attn_func(q, k, v)
-        finally:
-            if old is None:
-                del os.environ["FLASH_ATTN_STEPS_BACKWARD"]
-            else:
-                os.environ["FLASH_ATTN_STEPS_BACKWARD"] = old
+@contextlib.contextmanager
+def backward_step(bwd):
+    """FLASH_ATTN_STEPS_BACKWARD set to `bwd` while the block runs. The package reads it when autograd calls
+    its backward, so the block must hold the backward call too, not only the forward."""
+    old = os.environ.get("FLASH_ATTN_STEPS_BACKWARD")
+    os.environ["FLASH_ATTN_STEPS_BACKWARD"] = bwd
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["FLASH_ATTN_STEPS_BACKWARD"]
+        else:
+            os.environ["FLASH_ATTN_STEPS_BACKWARD"] = old
+
+
+def with_backward(fwd, setting=contextlib.nullcontext):
+    """A backend's run: forward and backward (dO given) both inside its setting; returns O."""
+    def run(q, k, v, do):
+        with setting():
+            o = fwd(q, k, v)
+            o.backward(do)
+        return o
     return run
 
 
 def backend_fn(name):
     if name.startswith("steps-"):
-        return steps(name.split("-")[1])
+        return with_backward(fas.flash_attn_func, lambda: backward_step(name.split("-")[1]))
     if name.startswith("sdpa-"):
         return sdpa(name.split("-")[1])
-    return composite
+    return with_backward(composite)
 
 
 def rel(got, want):
@@ -116,8 +127,7 @@ def point(name, fn, q, k, v, do, want):
         return None, "not run: " + fn
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     try:
-        o = fn(*leaves)
-        o.backward(do)
+        o = fn(*leaves, do)
         torch.cuda.synchronize() if q.is_cuda else None
     except (RuntimeError, ValueError) as e:  # a backend that refuses the shape (fas.UnsupportedError is one)
         return None, "refused: " + " ".join(str(e).split())[:200]

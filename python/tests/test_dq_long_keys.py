@@ -67,3 +67,20 @@ def test_refuses_an_unknown_backend(tmp_path):
     with pytest.raises(SystemExit) as e:
         dq_long_keys.main(["--out", str(tmp_path / "x.csv"), "--device", "cpu", "--backends", "steps-19,nope"])
     assert e.value.code == 2
+
+
+def test_each_steps_backend_runs_its_own_backward(tmp_path, monkeypatch):
+    # The package picks its backward's step when autograd calls it, after the forward has returned: the
+    # tool's override must still hold then. Spy on the step each backward call is given.
+    core = dq_long_keys.fas._core
+    real, ran = core.backward, []
+
+    def spy(step, *args, **kwargs):
+        ran.append(step)
+        return real(step, *args, **kwargs)
+    monkeypatch.setattr(core, "backward", spy)
+    backends = ["steps-13", "steps-19"]
+    rc, rows = run(tmp_path, backends)
+    assert rc == 0 and all(r["status"] == "ok" for r in rows)
+    points = len(NKS) * len(MEANS)
+    assert ran == [b.split("-")[1] for _ in range(points) for b in backends]
