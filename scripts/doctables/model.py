@@ -397,7 +397,7 @@ def model_latency_counts():
     sp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sp)
     ncu = [r for r in common.rows("ncu_sass_*_tour.csv") if r["kind"] == "opcode"]
-    model = [r for r in common.rows("model_counts_h200.csv") if "tour" in r["file"] and r["pass_of"] == "fwd"]
+    model = [r for r in common.rows("model_counts_h200.csv") if "tour" in r["file"]]
     if not ncu or not model:
         return provenance([], "scripts/latency_check.sh OUTDIR")
     measured = {}
