@@ -196,6 +196,56 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
   CHECK(n > 0);
 }
 
+TEST_CASE("step 19 [dq-centered]: passes against the reference and counts its own closed form, adding a mean pass and a row sum per warp and query") {
+  int n = 0;
+  const StepOptions centered = {{"dq", "centered"}};
+  for (const test::Case& c : test::shape_matrix(false)) {
+    if ((c.shape.d != 64 && c.shape.d != 128) || n++ % 3 != 1) continue;  // a third of the cases, both types, GQA and windows among them
+    CAPTURE(c.name());
+    const Prepared p = prepare(c.shape, c.inputs);
+    const step19::Schedule sc = step19::schedule_for(int(c.shape.d));
+    const BackwardBlueprintResult r = step19::info().backward_blueprint(c.shape, p.in, p.fwd, p.dO, centered);
+    const BackwardCheck chk = check_backward(c.shape, p.in, p.dO, p.ref, r.grads);
+    INFO(chk.summary());
+    CHECK(chk.pass);
+    const std::string diff = r.ledger.diff(step19::info().backward_closed_form(c.shape, centered));
+    INFO(diff);
+    CHECK(diff.empty());
+    LedgerSet plain = step19::closed_form(c.shape, sc, step19::kFull), cent = step19::closed_form(c.shape, sc, step19::kFull, false, true);
+    CHECK(cent.kernels.size() == plain.kernels.size() + 1);
+    CHECK(cent["key_mean"].gmem_read == c.shape.B * c.shape.hkv() * c.shape.Nk * c.shape.d * 2);  // every key once
+    CHECK(cent["bwd_kv"].matmul_flops == plain["bwd_kv"].matmul_flops);                          // no product added
+    CHECK(cent["bwd_kv"].gmem_atomic > plain["bwd_kv"].gmem_atomic);
+  }
+  CHECK(n > 0);
+}
+
+// The reason for --dq centered (docs/19_hopper_backward.md, "dQ at long key ranges"): at long key
+// ranges, with the inputs' mean at 0.5 (the programs' default), D's rounding leaves an error along the
+// keys' mean that the centered sum does not have.
+TEST_CASE("step 19 [dq-centered]: at Nk = 16384 in bf16 dQ's error against the reference is less than half the plain sum's, dK and dV unchanged") {
+  Shape s;
+  s.B = s.H = 1;
+  s.N = 64;
+  s.Nk = 16384;
+  s.d = 64;
+  s.dtype = DType::bf16;
+  const Prepared p = prepare(s, InputSpec{});
+  auto rel = [](const Tensor4& got, const std::vector<double>& want) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < want.size(); ++i) num += (got.v[i] - want[i]) * (got.v[i] - want[i]), den += want[i] * want[i];
+    return std::sqrt(num / den);
+  };
+  const BackwardBlueprintResult plain = step19::info().backward_blueprint(s, p.in, p.fwd, p.dO, {});
+  const BackwardBlueprintResult cent = step19::info().backward_blueprint(s, p.in, p.fwd, p.dO, {{"dq", "centered"}});
+  const double e_plain = rel(plain.grads.dq, p.ref.dq), e_cent = rel(cent.grads.dq, p.ref.dq);
+  INFO("dQ relative L2 error: plain " << e_plain << ", centered " << e_cent);
+  CHECK(std::isfinite(e_cent));
+  CHECK(e_cent < 0.5 * e_plain);
+  CHECK(rel(cent.grads.dk, p.ref.dk) == rel(plain.grads.dk, p.ref.dk));  // dK and dV do not read the row sums
+  CHECK(rel(cent.grads.dv, p.ref.dv) == rel(plain.grads.dv, p.ref.dv));
+}
+
 TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products and HBM bytes of Q, dO, K, V, dQ's adds") {
   for (int64_t d : {int64_t(64), int64_t(128)}) {
     CAPTURE(d);
@@ -292,7 +342,7 @@ TEST_CASE("step 19 [deterministic]: the ledger adds a semaphore read and increme
   }
 }
 
-TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16 or with --deterministic, d = 256") {
+TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an ablation in bf16 or with --deterministic, --dq centered with either, d = 256") {
   Shape s;
   s.N = s.Nk = 128;
   s.d = 64;
@@ -308,6 +358,10 @@ TEST_CASE("step 19: refused where the kernels are not compiled: dropout, an abla
   CHECK(step19::refusal(false, 64, false, {{"deterministic", "on"}, {"ablate", "atomics"}}).find("without --deterministic") !=
         std::string::npos);
   CHECK_THROWS_AS(step19::refusal(false, 64, false, {{"deterministic", "yes"}}), std::invalid_argument);
+  CHECK(step19::refusal(true, 64, false, {{"dq", "centered"}}).empty());  // [dq-centered] both types, every d compiled
+  CHECK(step19::refusal(false, 128, false, {{"dq", "centered"}, {"deterministic", "on"}}).find("--deterministic") != std::string::npos);
+  CHECK(step19::refusal(false, 128, false, {{"dq", "centered"}, {"ablate", "atomics"}}).find("--ablate") != std::string::npos);
+  CHECK_THROWS_AS(step19::refusal(false, 64, false, {{"dq", "mean"}}), std::invalid_argument);
   const StepInfo& st = step19::info();
   CHECK_FALSE(st.takes_d(256));
   CHECK(st.forward_from == "16");

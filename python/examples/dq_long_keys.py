@@ -11,6 +11,8 @@ CPU from the seed so that every device sees the same values. --group G: G query 
 Backends, each a row per point (a backend this PyTorch or this device does not have is a row with its reason):
   steps-19, steps-13   the package's flash_attn_func, its backward forced to that step (FLASH_ATTN_STEPS_BACKWARD);
                        on the CPU the steps' blueprints, on a GPU their kernels (step 16's or 12's forward)
+  steps-19-centered    the same with step 19's --dq centered (FLASH_ATTN_STEPS_DQ=centered): the keys' mean taken
+                       out of dQ's sum
   sdpa-flash, sdpa-cudnn, sdpa-efficient, sdpa-math   PyTorch's SDPA with one backend allowed (PyTorch 2.3 or later)
   composite            the unfused bf16 attention, written out: S, P and O as bf16 tensors, autograd through them
 The error is the relative L2 error (‖got − want‖ / ‖want‖) over each tensor. Rows name the date, commit and device.
@@ -34,7 +36,8 @@ import flash_attn_steps as fas  # noqa: E402
 
 ROW = ["date", "commit", "device", "torch", "backend", "mean", "Nk", "d", "H", "Hkv", "seed", "o_err", "dq_err",
        "dk_err", "dv_err", "status"]
-BACKENDS = ("steps-19", "steps-13", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "composite")
+BACKENDS = ("steps-19", "steps-19-centered", "steps-13", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math",
+            "composite")
 
 
 def inputs(mean, nk, d, group, seed, device):
@@ -85,18 +88,20 @@ def sdpa(name):
 
 
 @contextlib.contextmanager
-def backward_step(bwd):
-    """FLASH_ATTN_STEPS_BACKWARD set to `bwd` while the block runs. The package reads it when autograd calls
-    its backward, so the block must hold the backward call too, not only the forward."""
-    old = os.environ.get("FLASH_ATTN_STEPS_BACKWARD")
-    os.environ["FLASH_ATTN_STEPS_BACKWARD"] = bwd
+def environment(**values):
+    """The package's variables set while the block runs (FLASH_ATTN_STEPS_BACKWARD="19", ...). The package
+    reads them when autograd calls its backward, so the block must hold the backward call too, not only
+    the forward."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if old is None:
-            del os.environ["FLASH_ATTN_STEPS_BACKWARD"]
-        else:
-            os.environ["FLASH_ATTN_STEPS_BACKWARD"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def with_backward(fwd, setting=contextlib.nullcontext):
@@ -111,7 +116,10 @@ def with_backward(fwd, setting=contextlib.nullcontext):
 
 def backend_fn(name):
     if name.startswith("steps-"):
-        return with_backward(fas.flash_attn_func, lambda: backward_step(name.split("-")[1]))
+        env = {"FLASH_ATTN_STEPS_BACKWARD": name.split("-")[1]}
+        if name.endswith("-centered"):
+            env["FLASH_ATTN_STEPS_DQ"] = "centered"
+        return with_backward(fas.flash_attn_func, lambda: environment(**env))
     if name.startswith("sdpa-"):
         return sdpa(name.split("-")[1])
     return with_backward(composite)

@@ -43,7 +43,13 @@ def _shape(q, k, causal, window, scale, dropout_p, seed, offset=0):
 
 
 def _opts(step, deterministic=False):
-    return {"deterministic": "on"} if deterministic and step in ("13", "19") else {}
+    """The step's options for a backward: --deterministic where asked, and step 19's --dq from
+    FLASH_ATTN_STEPS_DQ ("centered": the keys' mean taken out of dQ's sum; docs/19_hopper_backward.md)."""
+    o = {"deterministic": "on"} if deterministic and step in ("13", "19") else {}
+    dq = os.environ.get("FLASH_ATTN_STEPS_DQ", "")
+    if dq and step == "19":
+        o["dq"] = dq
+    return o
 
 
 def fwd_impl(q, k, v, scale, causal, window, dropout_p, seed):

@@ -15,7 +15,7 @@ sys.path.insert(0, str(EXAMPLE))
 
 import dq_long_keys  # noqa: E402
 
-BACKENDS = ["steps-13", "steps-19", "composite"]
+BACKENDS = ["steps-13", "steps-19", "steps-19-centered", "composite"]
 NKS, MEANS = [64, 300], [0.5, 0.0]
 
 
@@ -69,18 +69,20 @@ def test_refuses_an_unknown_backend(tmp_path):
     assert e.value.code == 2
 
 
-def test_each_steps_backend_runs_its_own_backward(tmp_path, monkeypatch):
+def test_each_steps_backend_runs_its_own_backward_and_options(tmp_path, monkeypatch):
     # The package picks its backward's step when autograd calls it, after the forward has returned: the
     # tool's override must still hold then. Spy on the step each backward call is given.
     core = dq_long_keys.fas._core
     real, ran = core.backward, []
 
-    def spy(step, *args, **kwargs):
-        ran.append(step)
-        return real(step, *args, **kwargs)
+    def spy(step, dout, q, k, v, out, lse, shape, options, *args, **kwargs):
+        ran.append((step, dict(options)))
+        return real(step, dout, q, k, v, out, lse, shape, options, *args, **kwargs)
     monkeypatch.setattr(core, "backward", spy)
-    backends = ["steps-13", "steps-19"]
+    backends = ["steps-13", "steps-19", "steps-19-centered"]
     rc, rows = run(tmp_path, backends)
     assert rc == 0 and all(r["status"] == "ok" for r in rows)
     points = len(NKS) * len(MEANS)
-    assert ran == [b.split("-")[1] for _ in range(points) for b in backends]
+    assert [step for step, _ in ran] == [b.split("-")[1] for _ in range(points) for b in backends]
+    assert [opts.get("dq") for _, opts in ran] == [("centered" if b.endswith("centered") else None)
+                                                   for _ in range(points) for b in backends]

@@ -13,6 +13,7 @@
 //               ([dq-wgmma], [dq-split]) staged and added by the writer ([dq-writer]), or added from
 //               registers (--ablate atomics); dK and dV out of the accumulators ([dkv-out])
 //   dq_convert  dQ = scale · accumulator, read through [dq-layout]
+//   key_mean    (--dq centered) each key/value head's mean key, a block per kMeanKeys keys ([dq-centered])
 // What the blueprint does not model: the swizzle (addresses: tests/test_step14.cpp holds them), the
 // mbarriers (it runs the roles in an order they allow) and the order in which racing adds land.
 #include <algorithm>
@@ -37,11 +38,14 @@ namespace {
 constexpr const char* kSwitch[] = {"off", "on"};
 }
 bool deterministic(const StepOptions& o) { return choice_index(o, "deterministic", kSwitch, 2, "step19") == 1; }
+int dq_mode_of(const StepOptions& o) { return choice_index(o, "dq", kDqNames, kDqModes, "step19"); }
 
 std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
-  const bool det = deterministic(o);
+  const bool det = deterministic(o), centered = dq_mode_of(o) == kDqCentered;
   if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
+  if (det && centered) return "step19: --dq centered adds its row sums with atomics, in no fixed order: not with --deterministic";
+  if (centered && a != kFull) return std::string("step19: --dq centered is compiled without --ablate (") + kAblationNames[a] + ")";
   if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
   return "";
@@ -70,17 +74,19 @@ std::vector<mf::AFrag> c_to_a(const wgmma::Acc& acc, int64_t kk, const Store& st
 }  // namespace
 
 BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sc,
-                                  int ablation, bool det) {
+                                  int ablation, bool det, bool centered) {
   const int64_t d = s.d;
   if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
     throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
   const std::string why = refusal(s.dtype == DType::bf16, int(d), s.dropout > 0.0, {});
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
+  if (det && centered) throw Unsupported("step19: --dq centered is not compiled with --deterministic");
   BackwardBlueprintResult res;
   res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};  // [gqa]
-  res.ledger.kernels.reserve(3);  // references into the set stay valid
+  res.ledger.kernels.reserve(4);  // references into the set stay valid
   Ledger& Lpre = res.ledger["bwd_pre"];
+  Ledger* Lkm = centered ? &res.ledger["key_mean"] : nullptr;  // [dq-centered]
   Ledger& Lkv = res.ledger["bwd_kv"];
   Ledger& Lcv = res.ledger["dq_convert"];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
@@ -93,12 +99,15 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 
   const int64_t Tp = Np / kSemRows;  // [deterministic] semaphores per head
   std::vector<float> l2w(size_t(BH * Np)), ddw(size_t(BH * Np)), accw(size_t(BH * Np * d)), semw(size_t(det ? BH * Tp : 0));
-  Lpre.workspace = workspace_bytes(BH, N, d, det);
+  const int64_t BHk = s.B * Hkv;
+  std::vector<float> rsw(size_t(centered ? BH * Np : 0)), kmw(size_t(centered ? BHk * d : 0));  // [dq-centered]
+  Lpre.workspace = workspace_bytes(BH, N, d, det, centered, BHk);
 
   // ---- step19_bwd_pre ---------------------------------------------------------------------------
   {
     GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lpre), Dg(ddw.data(), BH, Np, Np, f32, Lpre), Acc(accw.data(), BH * Np, d, d, f32, Lpre);
     GlobalMat Sem(semw.data(), det ? BH : 0, Tp, Tp, f32, Lpre);  // 32-bit counters (a float holds them exactly)
+    GlobalMat Rs(rsw.data(), centered ? BH : 0, Np, Np, f32, Lpre), Km(kmw.data(), centered ? BHk : 0, d, d, f32, Lpre);
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.H; ++h) {
         const int64_t bh = b * s.H + h;
@@ -121,13 +130,34 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           Dg.store(bh, i, part[0]);
           L2g.store(bh, i, i < N ? Lse.load(0, i) * kLog2e : kInf);
           if (det && i % kSemRows == 0) Sem.store(bh, i / kSemRows, 0.0f);  // [deterministic] the row's first thread
+          if (centered) {  // [dq-centered] the row's sum; the first row of head bh < B·Hkv zeroes mean bh
+            Rs.store(bh, i, 0.0f);
+            if (i == 0 && bh < BHk)
+              for (int64_t c = 0; c < d; ++c) Km.store(bh, c, 0.0f);
+          }
         }
       }
+  }
+
+  // ---- step19_key_mean ([dq-centered]) -----------------------------------------------------------
+  if (centered) {
+    GlobalMat Km(kmw.data(), BHk, d, d, f32, *Lkm);
+    for (int64_t bk = 0; bk < BHk; ++bk) {
+      const GlobalMat K(in.k.head(bk / Hkv, bk % Hkv), Nk, d, d, st, *Lkm);
+      for (int64_t k0 = 0; k0 < Nk; k0 += kMeanKeys) {  // a block: its keys' column sums, then one add each
+        std::vector<float> part(size_t(d), 0.0f);
+        for (int64_t key = k0; key < std::min(k0 + kMeanKeys, Nk); ++key)
+          for (int64_t c = 0; c < d; ++c) part[size_t(c)] += K.load(key, c);
+        for (int64_t c = 0; c < d; ++c) Km.atomic_add(bk, c, part[size_t(c)] / float(Nk));
+        Lkm->nonmatmul_ops += (std::min(k0 + kMeanKeys, Nk) - k0) * d + d;
+      }
+    }
   }
 
   // ---- step19_bwd_kv ----------------------------------------------------------------------------
   GlobalMat L2g(l2w.data(), BH, Np, Np, f32, Lkv), Dg(ddw.data(), BH, Np, Np, f32, Lkv), Acc(accw.data(), BH * Np, d, d, f32, Lkv);
   GlobalMat Sem(semw.data(), det ? BH : 0, Tp, Tp, f32, Lkv);
+  GlobalMat Rs(rsw.data(), centered ? BH : 0, Np, Np, f32, Lkv);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t hk = 0; hk < Hkv; ++hk) {
       const GlobalMat K(in.k.head(b, hk), Nk, d, d, st, Lkv), V(in.v.head(b, hk), Nk, d, d, st, Lkv);
@@ -219,6 +249,18 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                   const mf::Coord rc = wgmma::acc_elem(w, lane, r);
                   dS.write(64 * c + rc.row, rc.col, dpT.reg(w, lane, r));
                 }
+            // [dq-centered] Each warp's Σ over its 16 keys of every query's dS, rounded as dQ's product
+            // reads it, added into the query's row sum.
+            if (centered) {
+              std::vector<float> sum(size_t(4 * Br), 0.0f);
+              for (int w = 0; w < 4; ++w)
+                for (int lane = 0; lane < 32; ++lane)
+                  for (int r = 0; r < int(Br) / 2; ++r)
+                    sum[size_t(w * Br + wgmma::acc_elem(w, lane, r).col)] += st.apply(dpT.reg(w, lane, r));
+              for (int w = 0; w < 4; ++w)
+                for (int64_t q = 0; q < Br; ++q) Rs.atomic_add(bh, i0 + q, sum[size_t(w * Br + q)]);
+              Lkv.nonmatmul_ops += 64 * Br;
+            }
             // [c-to-a] dV += Pᵀ dO_i and dK += dSᵀ Q_i: A from registers, B MN-major (Br rows × d).
             // lab:begin dkv {dK dV}: [c-to-a]: per 16 queries kk and 64-column panel pn, dV's and dK's wgmma …
             for (int64_t kk = 0; kk < Br / 16; ++kk)
@@ -291,16 +333,22 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   // ---- step19_dq_convert ------------------------------------------------------------------------
   {
     const GlobalMat Acc2(accw.data(), BH * Np, d, d, f32, Lcv);
+    const GlobalMat Rs2(rsw.data(), centered ? BH : 0, Np, Np, f32, Lcv), Km2(kmw.data(), centered ? BHk : 0, d, d, f32, Lcv);
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.H; ++h) {
         const int64_t bh = b * s.H + h;
         GlobalMat dQ(res.grads.dq.head(b, h), N, d, d, st, Lcv);
-        for (int64_t i = 0; i < N; ++i)
+        std::vector<float> mean(size_t(d), 0.0f);  // [dq-centered] the head's mean key, read once per head
+        for (int64_t c = 0; centered && c < d; ++c) mean[size_t(c)] = Km2.load(b * Hkv + h / QH, c);
+        for (int64_t i = 0; i < N; ++i) {
+          const float rsum = centered ? Rs2.load(bh, i) : 0.0f;  // [dq-centered] once per row
           for (int64_t c = 0; c < d; ++c) {
             const int64_t at = (bh * Np + (i / Br) * Br) * d + acc_offset(int(i % Br), int(c));
-            dQ.store(i, c, scale * Acc2.load(at / d, at % d));
+            const float a = Acc2.load(at / d, at % d);
+            dQ.store(i, c, scale * (centered ? std::fma(-mean[size_t(c)], rsum, a) : a));
           }
-        Lcv.nonmatmul_ops += N * d;  // the scale
+        }
+        Lcv.nonmatmul_ops += N * d * (centered ? 2 : 1);  // the scale (and c · row sum taken off)
       }
   }
   return res;
@@ -315,7 +363,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // consumers that compute dQ for the pair (both, or one by turns); the lane's L and D (Br/2 floats
 // each); the consumer's 64 × Br of dSᵀ written; its dQ chunk (Br·W floats) staged and read back by
 // the writer, then added (or added from registers). K_j, V_j once per block that has an item.
-LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det) {
+LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det, bool centered) {
   const int64_t d = s.d;
   if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
     throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
@@ -347,7 +395,15 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   pre.gmem_write = BH * Np * (d * 4 + 4 + 4)      // every padded row: its accumulator zeroed, D, L·log2 e
                    + (det ? 4 * semaphores(BH, N) : 0);  // [deterministic] the semaphores zeroed
   pre.nonmatmul_ops = BH * N * (2 * d + 1);
-  pre.workspace = workspace_bytes(BH, N, d, det);
+  pre.workspace = workspace_bytes(BH, N, d, det, centered, BHk);
+  if (centered) {  // [dq-centered] the row sums and the means zeroed; the means: every key read, a block's sums added
+    pre.gmem_write += BH * Np * 4 + BHk * d * 4;
+    Ledger& km = ls["key_mean"];
+    const int64_t blocks = num_tiles(Nk, kMeanKeys);
+    km.gmem_read = BHk * Nk * d * 2;
+    km.gmem_atomic = BHk * blocks * d * 4;
+    km.nonmatmul_ops = BHk * (Nk * d + blocks * d);
+  }
 
   Ledger& kv = ls["bwd_kv"];
   const int64_t chunk_bytes = Br * W * 4 * (all_keys ? 1 : panels);  // a consumer's dQ of one item
@@ -364,6 +420,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   kv.barriers = BHk * Tc;
   kv.matmul_flops = BH * pairs * (C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC) + Cq * kq * W) * kMmaFlops;
   kv.nonmatmul_ops = BH * (pairs * C * 64 * Br * 5 + masked * C * 64 * Br) + BHk * Tc * Bc * d;
+  if (centered) kv.gmem_atomic += BH * pairs * C * 4 * Br * 4, kv.nonmatmul_ops += BH * pairs * C * 64 * Br;  // [dq-centered] each warp's row sums
   kv.exps = BH * pairs * C * 64 * Br;
   kv.tiles_computed = BH * pairs;
   kv.tiles_masked = BH * diagonal;
@@ -373,7 +430,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   Ledger& cv = ls["dq_convert"];
   cv.gmem_read = BH * N * d * 4;
   cv.gmem_write = BH * N * d * 2;
-  cv.nonmatmul_ops = BH * N * d;
+  cv.nonmatmul_ops = BH * N * d * (centered ? 2 : 1);
+  if (centered) cv.gmem_read += BH * (N * 4 + d * 4);  // [dq-centered] a row sum per row, the mean once per head
   return ls;
 }
 
@@ -384,11 +442,11 @@ void require_supported(const Shape& s, const StepOptions& o) {
 }
 BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const StepOptions& o) {
   require_supported(s, o);
-  return blueprint(s, in, fwd, dO, schedule_for(int(s.d)), ablation_of(o), deterministic(o));
+  return blueprint(s, in, fwd, dO, schedule_for(int(s.d)), ablation_of(o), deterministic(o), dq_mode_of(o) == kDqCentered);
 }
 LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   require_supported(s, o);
-  return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o));
+  return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o), dq_mode_of(o) == kDqCentered);
 }
 int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
 // [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic):
@@ -414,9 +472,13 @@ const StepInfo& info() {
       a.sweep = false;
       const StepFlag det{"deterministic", {"off", "on"},
                          "dQ's adds in one fixed order: a semaphore per Q tile, the causal blocks shortest first (docs/19_hopper_backward.md)"};
-      i.flags = {det, a};
+      StepFlag dq{"dq", {}, "dQ's sum over the keys: plain; centered (the head's mean key taken out: Σ dS (k − c), exact up to rounding, and without the error D's rounding leaves along c at long key ranges; its row sums added with atomics, so not with --deterministic) (docs/19_hopper_backward.md, \"dQ at long key ranges\")"};
+      for (const char* n : kDqNames) dq.choices.push_back(n);
+      dq.sweep = false;
+      i.flags = {det, a, dq};
     }
     borrow_forward<step16::info>(i);  // [forward-from] the forward is step 16's, whatever the flags say
+    i.experiments_everywhere = true;  // --dq centered everywhere; the ablations refused by options_reason elsewhere
     i.supports_gqa = true;     // [gqa] a block per key/value head sums its group's dK and dV
     i.supports_window = true;  // [window] each K/V tile's Q tiles of the band
     i.backward_blueprint = run_backward;

@@ -9,6 +9,8 @@
 //                       memory ([ds-smem]) and its share of dQ_i = dS K ([dq-wgmma], [dq-split]);
 //                       the writer warp adds each consumer's dQ chunk with a bulk reduce-add ([dq-writer])
 //   step19_dq_convert   dQ = scale · accumulator, in the storage type
+//   step19_key_mean     (--dq centered) each key/value head's mean key ([dq-centered]); the consumers then
+//                       add each query's Σ dS into its row sum, and the convert takes c · (row sum) off
 //
 // [gqa] A block serves a key/value head: it walks the Q tiles of each of the group's query heads in
 // turn ([items]), so dK and dV sum the group in registers. [window] A K/V tile's Q tiles end where
@@ -43,6 +45,12 @@ template <> __device__ inline uint32_t pack2<__half>(float lo, float hi) {
 template <> __device__ inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+// [dq-centered] The two values of a register back to floats (pack2's inverse: exact).
+template <class T> __device__ inline float2 unpack2(uint32_t x);
+template <> __device__ inline float2 unpack2<__half>(uint32_t x) { return __half22float2(*reinterpret_cast<const __half2*>(&x)); }
+template <> __device__ inline float2 unpack2<__nv_bfloat16>(uint32_t x) {
+  return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
 }
 
 // [exp2] 2^x in one instruction (MUFU.EX2; 2^-inf = 0).
@@ -121,9 +129,9 @@ template <int N>
 __device__ inline void regs_inc() { FA_SM90A_ONLY(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N))); }
 
 // The workspace (schedule.hpp's): L·log2 e and D per padded row, then the accumulator, then (with
-// --deterministic) a semaphore per Q tile.
+// --deterministic) a semaphore per Q tile, or (with --dq centered, never both) the row sums and the means.
 struct Ws {
-  float *l2, *dd, *acc;
+  float *l2, *dd, *acc, *rs, *km;
   int* sem;
   int64_t Np, Tp;  // padded rows and Q tiles per head
   __device__ Ws(const BwdParams& p) {
@@ -134,13 +142,15 @@ struct Ws {
     dd = l2 + rows;
     acc = dd + rows;
     sem = reinterpret_cast<int*>(acc + rows * p.f.d);
+    rs = acc + rows * p.f.d;  // [dq-centered] where the semaphores would be
+    km = rs + rows;
   }
 };
 
 // [pre] One thread per 8 columns of a padded row: D = Σ dO·O (fp32), L·log2 e (+inf past N, so
 // that P = 0 there, and D = 0), the row's accumulator zeroed; with `det`, the Q tile's semaphore too.
 template <class T, int D>
-__global__ void step19_bwd_pre(BwdParams p, int det) {
+__global__ void step19_bwd_pre(BwdParams p, int det, int centered) {
   constexpr int kPer = D / 8;  // threads per row (8 or 16: inside one warp)
   const Ws ws(p);
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kPer;  // over B·H·Np
@@ -166,6 +176,40 @@ __global__ void step19_bwd_pre(BwdParams p, int det) {
     ws.dd[row] = s;
     ws.l2[row] = i < p.f.N ? p.f.lse[b * p.f.lse_sb + h * p.f.lse_sh + i] * kLog2e : INFINITY;
     if (det && i % kSemRows == 0) ws.sem[row / kSemRows] = 0;  // [deterministic] (Np is a multiple of kSemRows)
+    if (centered) ws.rs[row] = 0.0f;                            // [dq-centered]
+  }
+  if (centered && i == 0 && bh < p.f.B * p.f.Hkv) {  // [dq-centered] head bh's first row zeroes mean bh
+    float4* m = reinterpret_cast<float4*>(ws.km + int64_t(bh) * D + c0);
+    m[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    m[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+// [dq-centered] Block (x, b·Hkv + hkv): keys kMeanKeys·x .. + kMeanKeys − 1 of the head, d/8 threads per
+// key (8 columns each), 256 / (d/8) keys at a time; the column sums through shared memory in a fixed
+// order, then one add of sum / Nk per column into the head's mean.
+template <class T, int D>
+__global__ void step19_key_mean(BwdParams p) {
+  constexpr int kPer = D / 8, kRows = 256 / kPer;
+  __shared__ float part[kRows][D];
+  const Ws ws(p);
+  const int bk = blockIdx.y, b = bk / p.f.Hkv, hkv = bk % p.f.Hkv, c0 = 8 * (threadIdx.x % kPer), r = threadIdx.x / kPer;
+  const T* K = static_cast<const T*>(p.f.k) + b * p.f.k_sb + hkv * p.f.k_sh + c0;
+  const int k0 = blockIdx.x * kMeanKeys, k1 = min(k0 + kMeanKeys, p.f.Nk);
+  float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (int key = k0 + r; key < k1; key += kRows) {
+    const uint4 v = *reinterpret_cast<const uint4*>(K + int64_t(key) * p.f.k_sn);
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int x = 0; x < 8; ++x) s[x] += to_f32(e[x]);
+  }
+#pragma unroll
+  for (int x = 0; x < 8; ++x) part[r][c0 + x] = s[x];
+  __syncthreads();
+  if (threadIdx.x < D) {
+    float t = 0.0f;
+    for (int q = 0; q < kRows; ++q) t += part[q][threadIdx.x];
+    atomicAdd(ws.km + int64_t(bk) * D + threadIdx.x, t / float(p.f.Nk));
   }
 }
 
@@ -175,8 +219,8 @@ struct Maps {
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
 // overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
-// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]).
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det>
+// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]).
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
@@ -184,6 +228,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   static_assert(Split != kByColumns || dq_by_columns(D, C), "by columns: half of d is a whole panel");
   static_assert(Split != kByTurns || D == wgmma::kPanel, "by turns: d is one panel");
   static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
+  static_assert(!Det || !Cent, "--dq centered adds its row sums in no fixed order");
   // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
   // stages' L·log2 e and D, the mbarriers.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -414,6 +459,16 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       for (int hr = 0; hr < 2; ++hr)
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(64 * c + 16 * w + g + 8 * hr, 8 * n + 2 * tg, Bc)),
                      "r"(dsa[n / 2][2 * (n % 2) + hr]));
+    // [dq-centered] The lane's Σ over its two keys of queries 8n + 2tg and + 1, from the rounded values
+    // dQ's product reads (register pair 2·(n % 2) + hr of quad n / 2); the warp's sum follows below.
+    float rsum[Cent ? Br / 8 : 1][2];
+    if constexpr (Cent) {
+#pragma unroll
+      for (int n = 0; n < Br / 8; ++n) {
+        const float2 k0 = unpack2<T>(dsa[n / 2][2 * (n % 2)]), k1 = unpack2<T>(dsa[n / 2][2 * (n % 2) + 1]);
+        rsum[n][0] = k0.x + k1.x, rsum[n][1] = k0.y + k1.y;
+      }
+    }
     // [c-to-a] dK += dSᵀ Q_i: A from registers, B = Q_i MN-major. [dk-first] Issued before the
     // consumers meet below, so that the barrier's wait runs under dK's product.
     auto issue_dk = [&] {
@@ -447,6 +502,28 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
                                   at(wgmma::mnmajor_offset(kk, dq_panel_of(Split, c, ch), Bc)), x > 0);
       }
       wgmma::commit();
+    }
+    if constexpr (Cent) {
+      // [dq-centered] While the products run: the warp's 16 keys summed by halving exchanges over the
+      // lane groups (xor 16, 8, 4: each keeps half of its queries and takes its partner's sums of them),
+      // so that lane group g ends with queries 8g + 2tg and + 1, added into their row sums.
+      float h4[4][2], h2[2][2], h1[2];
+      const bool b2 = (g >> 2) & 1, b1 = (g >> 1) & 1, b0 = g & 1;
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          h4[m][e] = (b2 ? rsum[4 + m][e] : rsum[m][e]) + __shfl_xor_sync(0xffffffffu, b2 ? rsum[m][e] : rsum[4 + m][e], 16);
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          h2[m][e] = (b1 ? h4[2 + m][e] : h4[m][e]) + __shfl_xor_sync(0xffffffffu, b1 ? h4[m][e] : h4[2 + m][e], 8);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) h1[e] = (b0 ? h2[1][e] : h2[0][e]) + __shfl_xor_sync(0xffffffffu, b0 ? h2[0][e] : h2[1][e], 4);
+      float* rs = ws.rs + (int64_t(b) * f.H + h) * ws.Np + i0 + 8 * g + 2 * tg;
+      (void)rs;  // used by the sm_90a code alone
+      FA_SM90A_ONLY(asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(rs), "f"(h1[0]), "f"(h1[1]) : "memory"));
     }
     if constexpr (DkFirst) {
       wgmma::wait<0>();
@@ -507,7 +584,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 // [dq-convert] dQ = scale · accumulator, 8 elements per thread, 16-byte stores; the accumulator is
 // read back through [dq-layout] (columns c, c + 1 are adjacent there).
 template <class T, int D>
-__global__ void step19_dq_convert(BwdParams p) {
+__global__ void step19_dq_convert(BwdParams p, int centered) {
   constexpr int Br = schedule_for(D).Br;
   const Ws ws(p);
   const int64_t e8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, rows = int64_t(p.f.B) * p.f.H * p.f.N;
@@ -520,6 +597,12 @@ __global__ void step19_dq_convert(BwdParams p) {
   for (int x = 0; x < 8; x += 2) {
     const float2 two = *reinterpret_cast<const float2*>(a + acc_offset(i % Br, c0 + x));
     v[x] = two.x, v[x + 1] = two.y;
+  }
+  if (centered) {  // [dq-centered] c · (row sum) off: Σ dS (k − c)
+    const float r = ws.rs[int64_t(bh) * ws.Np + i];
+    const float* m = ws.km + (int64_t(b) * p.f.Hkv + h / (p.f.H / p.f.Hkv)) * D + c0;
+#pragma unroll
+    for (int x = 0; x < 8; ++x) v[x] = fmaf(-m[x], r, v[x]);
   }
   uint4 out;
   out.x = pack2<T>(p.f.scale * v[0], p.f.scale * v[1]);
@@ -568,7 +651,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
   return m;
 }
 
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false>
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -581,11 +664,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -596,14 +679,16 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
 // [ablation] The kernel as built for every type; each idea taken out alone for fp16 (refusal() says where).
 template <class T, int D>
-void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
+void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cudaStream_t st) {
   constexpr int kSplit = default_split(D, schedule_for(D).consumers());  // [dq-split] the default
+  if (centered && ablation == kFull && !det) return launch_kv<T, D, true, true, kSplit, true, false, true>(p, st);
+  if (centered) throw std::logic_error("step19: refusal() lets --dq centered through with an ablation or --deterministic");
   if (det && ablation == kFull) return launch_kv<T, D, true, true, kSplit, true, true>(p, st);
   if (det) throw std::logic_error("step19: refusal() lets an ablation through with --deterministic");
   if (ablation == kFull) return launch_kv<T, D, true, true, kSplit>(p, st);
@@ -617,20 +702,24 @@ void launch_main(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
 }
 
 template <class T, int D>
-void launch_typed(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
+void launch_typed(const BwdParams& p, int ablation, bool det, bool centered, cudaStream_t st) {
   const AttnParams& f = p.f;
-  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, det ? 1 : 0);
+  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, det ? 1 : 0, centered ? 1 : 0);
   CUDA_CHECK_LAUNCH("step19_bwd_pre");
-  launch_main<T, D>(p, ablation, det, st);
-  step19_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p);
+  if (centered) {  // [dq-centered]
+    step19_key_mean<T, D><<<dim3(unsigned(num_tiles(f.Nk, kMeanKeys)), unsigned(f.B * f.Hkv)), 256, 0, st>>>(p);
+    CUDA_CHECK_LAUNCH("step19_key_mean");
+  }
+  launch_main<T, D>(p, ablation, det, centered, st);
+  step19_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p, centered ? 1 : 0);
   CUDA_CHECK_LAUNCH("step19_dq_convert");
 }
 
 template <class T>
-void launch_d(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
+void launch_d(const BwdParams& p, int ablation, bool det, bool centered, cudaStream_t st) {
   switch (p.f.d) {
-    case 64: return launch_typed<T, 64>(p, ablation, det, st);
-    case 128: return launch_typed<T, 128>(p, ablation, det, st);
+    case 64: return launch_typed<T, 64>(p, ablation, det, centered, st);
+    case 128: return launch_typed<T, 128>(p, ablation, det, centered, st);
     default: throw Unsupported("step19: head dimension " + std::to_string(p.f.d) + " is not compiled (64, 128: [stored-d])");
   }
 }
@@ -638,7 +727,7 @@ void launch_d(const BwdParams& p, int ablation, bool det, cudaStream_t st) {
 }  // namespace
 
 size_t backward_workspace_bytes(const Shape& s, const StepOptions& o) {
-  return size_t(workspace_bytes(s.B * s.H, s.N, s.d, deterministic(o)));
+  return size_t(workspace_bytes(s.B * s.H, s.N, s.d, deterministic(o), dq_mode_of(o) == kDqCentered, s.B * s.hkv()));
 }
 
 void launch_backward(const BwdParams& p0, const StepOptions& o, void* stream) {
@@ -659,9 +748,9 @@ void launch_backward(const BwdParams& p0, const StepOptions& o, void* stream) {
   if (!why.empty()) throw Unsupported(why);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int ablation = ablation_of(o);
-  const bool det = deterministic(o);
-  if (f.bf16) launch_d<__nv_bfloat16>(p, ablation, det, st);
-  else launch_d<__half>(p, ablation, det, st);
+  const bool det = deterministic(o), centered = dq_mode_of(o) == kDqCentered;
+  if (f.bf16) launch_d<__nv_bfloat16>(p, ablation, det, centered, st);
+  else launch_d<__half>(p, ablation, det, centered, st);
 }
 
 }  // namespace fa::step19

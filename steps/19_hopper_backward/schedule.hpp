@@ -139,14 +139,29 @@ FA_HD constexpr int64_t acc_offset(int r, int c) {
 }
 
 // [workspace] Per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ
-// accumulator; with --deterministic, then one 32-bit semaphore per (b, h, Q tile of kSemRows rows).
+// accumulator; with --deterministic, then one 32-bit semaphore per (b, h, Q tile of kSemRows rows);
+// with --dq centered instead ([dq-centered]; never both), one fp32 row sum per (b, h, padded row),
+// then each key/value head's mean key (d floats per (b, kv head)).
 inline constexpr int kRowPad = 128;
 inline constexpr int kSemRows = 64;  // = Schedule::Br
 FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
 FA_HD constexpr int64_t semaphores(int64_t BH, int64_t N) { return BH * (rows_padded(N) / kSemRows); }
-FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d, bool det = false) {
-  return BH * rows_padded(N) * (4 * 2 + d * 4) + (det ? 4 * semaphores(BH, N) : 0);
+FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d, bool det = false, bool centered = false, int64_t BHk = 0) {
+  return BH * rows_padded(N) * (4 * 2 + d * 4) + (det ? 4 * semaphores(BH, N) : 0) +
+         (centered ? 4 * (BH * rows_padded(N) + BHk * d) : 0);
 }
+// [dq-centered] --dq centered: dQ_i = scale · Σ_j dS_ij (k_j − c) with c the key/value head's mean
+// key. In exact arithmetic it is plain dQ (Σ_j dS_ij = 0); with D from the O the forward stored in
+// 16 bits, Σ_j dS_ij = −δ_i, and the plain sum carries δ_i along the keys' common part, which this
+// one leaves out (docs/19_hopper_backward.md, "dQ at long key ranges"). The pre kernel zeroes the row
+// sums and the means; step19_key_mean adds every block of kMeanKeys keys / Nk into its head's mean;
+// the consumers add each query's Σ_j dS_ij over their keys (the rounded values dQ's product reads)
+// into its row sum; the convert kernel takes c · (row sum) off the accumulator. The row sums go in
+// with atomics in no fixed order: refused with --deterministic.
+enum DqMode : int { kDqPlain = 0, kDqCentered, kDqModes };
+inline constexpr const char* kDqNames[kDqModes] = {"plain", "centered"};
+inline constexpr int kMeanKeys = 256;  // keys per block of step19_key_mean
+int dq_mode_of(const StepOptions& o);
 
 // [deterministic] --deterministic on: every Q tile's dQ adds land in one fixed order, whatever the
 // timing. The K/V tiles that see Q tile i are a run [kv_first_of(i), kv_end_of(i)) (each K/V tile's
@@ -211,8 +226,8 @@ std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o);
 
 // The CPU side (blueprint.cpp): the three kernels' schedule, counted; and the same ledger in closed form.
 BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sched,
-                                  int ablation, bool det = false);
-LedgerSet closed_form(const Shape& s, const Schedule& sched, int ablation, bool det = false);
+                                  int ablation, bool det = false, bool centered = false);
+LedgerSet closed_form(const Shape& s, const Schedule& sched, int ablation, bool det = false, bool centered = false);
 
 // The GPU side (kernel.cu).
 void launch_backward(const BwdParams& p, const StepOptions& opts, void* stream);
