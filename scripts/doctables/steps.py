@@ -629,6 +629,42 @@ def dq_precision():
                                   "both", "keys' mean taken out", "unfused composite", "predicted from δD"], body)
 
 
+def dq_centered_cost():
+    """--dq centered's cost in kernel time (dqcentered_*_step19.csv: bench over the backward target matrix, the
+    plain and the centered backward run point by point in turn): per point both times and centered / plain;
+    closing lines read docs/19's prediction, written before the run (geometric mean at most 1.025, no point
+    above 1.04, the N = 16k points at most 1.02; under 1.03 as the mean, the flag is offered)."""
+    rs = [r for r in common.rows("dqcentered_*_step19.csv") if r["step"] == "19" and r.get("bwd_kernel_ms")]
+    if not rs:
+        return provenance(rs, "bench --steps 19 over the backward target matrix, with and without --set dq=centered (docs/19_hopper_backward.md)")
+    by = {}
+    for r in rs:
+        by[(r["device"], r["dtype"], int(r["d"]), int(r["causal"]), int(r["N"]), plain_variant(r["variant"]))] = r
+    body, ratios, long_ = [], [], []
+    for key in sorted({k[:5] for k in by}, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
+        p, c = by.get(key + ("-",)), by.get(key + ("dq=centered",))
+        if not p or not c:
+            continue
+        x = float(c["bwd_kernel_ms"]) / float(p["bwd_kernel_ms"])
+        ok = "" if p["bwd_pass"] == "1" and c["bwd_pass"] == "1" else " (FAIL)"
+        ratios.append(x)
+        if key[4] >= 16384:
+            long_.append(x)
+        body.append([key[1], key[2], "yes" if key[3] else "no", key[4], f"{float(p['bwd_kernel_ms']):.3f}",
+                     f"{float(c['bwd_kernel_ms']):.3f}", f"{x:.3f}{ok}"])
+    if not ratios:
+        return provenance(rs) + "\n\nNo point has both the plain and the centered backward."
+    g = geomean(ratios)
+    verdict = lambda ok: "held" if ok else "missed"
+    close = (f"Kernel time (CUPTI, every kernel of the backward summed, cold L2). Centered / plain over the {len(ratios)} "
+             f"points: geometric mean **{g:.3f}** (predicted at most 1.025: **{verdict(g <= 1.025)}**), largest "
+             f"**{max(ratios):.3f}** (predicted at most 1.04: **{verdict(max(ratios) <= 1.04)}**)")
+    if long_:
+        close += f"; at N = 16k at most **{max(long_):.3f}** (predicted at most 1.02: **{verdict(max(long_) <= 1.02)}**)"
+    return (provenance(rs) + "\n\n" + table(["dtype", "d", "causal", "N", "plain bwd kernel ms", "centered bwd kernel ms",
+                                             "centered / plain"], body) + "\n\n" + close + ".")
+
+
 def dq_kernels(on_gpu=True):
     """dQ's relative error against float64 at long key ranges, by python/examples/dq_long_keys.py: on a GPU the
     kernels (dq_long_keys_<gpu>.csv and dq_long_keys_gqa_<gpu>.csv), on the CPU the steps' blueprints
@@ -643,7 +679,8 @@ def dq_kernels(on_gpu=True):
         return provenance(rs, "python/examples/dq_long_keys.py" + (" (scripts/python_gpu.sh's dq phase)" if on_gpu else
                                                                     " --device cpu --backends steps-19,steps-13,composite"))
     fused = ["steps-19", "steps-13", "sdpa-flash", "sdpa-cudnn"]
-    order = [b for b in fused + ["sdpa-efficient", "sdpa-math", "composite"] if any(r["backend"] == b for r in rs)]
+    order = [b for b in ["steps-19", "steps-19-centered"] + fused[1:] + ["sdpa-efficient", "sdpa-math", "composite"]
+             if any(r["backend"] == b for r in rs)]
     ok = [r for r in rs if r["status"] == "ok"]
     by = {(float(r["mean"]), int(r["Nk"]), r["H"], r["backend"]): r for r in ok}
     keys = sorted({(float(r["mean"]), int(r["Nk"]), r["H"]) for r in rs}, key=lambda k: (-k[0], k[2], k[1]))
@@ -673,6 +710,27 @@ def dq_kernels(on_gpu=True):
     if zero and on_gpu:
         lines.append(f"Mean 0, fused backends: largest dQ error {100 * max(zero):.2f} % (predicted under 1 %: "
                      f"**{'held' if max(zero) < 0.01 else 'missed'}**).")
+    # [dq-centered] docs/19's prediction for --dq centered on the kernels, written before its first GPU run:
+    # at mean 0.5 below the composite's dQ error at every Nk and query heads per K/V head, and at least 4 times
+    # below plain step 19's at the longest Nk; at mean 0 within 0.05 points of plain step 19; dK and dV the same.
+    cent = [(k, by.get(k + ("steps-19-centered",)), by.get(k + ("composite",)), by.get(k + ("steps-19",))) for k in keys]
+    cent = [(k, c, u, p) for k, c, u, p in cent if c and u and p]
+    if cent and on_gpu:
+        half = [(k, float(c["dq_err"]), float(u["dq_err"])) for k, c, u, p in cent if k[0] == 0.5]
+        below = sum(x < y for _, x, y in half)
+        lines.append(f"--dq centered (steps-19-centered), mean 0.5: dQ error below the composite's at {below} of {len(half)} "
+                     f"points (predicted all: **{'held' if half and below == len(half) else 'missed'}**).")
+        gain = [float(p["dq_err"]) / float(c["dq_err"]) for k, c, u, p in cent if k[0] == 0.5 and k[1] == top and k[2] == "1"]
+        if gain:
+            lines.append(f"Plain step 19's dQ error over the centered one at Nk = {top}: **{gain[0]:.1f}** (predicted at least 4: "
+                         f"**{'held' if gain[0] >= 4 else 'missed'}**).")
+        zero = [abs(float(c["dq_err"]) - float(p["dq_err"])) for k, c, u, p in cent if k[0] == 0]
+        if zero:
+            lines.append(f"Mean 0: the centered dQ error within {100 * max(zero):.2f} points of plain step 19's (predicted "
+                         f"within 0.05: **{'held' if max(zero) <= 0.0005 else 'missed'}**).")
+        same = all(c["dk_err"] == p["dk_err"] and c["dv_err"] == p["dv_err"] for k, c, u, p in cent)
+        lines.append(f"dK and dV: {'the same' if same else 'not the same'} as plain step 19's at every point (predicted the "
+                     f"same: **{'held' if same else 'missed'}**).")
     skipped = sorted({(r["backend"], r["status"]) for r in rs if r["status"] != "ok"})
     if skipped:
         lines.append("Not measured: " + "; ".join(f"{b}: {s}" for b, s in skipped) + ".")
