@@ -1,6 +1,7 @@
 """The tables of one step or a few: the sweeps, the Nsight rows, one step against another, the ablations,
 step 13's own experiments, the tour."""
 import glob
+import csv
 import os
 
 from . import common
@@ -663,6 +664,53 @@ def dq_centered_cost():
         close += f"; at N = 16k at most **{max(long_):.3f}** (predicted at most 1.02: **{verdict(max(long_) <= 1.02)}**)"
     return (provenance(rs) + "\n\n" + table(["dtype", "d", "causal", "N", "plain bwd kernel ms", "centered bwd kernel ms",
                                              "centered / plain"], body) + "\n\n" + close + ".")
+
+
+def dq_centered_why():
+    """Why --dq centered costs what it does (docs/19): Nsight Compute on bwd_kv at d = 64, N = 4096, bf16, plain and
+    centered (dqcentered_ncu_{plain,centered}_<gpu>.csv, ncu's own --csv), and the static opcode counts of the
+    default consumer kernels (dqcentered_sass_<gpu>.txt, scripts/sass_opcodes.py): per kernel the total and the
+    opcodes the row sums add."""
+    import glob as _glob
+    files = {v: sorted(_glob.glob(os.path.join(common.DATA, f"dqcentered_ncu_{v}_*.csv"))) for v in ("plain", "centered")}
+    sass = sorted(_glob.glob(os.path.join(common.DATA, "dqcentered_sass_*.txt")))
+    if not files["plain"] or not files["centered"] or not sass:
+        return "_no measurements yet: run ncu on step19 --dq plain and centered, and scripts/sass_opcodes.py, on a GPU machine_"
+    m = {}
+    for v, (path, *_) in files.items():
+        with open(path, newline="") as f:
+            rs = list(csv.DictReader(f))
+        m[v] = {r["Metric Name"]: float(r["Metric Value"].replace(",", "")) for r in rs if r["Metric Value"].replace(",", "").replace(".", "").isdigit()}
+        m[v + "_kernel"], m[v + "_grid"] = rs[0]["Kernel Name"], rs[0]["Grid Size"]
+    shown = [("Duration", "bwd_kv duration (ms)", 1e-6), ("Elapsed Cycles", "elapsed cycles (millions)", 1e-6),
+             ("Executed Instructions", "executed warp instructions (millions)", 1e-6),
+             ("Warp Cycles Per Issued Instruction", "warp cycles per issued instruction", 1.0),
+             ("Compute (SM) Throughput", "compute (SM) throughput (%)", 1.0)]
+    body = [[label, f"{m['plain'][k] * f:.4g}", f"{m['centered'][k] * f:.4g}", f"{m['centered'][k] / m['plain'][k]:.3f}"]
+            for k, label, f in shown if k in m["plain"] and k in m["centered"]]
+    counts = {}
+    for line in open(sass[0]):
+        w = line.split()
+        if len(w) < 9:
+            continue
+        ops = dict(kv.split("=") for kv in w[9:])
+        counts[("bf16" if "bfloat16" in w[0] else "fp16", int(w[2]), w[4], w[6])] = (int(w[8]), ops)
+    sbody = []
+    for (t, d, split, cent), (total, ops) in sorted(counts.items()):
+        if cent != "1" or (t, d, split, "0") not in counts:  # the centered kernel beside the plain one of its dQ split
+            continue
+        total0, ops0 = counts[(t, d, split, "0")]
+        delta = ", ".join(f"{k} +{int(ops[k]) - int(ops0[k])}" for k in ops if int(ops[k]) != int(ops0[k]))
+        sbody.append([t, d, total0, total, f"+{total - total0}", delta])
+    where = os.path.basename(files["plain"][0])[len("dqcentered_ncu_plain_"):-4]
+    return (f"_Nsight Compute (`ncu --clock-control none`, sections SpeedOfLight, WarpStateStats, InstructionStats) on one "
+            f"launch of `step19_bwd_kv` per variant, grid {m['plain_grid']}, on the GPU of the files' name ({where}), commit "
+            f"`b6fd01c`: `step19 --backend gpu --b 4 --h 32 --n 4096 --d 64 --dtype bf16 --dq plain|centered` (how the files "
+            f"were made: `plots/data/README.md`)._\n\n"
+            + table(["bwd_kv, d = 64, N = 4096, bf16", "plain", "centered", "centered / plain"], body)
+            + "\n\n_Static instruction counts of the default consumer kernels (`cuobjdump -sass` of the same build, "
+              "`scripts/sass_opcodes.py`): the whole kernel, plain and centered, and the opcodes whose counts change._\n\n"
+            + table(["type", "d", "plain", "centered", "added", "by opcode"], sbody))
 
 
 def dq_kernels(on_gpu=True):
