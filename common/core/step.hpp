@@ -126,9 +126,10 @@ struct StepInfo {
   bool supports_decode = false;
   int64_t max_n = 0;  // 0: no limit
   // Whether the step's experiments (its flags with sweep = false) are schedule choices compiled for
-  // every storage type and head dimension (step 17's --splits and --combine, step 18's --ranks), rather
-  // than kernels compiled for fp16 at d = 64 and 128 only (step 12's --ablate): the GPU tests run them
-  // everywhere instead of expecting a refusal.
+  // every storage type and head dimension (step 17's --splits and --combine, step 18's --ranks, step
+  // 19's --dq), rather than kernels compiled for fp16 at d = 64 and 128 only (step 12's --ablate): the
+  // GPU tests run them everywhere instead of expecting a refusal, except where the step's own
+  // options_reason refuses one (step 19's and 20's ablations elsewhere).
   bool experiments_everywhere = false;
   // Once per problem on the GPU, before the checked launch and outside the timing: what the step
   // sets up that is not part of one call (step 17: the paged cache's pool and block table, the
