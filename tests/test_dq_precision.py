@@ -30,6 +30,9 @@ class Mechanism(unittest.TestCase):
         self.assertLess(abs(predicted - fused), 0.5 * fused)  # and δD's formula accounts for it
         self.assertLess(out["centered"][0], fused)      # the keys' mean taken out helps too
         self.assertLess(out["both"][0], 1e-6)            # with neither rounding, float64 against itself
+        self.assertLess(out["shifted"][0], fused)       # the shifted keys take the common part out as well
+        self.assertEqual(out["centered"][2], out["fused"][2])  # centering in the sum leaves dS (dK) alone
+        self.assertNotEqual(out["shifted"][2], out["fused"][2])  # the shifted keys' rounding reaches P, so dS
 
     def test_zero_mean_keys(self):
         out, _, _ = run(2048, 64, 0.0, 3)
