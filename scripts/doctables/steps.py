@@ -610,7 +610,7 @@ def dq_precision():
     rs = common.rows("dq_precision.csv")
     if not rs:
         return provenance(rs, "scripts/dq_precision.py plots/data/dq_precision.csv")
-    variants = ["fused", "d-fp32o", "ds-exact", "both", "centered", "unfused"]
+    variants = ["fused", "d-fp32o", "ds-exact", "both", "centered", "shifted", "unfused"]
     by = {(r["input_mean"], int(r["Nk"]), r["variant"]): r for r in rs}
     keys = sorted({(r["input_mean"], int(r["Nk"])) for r in rs}, key=lambda k: (-float(k[0]), k[1]))
     body = []
@@ -621,13 +621,18 @@ def dq_precision():
             row.append(f"{100 * float(r['dq_rel_err']):.2f}" if r else "–")
         f = by.get((mean, nk, "fused"))
         row.append(f"{100 * float(f['predicted_from_d']):.2f}" if f and f.get("predicted_from_d") else "–")
+        for v in ("fused", "shifted"):  # dS's error: dK's, for one query row
+            r = by.get((mean, nk, v))
+            row.append(f"{100 * float(r['ds_rel_err']):.2f}" if r and r.get("ds_rel_err") else "–")
         body.append(row)
     r = rs[0]
     head = (f"_Computed on the CPU by `scripts/dq_precision.py` at commit `{r['commit']}`, {r['date']} (an emulation: "
             f"float64 arithmetic, the kernels' bf16 roundings applied where they make them; d = {r['d']}, one query row, "
-            f"seed {r['seed']}). Relative L2 error of dQ against float64 from the same bf16 inputs, in percent._")
+            f"seed {r['seed']}). Relative L2 error of dQ against float64 from the same bf16 inputs, in percent; the last "
+            f"two columns that of dS, which is dK's for one query row._")
     return head + "\n\n" + table(["input mean", "Nk", "fused (the kernels)", "D from unrounded O", "dS not rounded",
-                                  "both", "keys' mean taken out", "unfused composite", "predicted from δD"], body)
+                                  "both", "keys' mean taken out", "keys shifted, K' stored", "unfused composite",
+                                  "predicted from δD", "dS: fused", "dS: keys shifted"], body)
 
 
 def dq_centered_cost():
