@@ -5,6 +5,7 @@ Which step runs (`steps_for`):
   elsewhere and wherever their features are needed (dropout is steps 12 and 13's alone);
 - on the CPU: the blueprints of steps 12 and 13, exact and slow ([capi-cpu]).
 FLASH_ATTN_STEPS_FORWARD and FLASH_ATTN_STEPS_BACKWARD (a step id such as "16") override the choice.
+FLASH_ATTN_STEPS_DQ=centered gives step 19's backward --dq centered (_ops._opts builds the options).
 
 Nothing here checks the user's arguments: interface.py has done that, and the C library checks what
 only it can know (what the step and this GPU take) before any launch.

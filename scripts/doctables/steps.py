@@ -1,8 +1,9 @@
 """The tables of one step or a few: the sweeps, the Nsight rows, one step against another, the ablations,
 step 13's own experiments, the tour."""
-import glob
 import csv
+import glob
 import os
+import re
 
 from . import common
 from .common import ROOT, geomean, mb, plain_variant, point, provenance, spread, table
@@ -676,9 +677,8 @@ def dq_centered_why():
     centered (dqcentered_ncu_{plain,centered}_<gpu>.csv, ncu's own --csv), and the static opcode counts of the
     default consumer kernels (dqcentered_sass_<gpu>.txt, scripts/sass_opcodes.py): per kernel the total and the
     opcodes the row sums add."""
-    import glob as _glob
-    files = {v: sorted(_glob.glob(os.path.join(common.DATA, f"dqcentered_ncu_{v}_*.csv"))) for v in ("plain", "centered")}
-    sass = sorted(_glob.glob(os.path.join(common.DATA, "dqcentered_sass_*.txt")))
+    files = {v: sorted(glob.glob(os.path.join(common.DATA, f"dqcentered_ncu_{v}_*.csv"))) for v in ("plain", "centered")}
+    sass = sorted(glob.glob(os.path.join(common.DATA, "dqcentered_sass_*.txt")))
     if not files["plain"] or not files["centered"] or not sass:
         return "_no measurements yet: run ncu on step19 --dq plain and centered, and scripts/sass_opcodes.py, on a GPU machine_"
     m = {}
@@ -708,11 +708,12 @@ def dq_centered_why():
         delta = ", ".join(f"{k} +{int(ops[k]) - int(ops0[k])}" for k in ops if int(ops[k]) != int(ops0[k]))
         sbody.append([t, d, total0, total, f"+{total - total0}", delta])
     where = os.path.basename(files["plain"][0])[len("dqcentered_ncu_plain_"):-4]
+    targs = re.search(r"<([^,]+), (\d+),", m["plain_kernel"])  # the instantiation: storage type, d
+    what = f"bwd_kv, {'bf16' if 'bfloat16' in targs.group(1) else 'fp16'}, d = {targs.group(2)}" if targs else "bwd_kv"
     return (f"_Nsight Compute (`ncu --clock-control none`, sections SpeedOfLight, WarpStateStats, InstructionStats) on one "
-            f"launch of `step19_bwd_kv` per variant, grid {m['plain_grid']}, on the GPU of the files' name ({where}), commit "
-            f"`b6fd01c`: `step19 --backend gpu --b 4 --h 32 --n 4096 --d 64 --dtype bf16 --dq plain|centered` (how the files "
-            f"were made: `plots/data/README.md`)._\n\n"
-            + table(["bwd_kv, d = 64, N = 4096, bf16", "plain", "centered", "centered / plain"], body)
+            f"launch of `step19_bwd_kv` per variant, grid {m['plain_grid']}, on the GPU of the files' name ({where}); "
+            f"the command, shape and commit: `plots/data/README.md`._\n\n"
+            + table([what, "plain", "centered", "centered / plain"], body)
             + "\n\n_Static instruction counts of the default consumer kernels (`cuobjdump -sass` of the same build, "
               "`scripts/sass_opcodes.py`): the whole kernel, plain and centered, and the opcodes whose counts change._\n\n"
             + table(["type", "d", "plain", "centered", "added", "by opcode"], sbody))
@@ -730,7 +731,7 @@ def dq_kernels(on_gpu=True):
     rs = [r for r in common.rows("dq_long_keys_*.csv") if r.get("backend") and (r["device"] != "cpu") == on_gpu]
     if not rs:
         return provenance(rs, "python/examples/dq_long_keys.py" + (" (scripts/python_gpu.sh's dq phase)" if on_gpu else
-                                                                    " --device cpu --backends steps-19,steps-13,composite"))
+                                                                    " --device cpu --backends steps-19,steps-19-centered,steps-13,composite"))
     fused = ["steps-19", "steps-13", "sdpa-flash", "sdpa-cudnn"]
     order = [b for b in ["steps-19", "steps-19-centered"] + fused[1:] + ["sdpa-efficient", "sdpa-math", "composite"]
              if any(r["backend"] == b for r in rs)]
