@@ -6,7 +6,7 @@ issue and wait, a wgmma on one side of a branch) it serializes them and says so 
 ("Potential Performance Loss: wgmma.mma_async instructions are serialized ..."). The kernel still runs
 and passes every check, only slower: a measurement of it measures the compiler's choice. This test
 compiles steps/19_hopper_backward/kernel.cu for sm_90a with -Xptxas -v and requires that every default
-kernel — each storage type, each head dimension of kHeadDims, --deterministic off and on, --dq centered,
+kernel — each storage type, each head dimension of kHeadDims, --deterministic off and on, --dq centered, --dropout,
 the default dQ split and product order — is compiled and carries no such warning. The ablations' warnings are
 listed (docs/19_hopper_backward.md, "Read the compiler's report before reading an ablation"). Step 20's
 kernels (docs/20_persistent.md, "Registers") the same way: every storage type, head dimension and --exp2,
@@ -136,25 +136,27 @@ def main():
     warned = {}
     for code, fn in re.findall(r"\((C75\d\d)\) Potential Performance Loss: wgmma[^']*function '([^']+)'", out):
         warned.setdefault(fn, []).append(code)
-    pat = re.compile(r"step19_bwd_kvI(6__half|13__nv_bfloat16)Li(\d+)ELb([01])ELb([01])ELi(\d+)ELb([01])ELb([01])ELb([01])E")
+    pat = re.compile(r"step19_bwd_kvI(6__half|13__nv_bfloat16)Li(\d+)ELb([01])ELb([01])ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])E")
     found, bad = {}, []
     for fn in sorted(entries):
         m = pat.search(fn)
         if not m:
             continue
-        t, d, bulk, ov, split, dkfirst, det, cent = m.groups()
+        t, d, bulk, ov, split, dkfirst, det, cent, drop = m.groups()
         d = int(d)
         default_split = splits.index("kByColumns" if (d // 2) % panel == 0 else "kByTurns")
         is_default = (bulk, ov, dkfirst) == ("1", "1", "1") and int(split) == default_split
         name = (f"{'fp16' if 'half' in t else 'bf16'} d={d} bulk={bulk} overlap={ov} split={splits[int(split)]} dk-first={dkfirst} "
-                f"det={det} centered={cent}")
+                f"det={det} centered={cent} dropout={drop}")
         w = ",".join(warned.get(fn, [])) or "none"
         print(f"{'default ' if is_default else 'ablation'}  {name}: wgmma serialization warnings {w}")
         if is_default:
-            found[(t, d, det, cent)] = fn
+            found[(t, d, det, cent, drop)] = fn
             if fn in warned:
                 bad.append(name)
-    wanted = [(t, d, det, cent) for t in ("6__half", "13__nv_bfloat16") for d in dims for det, cent in (("0", "0"), ("1", "0"), ("0", "1"))]
+    # --deterministic, --dq centered and --dropout as compiled: alone, and dropout with --deterministic
+    combos = (("0", "0", "0"), ("1", "0", "0"), ("0", "1", "0"), ("0", "0", "1"), ("1", "0", "1"))
+    wanted = [(t, d) + c for t in ("6__half", "13__nv_bfloat16") for d in dims for c in combos]
     missing = [k for k in wanted if k not in found]
     for m in missing:
         print(f"ptxas_serialization: no default kernel compiled for {m} (has the template changed?)")

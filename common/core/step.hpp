@@ -111,6 +111,7 @@ struct StepInfo {
   // A step that runs another step's forward (step 08 runs step 07's) names it here; "" = its own.
   // blueprint / closed_form / launch above are then that step's.
   std::string forward_from;
+  std::string forward_from_dropout;  // [forward-from] with --dropout, when it is another step's
 
   // --dropout P (common/kernel/dropout.hpp): the steps whose forward (and backward) apply it; any other
   // step refuses a nonzero P with a message.
@@ -211,16 +212,29 @@ inline int choice_index(const StepOptions& o, const std::string& flag, const cha
 
 // [forward-from] A step that runs another step's forward before its own backward (step 08 runs
 // step 07's, step 13 step 12's): the forward's entries of its registration are From's, called with
-// From's own defaults whatever this step's flags say, and forward_from names From.
-template <const StepInfo& (*From)()>
+// From's own defaults whatever this step's flags say, and forward_from names From. With Dropout given,
+// a shape with dropout takes Dropout's forward instead (step 19: step 16 has none, step 12 draws the
+// mask), and forward_from_dropout names it.
+template <const StepInfo& (*From)(), const StepInfo& (*Dropout)() = nullptr>
 void borrow_forward(StepInfo& i) {
   i.forward_from = From().id;
-  i.blueprint = [](const Shape& s, const Inputs& in, const StepOptions&) { return From().blueprint(s, in, {}); };
-  i.closed_form = [](const Shape& s, const StepOptions&) { return From().closed_form(s, {}); };
-  i.smem_bytes = [](const Shape& s, const StepOptions&) { return From().smem_bytes(s, {}); };
+  if constexpr (Dropout != nullptr) i.forward_from_dropout = Dropout().id;
+  // The step whose forward runs this shape.
+  static constexpr auto pick = [](const Shape& s) -> const StepInfo& {
+    if constexpr (Dropout != nullptr)
+      if (s.dropout > 0.0) return Dropout();
+    return From();
+  };
+  i.blueprint = [](const Shape& s, const Inputs& in, const StepOptions&) { return pick(s).blueprint(s, in, {}); };
+  i.closed_form = [](const Shape& s, const StepOptions&) { return pick(s).closed_form(s, {}); };
+  i.smem_bytes = [](const Shape& s, const StepOptions&) { return pick(s).smem_bytes(s, {}); };
 #ifdef FA_HAVE_CUDA
-  i.launch = [](const AttnParams& p, const StepOptions&, void* stream) { From().launch(p, {}, stream); };
-  i.workspace_bytes = [](const Shape& s, const StepOptions&) { return From().workspace_bytes(s, {}); };
+  i.launch = [](const AttnParams& p, const StepOptions&, void* stream) {
+    if constexpr (Dropout != nullptr)
+      if (p.dropout > 0.0f) return Dropout().launch(p, {}, stream);
+    From().launch(p, {}, stream);
+  };
+  i.workspace_bytes = [](const Shape& s, const StepOptions&) { return pick(s).workspace_bytes(s, {}); };
 #endif
 }
 

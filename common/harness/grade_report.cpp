@@ -214,8 +214,10 @@ std::vector<std::string> look_at(const StepInfo& st, const std::vector<GradeCase
   // [forward-from] A step that runs another step's forward (08: step 07's): O and L are that step's
   // code, not this one's regions.
   if (!st.forward_from.empty() && (shown.erase("O") + shown.erase("L")) > 0) {
-    out.push_back(tn + ": the forward is step " + st.forward_from + "'s code and fails too: grade it first (in a "
-                  "student tree it is your lab " + st.forward_from + ")");
+    // With --dropout it may be another step's (step 19: step 12's).
+    const std::string fwd = st.forward_from_dropout.empty() ? st.forward_from : st.forward_from + " (with dropout " + st.forward_from_dropout + ")";
+    out.push_back(tn + ": the forward is step " + fwd + "'s code and fails too: grade it first (in a "
+                  "student tree it is your lab " + fwd + ")");
     if (shown.empty()) ledger_fail = false;  // nothing of this step's own is known to be wrong
   }
   if (const std::string r = region_advice(st, t, shown, ledger_fail, shared); !r.empty()) out.push_back(r);

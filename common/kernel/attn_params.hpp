@@ -42,7 +42,7 @@ struct AttnParams {
   bool fp8 = false, fp8_block = false, incoherent = false;
   float scale = 0.0f;                    // softmax scale (already resolved, never 0)
   void* workspace = nullptr;             // step-specific scratch in global memory
-  // Dropout on the attention weights (common/kernel/dropout.hpp); p = 0: none. Steps 12 and 13 only.
+  // Dropout on the attention weights (common/kernel/dropout.hpp); p = 0: none. Steps 12, 13 and 19 only.
   float dropout = 0.0f;
   uint64_t dropout_seed = 0, dropout_offset = 0;
 };

@@ -1,4 +1,4 @@
-// Dropout on the attention weights, by a counter-based generator (steps 12 and 13, --dropout P).
+// Dropout on the attention weights, by a counter-based generator (steps 12, 13 and 19, --dropout P).
 //
 // A kept weight is divided by 1 − P, a dropped one is 0:  O = (P ∘ Z) V,  Z_ij = keep_ij / (1 − P).
 // The softmax statistics (m, l, and so L) are those of the weights before dropout, as in

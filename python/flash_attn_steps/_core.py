@@ -2,7 +2,8 @@
 
 Which step runs (`steps_for`):
 - on a GPU: step 16's forward and step 19's backward on sm_90 (the Hopper steps), steps 12 and 13
-  elsewhere and wherever their features are needed (dropout is steps 12 and 13's alone);
+  elsewhere and wherever their features are needed (dropout: steps 12 and 13, since step 16's forward
+  has none);
 - on the CPU: the blueprints of steps 12 and 13, exact and slow ([capi-cpu]).
 FLASH_ATTN_STEPS_FORWARD and FLASH_ATTN_STEPS_BACKWARD (a step id such as "16") override the choice.
 FLASH_ATTN_STEPS_DQ=centered gives step 19's backward --dq centered (_ops._opts builds the options).

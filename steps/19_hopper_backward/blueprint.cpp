@@ -25,9 +25,13 @@
 #include <vector>
 
 #include "blueprint/wgmma_emu.hpp"
+#include "kernel/dropout.hpp"
 #include "schedule.hpp"
 
 namespace fa::step16 {
+const StepInfo& info();
+}
+namespace fa::step12 {
 const StepInfo& info();
 }
 
@@ -43,7 +47,8 @@ int dq_mode_of(const StepOptions& o) { return choice_index(o, "dq", kDqNames, kD
 std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
   const bool det = deterministic(o), centered = dq_mode_of(o) == kDqCentered;
-  if (dropout) return "step19: --dropout is not built into this backward yet (step 13 has it)";
+  if (dropout && centered) return "step19: --dropout is compiled without --dq centered";
+  if (dropout && a != kFull) return std::string("step19: --dropout is compiled without --ablate (") + kAblationNames[a] + ")";
   if (det && centered) return "step19: --dq centered adds its row sums with atomics, in no fixed order: not with --deterministic";
   if (centered && a != kFull) return std::string("step19: --dq centered is compiled without --ablate (") + kAblationNames[a] + ")";
   if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
@@ -82,6 +87,10 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
   if (det && centered) throw Unsupported("step19: --dq centered is not compiled with --deterministic");
+  const bool drop = float(s.dropout) > 0.0f;  // [dropout] P as the kernel gets it (a float)
+  if (drop && (centered || ablation != kFull)) throw Unsupported("step19: --dropout is compiled without --dq centered and --ablate");
+  const uint32_t keep_below = drop ? dropout_threshold(float(s.dropout)) : 0u;
+  const float z_kept = drop ? dropout_rescale(float(s.dropout)) : 1.0f;
   BackwardBlueprintResult res;
   res.grads = {Tensor4(s.B, s.H, s.N, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d), Tensor4(s.B, s.hkv(), s.Nk, s.d)};  // [gqa]
   res.ledger.kernels.reserve(4);  // references into the set stay valid
@@ -230,13 +239,19 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                     float sv = sT.reg(w, lane, 4 * n + e);
                     if (masked && !key_visible(i0 + rc.col, j0 + 64 * c + rc.row, N, Nk, s.causal, s.window)) sv = -kInf;
                     const float pv = std::exp2(std::fma(sv, sl2, -l2v[e % 2]));
+                    // [dropout] Z of the element: the bit the kernel's Philox block call gives it (the
+                    // same bits as drawn one element at a time); Pᵀ∘Z feeds dV, dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D).
+                    const float z = drop ? (dropout_keep(s.dropout_seed, s.dropout_offset, bh, i0 + rc.col, j0 + 64 * c + rc.row, keep_below)
+                                                ? z_kept
+                                                : 0.0f)
+                                         : 1.0f;
                     float& dpv = dpT.reg(w, lane, 4 * n + e);
-                    dpv = pv * (dpv - ddv[e % 2]);
-                    sT.reg(w, lane, 4 * n + e) = pv;
+                    dpv = pv * (drop ? dpv * z - ddv[e % 2] : dpv - ddv[e % 2]);
+                    sT.reg(w, lane, 4 * n + e) = drop ? pv * z : pv;
                   }
                 }
             // lab:end
-            Lkv.nonmatmul_ops += 64 * Br * (5 + (masked ? 1 : 0));
+            Lkv.nonmatmul_ops += 64 * Br * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));  // [dropout] Z's compare, two multiplies
             Lkv.exps += 64 * Br;  // Pᵀ recomputed on every entry, masked ones too
             // [c-to-a] Pᵀ and dSᵀ as A operands; [ds-smem] dSᵀ (the same rounded values) into the buffer.
             for (int64_t kk = 0; kk < Br / 16; ++kk) {
@@ -419,7 +434,8 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
                  + BH * pairs * Cq * (kq * (64 + W) * 16 * 2 + (bulk ? chunk_bytes : 0));                  // dQ's operands; the writer's reads
   kv.barriers = BHk * Tc;
   kv.matmul_flops = BH * pairs * (C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC) + Cq * kq * W) * kMmaFlops;
-  kv.nonmatmul_ops = BH * (pairs * C * 64 * Br * 5 + masked * C * 64 * Br) + BHk * Tc * Bc * d;
+  const bool drop = float(s.dropout) > 0.0f;  // [dropout] Z's compare and two multiplies per entry
+  kv.nonmatmul_ops = BH * (pairs * C * 64 * Br * (5 + (drop ? 3 : 0)) + masked * C * 64 * Br) + BHk * Tc * Bc * d;
   if (centered) kv.gmem_atomic += BH * pairs * C * 4 * Br * 4, kv.nonmatmul_ops += BH * pairs * C * 64 * Br;  // [dq-centered] each warp's row sums
   kv.exps = BH * pairs * C * 64 * Br;
   kv.tiles_computed = BH * pairs;
@@ -449,11 +465,10 @@ LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o), dq_mode_of(o) == kDqCentered);
 }
 int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
-// [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic):
-// held against the GPU before anything runs, as the launcher would refuse it. (Dropout is refused by
-// the harness: supports_dropout is false.)
+// [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic;
+// with --dropout): held against the GPU before anything runs, as the launcher would refuse it.
 std::string run_options_reason(const Shape& s, const StepOptions& o) {
-  const std::string why = refusal(s.dtype == DType::bf16, int(s.d), false, o), prefix = "step19: ";
+  const std::string why = refusal(s.dtype == DType::bf16, int(s.d), s.dropout > 0.0, o), prefix = "step19: ";
   return why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
 }
 }  // namespace
@@ -477,7 +492,10 @@ const StepInfo& info() {
       dq.sweep = false;
       i.flags = {det, a, dq};
     }
-    borrow_forward<step16::info>(i);  // [forward-from] the forward is step 16's, whatever the flags say
+    // [forward-from] The forward is step 16's, whatever the flags say; with --dropout step 12's, which
+    // draws the mask this backward redraws (step 16 has no dropout).
+    borrow_forward<step16::info, step12::info>(i);
+    i.supports_dropout = true;  // [dropout] the default kernel, --deterministic on or off
     i.experiments_everywhere = true;  // --dq centered everywhere; the ablations refused by options_reason elsewhere
     i.supports_gqa = true;     // [gqa] a block per key/value head sums its group's dK and dV
     i.supports_window = true;  // [window] each K/V tile's Q tiles of the band

@@ -12,6 +12,9 @@
 //   step19_key_mean     (--dq centered) each key/value head's mean key ([dq-centered]); the consumers then
 //                       add each query's Σ dS into its row sum, and the convert takes c · (row sum) off
 //
+// [dropout] (--dropout P) The consumers redraw the forward's mask (steps 12 and 13's Philox blocks,
+// common/kernel/dropout.hpp) while Sᵀ and dPᵀ are multiplied: Pᵀ∘Z feeds dV, dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D).
+//
 // [gqa] A block serves a key/value head: it walks the Q tiles of each of the group's query heads in
 // turn ([items]), so dK and dV sum the group in registers. [window] A K/V tile's Q tiles end where
 // the rows' bands pass it (end_q_tile), and the mask tests the band's left edge too.
@@ -27,6 +30,7 @@
 #include <type_traits>
 
 #include "kernel/cuda_check.cuh"
+#include "kernel/dropout.hpp"
 #include "schedule.hpp"
 #include "kernel/wgmma.cuh"  // FA_SM90A_ONLY: compiled for sm_90a only (the host refuses other GPUs first)
 
@@ -220,7 +224,7 @@ struct Maps {
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
 // overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
 // dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]).
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent>
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
@@ -229,6 +233,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   static_assert(Split != kByTurns || D == wgmma::kPanel, "by turns: d is one panel");
   static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
   static_assert(!Det || !Cent, "--dq centered adds its row sums in no fixed order");
+  static_assert(!Drop || (!Cent && Bulk && OV && DkFirst && Split == default_split(D, C)), "--dropout: the default kernel alone");
   // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
   // stages' L·log2 e and D, the mbarriers.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -355,6 +360,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 #pragma unroll
     for (int r = 0; r < 32; ++r) dk[pn][r] = 0.0f, dv[pn][r] = 0.0f;
   const float sl2 = f.scale * kLog2e;
+  const uint32_t keep_below = Drop ? dropout_threshold(f.dropout) : 0u;  // [dropout]
+  const float z_kept = Drop ? dropout_rescale(f.dropout) : 1.0f;
   // [desc-add] Every descriptor below is one add to the low word of the block's first (desc_at in
   // wgmma_layout.hpp), from warp-uniform values alone, so that ptxas can keep it in a uniform register:
   // no mask, shift and move per product. kc: the offset of the consumer's 64 keys in K_j and V_j.
@@ -380,6 +387,25 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma::mma_ss<T, 64>(dp, at(kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc)), at(do_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
     wgmma::commit();
+    // [dropout] While the products run: bit r of `kept` is register r's keep. Call e of 16 queries np
+    // is the 2 × 2 block of query i0 + 16np + 2tg + e and key 16w + g of the consumer's; its word
+    // 2·nb + hr belongs to register 4(2np + nb) + 2hr + e (common/kernel/dropout.hpp, [dropout-block]).
+    uint32_t kept = 0;
+    if constexpr (Drop) {
+      const int64_t bh = int64_t(b) * f.H + h;
+      const int key = j0 + 64 * c + 16 * w + g;
+#pragma unroll 1  // a pair of calls at a time: all eight unrolled spill more (ptxas -v)
+      for (int np = 0; np < Br / 16; ++np)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const DropoutWords dw = dropout_words(f.dropout_seed, f.dropout_offset, bh, i0 + 16 * np + 2 * tg + e, key);
+#pragma unroll
+          for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) kept |= uint32_t(dw.w[2 * nb + hr] >= keep_below) << (4 * (2 * np + nb) + 2 * hr + e);
+        }
+    }
+    auto z_of = [&](int r) { return (kept >> r) & 1u ? z_kept : 0.0f; };
     // [overlap] Wait for Sᵀ alone: Pᵀ's exponentials run while dPᵀ is still multiplied, and dV's
     // product (which needs only Pᵀ) while dSᵀ is formed.
     if (OV) wgmma::wait<1>();
@@ -423,7 +449,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int at = 4 * (2 * kk + r / 2) + 2 * (r % 2);
-        pa[kk][r] = pack2<T>(s[at], s[at + 1]);
+        if constexpr (Drop) pa[kk][r] = pack2<T>(s[at] * z_of(at), s[at + 1] * z_of(at + 1));  // [dropout] Pᵀ∘Z
+        else pa[kk][r] = pack2<T>(s[at], s[at + 1]);
       }
     wgmma::fence();
 #pragma unroll
@@ -442,7 +469,10 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       float2 ddv;
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(ddv.x), "=f"(ddv.y) : "r"(dd_at(st) + 4 * (8 * n + 2 * tg)));
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[4 * n + e] = s[4 * n + e] * (dp[4 * n + e] - (e % 2 ? ddv.y : ddv.x));
+      for (int e = 0; e < 4; ++e) {
+        const float dpz = Drop ? dp[4 * n + e] * z_of(4 * n + e) : dp[4 * n + e];  // [dropout] dPᵀ∘Z
+        dp[4 * n + e] = s[4 * n + e] * (dpz - (e % 2 ? ddv.y : ddv.x));
+      }
     }
     // lab:end
 #pragma unroll
@@ -651,7 +681,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
   return m;
 }
 
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false>
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false, bool Drop = false>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -664,11 +694,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -679,7 +709,7 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
@@ -687,6 +717,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
 template <class T, int D>
 void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cudaStream_t st) {
   constexpr int kSplit = default_split(D, schedule_for(D).consumers());  // [dq-split] the default
+  if (p.f.dropout > 0.0f) {  // [dropout] the default kernel, with --deterministic or without
+    if (centered || ablation != kFull) throw std::logic_error("step19: refusal() lets --dropout through with --dq centered or an ablation");
+    if (det) return launch_kv<T, D, true, true, kSplit, true, true, false, true>(p, st);
+    return launch_kv<T, D, true, true, kSplit, true, false, false, true>(p, st);
+  }
   if (centered && ablation == kFull && !det) return launch_kv<T, D, true, true, kSplit, true, false, true>(p, st);
   if (centered) throw std::logic_error("step19: refusal() lets --dq centered through with an ablation or --deterministic");
   if (det && ablation == kFull) return launch_kv<T, D, true, true, kSplit, true, true>(p, st);
