@@ -5,6 +5,7 @@
 #   scripts/bwd_dropout.sh OUTDIR     (after a build: FA_BUILD, default build/, must hold each step's program)
 # FA_STEPS (default "19 13"), FA_NS (default "4096 16384"), FA_DS ("128 64"), FA_CAUSAL ("0 1"), FA_DTYPES
 # ("bf16") pick the points; FA_DEADLINE (seconds since the epoch) stops new points from starting.
+# Run again on the same OUTDIR, it resumes: a run whose row the file has is not repeated.
 # Writes into OUTDIR:
 #   dropout_<gpu>_bwd.csv   date, commit, then the step program's --csv columns: one row per run (its
 #                           variant names dropout=0.1 when it had the mask; bwd_ms is the kernel time)
@@ -17,6 +18,12 @@ steps=${FA_STEPS:-19 13}
 for s in $steps; do need_programs "step$s"; done
 f="$out/dropout_${slug}_bwd.csv"
 fail=0
+# have STEP DTYPE B H N D CAUSAL DROP: the file has that run's row already (resume after an interrupt).
+have() {
+  [ -s "$f" ] && awk -F, -v s="$1" -v t="$2" -v b="$3" -v h="$4" -v n="$5" -v d="$6" -v c="$7" -v x="$8" '
+    NR > 1 && $3 == s && $7 == t && $8 == b && $9 == h && $10 == n && $12 == d && $13 == c &&
+      (index($4, "dropout=") > 0) == (x == 1) { found = 1 } END { exit !found }' "$f"
+}
 run() {  # run STEP ARGS...: one checked run, its --csv row appended (the header once)
   local step=$1; shift
   local res; res=$("$build/step$step" --backend gpu --csv --reps 10 --check-heads 1 "$@" 2>/dev/null)
@@ -26,15 +33,16 @@ run() {  # run STEP ARGS...: one checked run, its --csv row appended (the header
   [ $rc -eq 0 ] || { echo "$me: step$step $* exited $rc" >&2; fail=1; }
   echo "[$me] step$step $* (rc $rc)" >&2
 }
-for dt in ${FA_DTYPES:-bf16}; do for d in ${FA_DS:-128 64}; do for c in ${FA_CAUSAL:-0 1}; do for n in ${FA_NS:-4096 16384}; do
+for n in ${FA_NS:-4096 16384}; do for dt in ${FA_DTYPES:-bf16}; do for d in ${FA_DS:-128 64}; do for c in ${FA_CAUSAL:-0 1}; do
   for s in $steps; do
     if [ -n "${FA_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$FA_DEADLINE" ]; then
       echo "$me: deadline reached before step$s $dt d=$d causal=$c N=$n" >&2; exit $(( fail ? 1 : 3 ))
     fi
-    shape=(--b $((16384 / n)) --h $((2048 / d)) --n "$n" --d "$d" --dtype "$dt")
+    b=$((16384 / n)) h=$((2048 / d))
+    shape=(--b $b --h $h --n "$n" --d "$d" --dtype "$dt")
     [ "$c" = 1 ] && shape+=(--causal)
-    run "$s" "${shape[@]}"
-    run "$s" "${shape[@]}" --dropout 0.1
+    have "$s" "$dt" $b $h "$n" "$d" "$c" 0 || run "$s" "${shape[@]}"
+    have "$s" "$dt" $b $h "$n" "$d" "$c" 1 || run "$s" "${shape[@]}" --dropout 0.1
   done
 done; done; done; done
 exit $fail
