@@ -797,3 +797,50 @@ def dq_kernels(on_gpu=True):
             "values, in percent. q : kv: query heads per K/V head._\n\n"
             + table(["input mean", "Nk", "q : kv"] + [f"dQ {b}" for b in order] + ["dK, dV (largest, fused)"], body)
             + ("\n\n" + " ".join(x for x in lines if x) if any(lines) else ""))
+
+
+def bwd_dropout():
+    """What --dropout 0.1 costs the backward (dropout_*_bwd.csv, scripts/bwd_dropout.sh: steps 19 and 13 at each
+    point with and without it, point by point in turn): per step and point both kernel times and their ratio;
+    closing lines read docs/19's prediction, written before the run (step 19: 1.2-1.5 at d = 128, 1.3-1.8 at
+    d = 64, above 1.10 at every point; above step 13's ratio at each point)."""
+    rs = [r for r in common.rows("dropout_*_bwd.csv") if r.get("bwd_kernel_ms")]
+    if not rs:
+        return provenance(rs, "scripts/bwd_dropout.sh")
+    by = {}
+    for r in rs:
+        by[(r["device"], r["step"], point(r), "dropout=" in r["variant"])] = r
+    body, ratio, used = [], {}, []
+    for dev, step, key in sorted({k[:3] for k in by}, key=lambda k: (k[0], -int(k[1]), k[2][0], -k[2][1], k[2][2], k[2][3])):
+        a, b = by.get((dev, step, key, False)), by.get((dev, step, key, True))
+        if not a or not b:
+            continue
+        x = float(b["bwd_kernel_ms"]) / float(a["bwd_kernel_ms"])
+        ok = "" if all(r[c] == "1" for r in (a, b) for c in ("pass", "bwd_pass")) else " (FAIL)"
+        ratio[(step, key)] = x
+        used += [a, b]
+        body.append([step, key[0], key[1], "yes" if key[2] else "no", key[3], f"{a['B']}×{a['H']}",
+                     f"{float(a['bwd_kernel_ms']):.3f}", f"{float(b['bwd_kernel_ms']):.3f}", f"{x:.2f}{ok}"])
+    if not body:
+        return provenance(rs) + "\n\nNo point has both runs."
+    verdict = lambda ok: "held" if ok else "missed"
+    close = []
+    for d, lo, hi in ((128, 1.2, 1.5), (64, 1.3, 1.8)):
+        xs = [x for (s, k), x in ratio.items() if s == "19" and k[1] == d]
+        if xs:
+            n_in = sum(lo <= x <= hi for x in xs)
+            close.append(f"Step 19 at d = {d}: {min(xs):.2f}–{max(xs):.2f} (predicted {lo}–{hi}: **{verdict(n_in == len(xs))}**, "
+                         f"{n_in} of {len(xs)})")
+    s19 = [x for (s, k), x in ratio.items() if s == "19"]
+    if s19:
+        over = sum(x > 1.10 for x in s19)
+        close.append(f"above 1.10 (the issue's 10 %) at {over} of {len(s19)} points")
+    pairs = [(x, ratio[("13", k)]) for (s, k), x in ratio.items() if s == "19" and ("13", k) in ratio]
+    if pairs:
+        above = sum(a > b for a, b in pairs)
+        close.append(f"step 19's ratio above step 13's at {above} of {len(pairs)} points (predicted at all: "
+                     f"**{verdict(above == len(pairs))}**)")
+    return (provenance(used) + " _Kernel time (CUPTI, every kernel of the backward summed, cold L2); each run checked on one "
+            "head. The ratio is the time with `--dropout 0.1` over the time without (above 1: what dropout costs)._\n\n" +
+            table(["step", "dtype", "d", "causal", "N", "B×H", "bwd kernel ms", "with dropout, ms", "with / without"], body) +
+            "\n\n" + "; ".join(close) + ".")
