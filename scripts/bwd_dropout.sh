@@ -8,7 +8,7 @@
 # Run again on the same OUTDIR, it resumes: a run whose row the file has is not repeated.
 # Writes into OUTDIR:
 #   dropout_<gpu>_bwd.csv   date, commit, then the step program's --csv columns: one row per run (its
-#                           variant names dropout=0.1 when it had the mask; bwd_ms is the kernel time)
+#                           variant names dropout=0.1 when it had the mask; bwd_kernel_ms is the kernel time)
 # Every run is checked against the reference on one head (--check-heads 1); a failed check is a row with
 # pass = 0 or bwd_pass = 0, and the exit status is 1.
 set -uo pipefail
@@ -16,6 +16,11 @@ me=bwd_dropout.sh
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 steps=${FA_STEPS:-19 13}
 for s in $steps; do need_programs "step$s"; done
+# A step that refuses dropout by default (step 19: --dropout-kernel refuse) runs it here with its opt-in flag.
+declare -A opt_in
+for s in $steps; do
+  "$build/step$s" --help 2>/dev/null | grep -q -- "--dropout-kernel" && opt_in[$s]="--dropout-kernel run" || opt_in[$s]=""
+done
 f="$out/dropout_${slug}_bwd.csv"
 fail=0
 # have STEP DTYPE B H N D CAUSAL DROP: the file has that run's row already (resume after an interrupt).
@@ -42,7 +47,7 @@ for n in ${FA_NS:-4096 16384}; do for dt in ${FA_DTYPES:-bf16}; do for d in ${FA
     shape=(--b $b --h $h --n "$n" --d "$d" --dtype "$dt")
     [ "$c" = 1 ] && shape+=(--causal)
     have "$s" "$dt" $b $h "$n" "$d" "$c" 0 || run "$s" "${shape[@]}"
-    have "$s" "$dt" $b $h "$n" "$d" "$c" 1 || run "$s" "${shape[@]}" --dropout 0.1
+    have "$s" "$dt" $b $h "$n" "$d" "$c" 1 || run "$s" "${shape[@]}" --dropout 0.1 ${opt_in[$s]}
   done
 done; done; done; done
 exit $fail

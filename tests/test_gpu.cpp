@@ -627,7 +627,19 @@ TEST_CASE("backward dropout kernels redraw the forward's mask bit for bit, and t
   Refusals no;
   for (const StepInfo* st : all_steps()) {
     if (!st->launch_backward || !st->supports_dropout) continue;
-    for (const StepOptions& opt : test::all_options(*st))
+    // Every variant, and each with each experiment set alone: those that do not take dropout must refuse it
+    // (step 19 refuses it unless --dropout-kernel run).
+    std::vector<StepOptions> opts;
+    for (const StepOptions& v : test::all_options(*st)) {
+      opts.push_back(v);
+      for (const StepFlag& fl : st->flags)
+        for (size_t k = 1; !fl.sweep && k < fl.choices.size(); ++k) {
+          StepOptions x = v;
+          x[fl.name] = fl.choices[k];
+          opts.push_back(x);
+        }
+    }
+    for (const StepOptions& opt : opts)
       for (double p : {0.1, 0.5})
         for (const Shape& s : test::backward_probe_shapes(p, 0x243f6a8885a308d3ull, 5)) {
           const std::string what = "step" + st->id + " " + variant_name(opt) + " " + s.str();

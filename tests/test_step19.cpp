@@ -349,10 +349,17 @@ TEST_CASE("step 19: refused where the kernels are not compiled: an ablation in b
   s.N = s.Nk = 128;
   s.d = 64;
   CHECK(step19::refusal(false, 64, false, {}).empty());
-  CHECK(step19::refusal(false, 64, true, {}).empty());  // [dropout] the default kernel, both types
-  CHECK(step19::refusal(true, 128, true, {{"deterministic", "on"}}).empty());
-  CHECK(step19::refusal(false, 64, true, {{"dq", "centered"}}).find("--dropout") != std::string::npos);
-  CHECK(step19::refusal(false, 128, true, {{"ablate", "atomics"}}).find("--dropout") != std::string::npos);
+  // [dropout] Refused by default, naming the flag that runs it; run: the default kernel, both types, --deterministic
+  // on or off, and nothing else.
+  CHECK(step19::refusal(false, 64, true, {}).find("--dropout-kernel run") != std::string::npos);
+  CHECK(step19::refusal(true, 128, true, {{"deterministic", "on"}}).find("10 %") != std::string::npos);
+  const StepOptions run = {{"dropout-kernel", "run"}};
+  CHECK(step19::refusal(false, 64, true, run).empty());
+  CHECK(step19::refusal(true, 128, true, {{"dropout-kernel", "run"}, {"deterministic", "on"}}).empty());
+  CHECK(step19::refusal(false, 64, false, run).empty());  // without --dropout the flag changes nothing
+  CHECK(step19::refusal(false, 64, true, {{"dropout-kernel", "run"}, {"dq", "centered"}}).find("--dropout") != std::string::npos);
+  CHECK(step19::refusal(false, 128, true, {{"dropout-kernel", "run"}, {"ablate", "atomics"}}).find("--dropout") != std::string::npos);
+  CHECK_THROWS_AS(step19::refusal(false, 64, true, {{"dropout-kernel", "yes"}}), std::invalid_argument);
   CHECK(step19::refusal(true, 128, false, {{"ablate", "atomics"}}).find("fp16 only") != std::string::npos);
   CHECK(step19::refusal(false, 64, false, {{"ablate", "dq-keys"}}).empty());
   CHECK(step19::refusal(false, 128, false, {{"ablate", "dq-keys"}}).empty());
@@ -376,8 +383,10 @@ TEST_CASE("step 19: refused where the kernels are not compiled: an ablation in b
   const Forward fwd = st.blueprint(s, in, {}).out;
   Shape drop = s;
   drop.dropout = 0.1;
-  CHECK_THROWS_AS(st.backward_blueprint(drop, in, fwd, make_grad_output(s, 1), {{"dq", "centered"}}), Unsupported);
-  CHECK_THROWS_AS(st.backward_blueprint(drop, in, fwd, make_grad_output(s, 1), {{"ablate", "overlap"}}), Unsupported);
+  CHECK_THROWS_AS(st.backward_blueprint(drop, in, fwd, make_grad_output(s, 1), {}), Unsupported);
+  CHECK_NOTHROW(st.backward_blueprint(drop, in, fwd, make_grad_output(s, 1), run));
+  CHECK_THROWS_AS(st.backward_blueprint(drop, in, fwd, make_grad_output(s, 1), {{"dropout-kernel", "run"}, {"dq", "centered"}}), Unsupported);
+  CHECK_THROWS_AS(st.backward_blueprint(drop, in, fwd, make_grad_output(s, 1), {{"dropout-kernel", "run"}, {"ablate", "overlap"}}), Unsupported);
   CHECK_NOTHROW(st.backward_blueprint(s, in, fwd, make_grad_output(s, 1), {}));
 }
 

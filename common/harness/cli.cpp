@@ -43,7 +43,7 @@ bool is_switch(const StepFlag& f) {
 
 // The steps whose StepInfo sets supports_dropout, for the refusal's message (fa_common cannot
 // consult the registry, which links every step and so fa_common itself).
-constexpr const char* kDropoutSteps = "steps 12, 13 and 19";
+constexpr const char* kDropoutSteps = "steps 12, 13 and 19 (19 with --dropout-kernel run)";
 constexpr const char* kFp8Steps = "step 21";  // [fp8] the steps whose StepInfo sets fp8
 
 }  // namespace

@@ -43,10 +43,17 @@ constexpr const char* kSwitch[] = {"off", "on"};
 }
 bool deterministic(const StepOptions& o) { return choice_index(o, "deterministic", kSwitch, 2, "step19") == 1; }
 int dq_mode_of(const StepOptions& o) { return choice_index(o, "dq", kDqNames, kDqModes, "step19"); }
+int dropout_kernel_of(const StepOptions& o) {
+  return choice_index(o, "dropout-kernel", kDropoutKernelNames, kDropoutKernels, "step19");
+}
 
 std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
   const bool det = deterministic(o), centered = dq_mode_of(o) == kDqCentered;
+  if (dropout && dropout_kernel_of(o) == kDropoutRefuse)
+    return "step19: --dropout is refused by default: this backward may apply it only where it costs at most 10 % of its time "
+           "(docs/19_hopper_backward.md, \"Dropout\", has the measurement); step 13 applies it. --dropout-kernel run runs it "
+           "anyway, to measure it";
   if (dropout && centered) return "step19: --dropout is compiled without --dq centered";
   if (dropout && a != kFull) return std::string("step19: --dropout is compiled without --ablate (") + kAblationNames[a] + ")";
   if (det && centered) return "step19: --dq centered adds its row sums with atomics, in no fixed order: not with --deterministic";
@@ -83,7 +90,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const int64_t d = s.d;
   if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
     throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
-  const std::string why = refusal(s.dtype == DType::bf16, int(d), s.dropout > 0.0, {});
+  const std::string why = refusal(s.dtype == DType::bf16, int(d), false, {});  // dropout's combinations: below
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
   if (det && centered) throw Unsupported("step19: --dq centered is not compiled with --deterministic");
@@ -490,7 +497,10 @@ const StepInfo& info() {
       StepFlag dq{"dq", {}, "dQ's sum over the keys: plain; centered (the head's mean key taken out: Σ dS (k − c), exact up to rounding, and without the error D's rounding leaves along c at long key ranges; its row sums added with atomics, so not with --deterministic) (docs/19_hopper_backward.md, \"dQ at long key ranges\")"};
       for (const char* n : kDqNames) dq.choices.push_back(n);
       dq.sweep = false;
-      i.flags = {det, a, dq};
+      StepFlag dk{"dropout-kernel", {}, "with --dropout: refuse (the default: this backward may apply dropout only where it costs at most 10 % of its time, docs/19_hopper_backward.md, \"Dropout\"; step 13 applies it) or run (the kernel with the mask, to measure it; not with --dq centered or --ablate)"};
+      for (const char* n : kDropoutKernelNames) dk.choices.push_back(n);
+      dk.sweep = false;
+      i.flags = {det, a, dq, dk};
     }
     // [forward-from] The forward is step 16's, whatever the flags say; with --dropout step 12's, which
     // draws the mask this backward redraws (step 16 has no dropout).
