@@ -19,7 +19,7 @@ for s in $steps; do need_programs "step$s"; done
 # A step that refuses dropout by default (step 19: --dropout-kernel refuse) runs it here with its opt-in flag.
 declare -A opt_in
 for s in $steps; do
-  "$build/step$s" --help 2>/dev/null | grep -q -- "--dropout-kernel" && opt_in[$s]="--dropout-kernel run" || opt_in[$s]=""
+  "$build/step$s" --help 2>/dev/null | grep -q -- "^  --dropout-kernel " && opt_in[$s]="--dropout-kernel run" || opt_in[$s]=""
 done
 f="$out/dropout_${slug}_bwd.csv"
 fail=0
