@@ -29,15 +29,6 @@ have() {
     NR > 1 && $3 == s && $7 == t && $8 == b && $9 == h && $10 == n && $12 == d && $13 == c &&
       (index($4, "dropout=") > 0) == (x == 1) { found = 1 } END { exit !found }' "$f"
 }
-run() {  # run STEP ARGS...: one checked run, its --csv row appended (the header once)
-  local step=$1; shift
-  local res; res=$("$build/step$step" --backend gpu --csv --reps 10 --check-heads 1 "$@" 2>/dev/null)
-  local rc=$?
-  [ -s "$f" ] || echo "date,commit,$(echo "$res" | head -n1)" >"$f"
-  if [ -n "$(echo "$res" | sed -n 2p)" ]; then echo "$date_utc,$commit,$(echo "$res" | sed -n 2p)" >>"$f"; fi
-  [ $rc -eq 0 ] || { echo "$me: step$step $* exited $rc" >&2; fail=1; }
-  echo "[$me] step$step $* (rc $rc)" >&2
-}
 for n in ${FA_NS:-4096 16384}; do for dt in ${FA_DTYPES:-bf16}; do for d in ${FA_DS:-128 64}; do for c in ${FA_CAUSAL:-0 1}; do
   for s in $steps; do
     if [ -n "${FA_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$FA_DEADLINE" ]; then
@@ -46,8 +37,8 @@ for n in ${FA_NS:-4096 16384}; do for dt in ${FA_DTYPES:-bf16}; do for d in ${FA
     b=$((16384 / n)) h=$((2048 / d))
     shape=(--b $b --h $h --n "$n" --d "$d" --dtype "$dt")
     [ "$c" = 1 ] && shape+=(--causal)
-    have "$s" "$dt" $b $h "$n" "$d" "$c" 0 || run "$s" "${shape[@]}"
-    have "$s" "$dt" $b $h "$n" "$d" "$c" 1 || run "$s" "${shape[@]}" --dropout 0.1 ${opt_in[$s]}
+    have "$s" "$dt" $b $h "$n" "$d" "$c" 0 || run_step "$f" "$s" "${shape[@]}"
+    have "$s" "$dt" $b $h "$n" "$d" "$c" 1 || run_step "$f" "$s" "${shape[@]}" --dropout 0.1 ${opt_in[$s]}
   done
 done; done; done; done
 exit $fail

@@ -19,30 +19,20 @@ source "$root/scripts/targets.sh"       # target, target_words: the matrices of 
 ds=$(target_words bwd ds) && dtypes=$(target_words bwd dtypes) && masks=$(target_words bwd causal) \
   && ns=$(target_words bwd ns) || exit 2
 fail=0
-# run CSV STEP ARGS...: one checked run, its --csv row appended (the header once).
-run() {
-  local csv=$1 step=$2; shift 2
-  local res; res=$("$build/step$step" --backend gpu --csv --reps 10 --check-heads 1 "$@" 2>/dev/null)
-  local rc=$?
-  [ -s "$csv" ] || echo "date,commit,$(echo "$res" | head -n1)" >"$csv"
-  if [ -n "$(echo "$res" | sed -n 2p)" ]; then echo "$date_utc,$commit,$(echo "$res" | sed -n 2p)" >>"$csv"; fi
-  [ $rc -eq 0 ] || { echo "bwd_target.sh: step$step $* exited $rc" >&2; fail=1; }
-  echo "[bwd_target] step$step $* (rc $rc)" >&2
-}
 t="$out/target_${slug}_step13.csv"; : >"$t"
 for dt in $dtypes; do for d in $ds; do for c in $masks; do for n in $ns; do
-  run "$t" 13 --b $((16384 / n)) --h $((2048 / d)) --n $n --d $d --dtype $dt $([ $c = 1 ] && echo --causal)
+  run_step "$t" 13 --b $((16384 / n)) --h $((2048 / d)) --n $n --d $d --dtype $dt $([ $c = 1 ] && echo --causal)
 done; done; done; done
 python3 "$root/scripts/peers.py" "$out/peers_${slug}_bwd.csv" --backends flash,cudnn --ns "$(target bwd ns)" \
   --ds "$(target bwd ds)" --dtypes "$(target bwd dtypes)" --commit "$commit" \
   || { echo "bwd_target.sh: peers.py failed" >&2; fail=1; }
 for d in $ds; do for n in $ns; do
-  run "$t" 13 --b $((16384 / n)) --h $((2048 / d)) --n $n --d $d --dtype bf16 --deterministic
+  run_step "$t" 13 --b $((16384 / n)) --h $((2048 / d)) --n $n --d $d --dtype bf16 --deterministic
 done; done
 f="$out/dropout_${slug}_step12.csv"; : >"$f"
 for d in $ds; do
-  run "$t" 13 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16 --dropout 0.1
-  run "$f" 12 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16
-  run "$f" 12 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16 --dropout 0.1
+  run_step "$t" 13 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16 --dropout 0.1
+  run_step "$f" 12 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16
+  run_step "$f" 12 --b 4 --h $((2048 / d)) --n 4096 --d $d --dtype bf16 --dropout 0.1
 done
 exit $fail

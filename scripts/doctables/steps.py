@@ -829,7 +829,7 @@ def bwd_dropout():
         xs = [x for (s, k), x in ratio.items() if s == "19" and k[1] == d]
         if xs:
             n_in = sum(lo <= x <= hi for x in xs)
-            close.append(f"Step 19 at d = {d}: {min(xs):.2f}–{max(xs):.2f} (predicted {lo}–{hi}: **{verdict(n_in == len(xs))}**, "
+            close.append(f"step 19 at d = {d}: {min(xs):.2f}–{max(xs):.2f} (predicted {lo}–{hi}: **{verdict(n_in == len(xs))}**, "
                          f"{n_in} of {len(xs)})")
     s19 = [x for (s, k), x in ratio.items() if s == "19"]
     if s19:
@@ -843,4 +843,4 @@ def bwd_dropout():
     return (provenance(used) + " _Kernel time (CUPTI, every kernel of the backward summed, cold L2); each run checked on one "
             "head. The ratio is the time with `--dropout 0.1` over the time without (above 1: what dropout costs)._\n\n" +
             table(["step", "dtype", "d", "causal", "N", "B×H", "bwd kernel ms", "with dropout, ms", "with / without"], body) +
-            "\n\n" + "; ".join(close) + ".")
+            "\n\n" + ("; ".join(close) + ".")[0].upper() + ("; ".join(close) + ".")[1:])
