@@ -14,6 +14,7 @@
 
 #include "reference/checks.hpp"
 #include "kernel/dropout.hpp"
+#include "dropout_backward.hpp"
 #include "dropout_probe.hpp"
 #include "reference/reference.hpp"
 #include "harness/runner.hpp"
@@ -173,36 +174,12 @@ TEST_CASE("step 13 [dropout]: p = 0.1 and 0.5 pass against the reference, determ
       test::make_case(1, 2, 150, 211, 64, false, DType::f16), test::make_case(1, 2, 211, 150, 128, true, DType::bf16),
       test::make_case(2, 3, 17, 64, 16, true, DType::f16),    test::make_case(1, 2, 113, 255, 32, false, DType::bf16),
       test::make_case(2, 1, 255, 113, 16, true, DType::bf16), test::make_case(1, 2, 200, 200, 64, true, DType::bf16, 6.0)};
-  int n = 0;
-  for (const double pd : {0.1, 0.5})
-    for (const test::Case& c : cases) {
-      const Shape s = with_dropout(c.shape, pd, 1234 + uint64_t(n), uint64_t(n));
-      const bool det = n++ % 2 == 1;
-      CAPTURE(s.str());
-      CAPTURE(det);
-      const Prepared p = prepare(s, c.inputs);
-      const BackwardBlueprintResult r = step13::blueprint(s, p.in, p.fwd, p.dO, step13::schedule_for(int(s.d)), det);
-      const BackwardCheck chk = check_backward(s, p.in, p.dO, p.ref, r.grads);
-      INFO(chk.summary());
-      CHECK(chk.pass);
-      const std::string diff = r.ledger.diff(step13::closed_form(s, step13::schedule_for(int(s.d)), det));
-      INFO(diff);
-      CHECK(diff.empty());
-      // The mask is really applied: against the gradients without dropout the same result fails.
-      Shape s0 = s;
-      s0.dropout = 0.0;
-      CHECK_FALSE(check_backward(s0, p.in, p.dO, reference_backward(s0, p.in, p.dO), r.grads).pass);
-    }
-  // Dropout adds three scalar operations per element of each computed Sᵀ tile (the keep test,
-  // P∘Z, dP∘Z) and nothing else.
-  Shape s;
-  s.N = s.Nk = 1024;
-  s.d = 64;
-  const Ledger plain = step13::closed_form(s, step13::schedule_for(64), false).total();
-  Ledger drop = step13::closed_form(with_dropout(s, 0.2), step13::schedule_for(64), false).total();
-  CHECK(drop.nonmatmul_ops - plain.nonmatmul_ops == 3 * s.N * s.Nk);
-  drop.nonmatmul_ops = plain.nonmatmul_ops;
-  CHECK(drop == plain);
+  test::check_dropout_backward(
+      cases, [](const Shape& s, const Inputs& in) { return step13::info().blueprint(s, in, {}).out; },
+      [](const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, bool det) {
+        return step13::blueprint(s, in, fwd, dO, step13::schedule_for(int(s.d)), det);
+      },
+      [](const Shape& s, bool det) { return step13::closed_form(s, step13::schedule_for(int(s.d)), det); });
 }
 
 TEST_CASE("step 13 [dropout]: the mask in dV is dropout_keep's bit for bit (dO = one-hot rows), and a wrong seed or offset is seen") {
@@ -210,28 +187,18 @@ TEST_CASE("step 13 [dropout]: the mask in dV is dropout_keep's bit for bit (dO =
   // blueprint kept or dropped, one element of dV each. P_ij > 0 wherever query i sees key j (no
   // logit here is large enough to underflow), so dV_ji != 0 exactly where the weight was kept.
   // Ragged N, Nk ≠ N both ways (keyless rows), one and two K/V tiles, every d, both storage types.
-  int64_t kept = 0, drawn = 0;
-  for (const double pd : {0.1, 0.5})
-    for (const Shape& s : test::backward_probe_shapes(pd, 99, 7)) {
-      CAPTURE(s.str());
-      const Inputs in = make_inputs(s, {uint64_t(s.N + s.Nk)});
-      const Tensor4 dO = test::one_hot_grad_output(s);
-      const Forward fwd = step13::info().blueprint(s, in, {}).out;
-      const step13::Schedule sc = step13::schedule_for(int(s.d));
-      auto mismatches = [&](const Shape& drawn_with, const Shape& want) {
-        return test::dv_mask_mismatches(want, step13::blueprint(drawn_with, in, fwd, dO, sc, false).grads.dv);
-      };
-      CHECK(mismatches(s, s) == 0);
-      Shape other_offset = s, other_seed = s;
-      other_offset.dropout_offset += 1;
-      other_seed.dropout_seed += 1;
-      CHECK(mismatches(other_offset, s) > s.N);  // a mask drawn with another offset or seed is seen
-      CHECK(mismatches(other_seed, s) > s.N);
-      if (!s.causal && pd == 0.5)
-        for (int64_t i = 0; i < s.N; ++i)
-          for (int64_t j = 0; j < s.Nk; ++j) kept += dropout_factor(s, 0, i, j) != 0.0, ++drawn;
-    }
+  const int checked = test::check_dropout_mask(
+      [](const Shape& s, const Inputs& in) { return step13::info().blueprint(s, in, {}).out; },
+      [](const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO) {
+        return step13::blueprint(s, in, fwd, dO, step13::schedule_for(int(s.d)), false).grads.dv;
+      });
+  CHECK(checked == 2 * int(test::backward_probe_shapes(0.1, 99, 7).size()));
   // And the probe is not blind: about half the weights survive p = 0.5.
+  int64_t kept = 0, drawn = 0;
+  for (const Shape& s : test::backward_probe_shapes(0.5, 99, 7))
+    if (!s.causal)
+      for (int64_t i = 0; i < s.N; ++i)
+        for (int64_t j = 0; j < s.Nk; ++j) kept += dropout_factor(s, 0, i, j) != 0.0, ++drawn;
   REQUIRE(drawn > 0);
   CHECK(std::fabs(double(kept) / double(drawn) - 0.5) < 0.05);
 }

@@ -18,6 +18,7 @@
 #include "reference/checks.hpp"
 #include "reference/reference.hpp"
 
+#include "dropout_backward.hpp"
 #include "dropout_probe.hpp"
 #include "kernel/dropout.hpp"
 #include "../steps/13_mma_backward/schedule.hpp"
@@ -410,63 +411,22 @@ TEST_CASE("step 19 [dropout]: p = 0.1 and 0.5 pass against the reference, determ
       test::make_case(1, 2, 150, 211, 64, false, DType::f16), test::make_case(1, 2, 211, 150, 128, true, DType::bf16),
       test::make_case(2, 3, 17, 64, 16, true, DType::f16),    test::make_case(1, 2, 113, 255, 32, false, DType::bf16),
       test::make_case(1, 2, 200, 200, 64, true, DType::bf16, 6.0)};
-  int n = 0;
-  for (const double pd : {0.1, 0.5})
-    for (const test::Case& c : cases) {
-      Shape s = c.shape;
-      s.dropout = pd, s.dropout_seed = 1234 + uint64_t(n), s.dropout_offset = uint64_t(n);
-      const bool det = n++ % 2 == 1;
-      CAPTURE(s.str());
-      CAPTURE(det);
-      const Prepared p = prepare(s, c.inputs);
-      const step19::Schedule sc = step19::schedule_for(int(s.d));
-      const BackwardBlueprintResult r = step19::blueprint(s, p.in, p.fwd, p.dO, sc, step19::kFull, det, false);
-      const BackwardCheck chk = check_backward(s, p.in, p.dO, p.ref, r.grads);
-      INFO(chk.summary());
-      CHECK(chk.pass);
-      const std::string diff = r.ledger.diff(step19::closed_form(s, sc, step19::kFull, det, false));
-      INFO(diff);
-      CHECK(diff.empty());
-      // The mask is really applied: against the gradients without dropout the same result fails.
-      Shape s0 = s;
-      s0.dropout = 0.0;
-      CHECK_FALSE(check_backward(s0, p.in, p.dO, reference_backward(s0, p.in, p.dO), r.grads).pass);
-    }
-  // Dropout adds three scalar operations per entry of each computed Sᵀ tile (the keep test, Pᵀ∘Z,
-  // dPᵀ∘Z) and nothing else: the mask is redrawn, never loaded.
-  Shape s;
-  s.N = s.Nk = 1024;
-  s.d = 64;
-  const Ledger plain = step19::closed_form(s, step19::schedule_for(64), step19::kFull, false, false).total();
-  Shape sd = s;
-  sd.dropout = 0.2;
-  Ledger drop = step19::closed_form(sd, step19::schedule_for(64), step19::kFull, false, false).total();
-  CHECK(drop.nonmatmul_ops - plain.nonmatmul_ops == 3 * s.N * s.Nk);
-  drop.nonmatmul_ops = plain.nonmatmul_ops;
-  CHECK(drop == plain);
+  auto forward = [](const Shape& s, const Inputs& in) { return step19::info().blueprint(s, in, {}).out; };  // step 12's
+  test::check_dropout_backward(
+      cases, forward,
+      [](const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, bool det) {
+        return step19::blueprint(s, in, fwd, dO, step19::schedule_for(int(s.d)), step19::kFull, det, false);
+      },
+      [](const Shape& s, bool det) { return step19::closed_form(s, step19::schedule_for(int(s.d)), step19::kFull, det, false); });
 }
 
 TEST_CASE("step 19 [dropout]: the mask in dV is dropout_keep's bit for bit (dO = one-hot rows), and a wrong seed or offset is seen") {
   // As step 13's test: with dO_ic = [c == i] (N <= d), dV_ji = P_ij·Z_ij, nonzero exactly where
   // query i sees key j and the weight was kept. Ragged N, Nk ≠ N both ways, causal, both types.
-  int checked = 0;
-  for (const double pd : {0.1, 0.5})
-    for (const Shape& s : test::backward_probe_shapes(pd, 99, 7)) {
-      CAPTURE(s.str());
-      const Inputs in = make_inputs(s, {uint64_t(s.N + s.Nk)});
-      const Tensor4 dO = test::one_hot_grad_output(s);
-      const Forward fwd = step19::info().blueprint(s, in, {}).out;
-      const step19::Schedule sc = step19::schedule_for(int(s.d));
-      auto mismatches = [&](const Shape& drawn_with, const Shape& want) {
-        return test::dv_mask_mismatches(want, step19::blueprint(drawn_with, in, fwd, dO, sc, step19::kFull, false, false).grads.dv);
-      };
-      CHECK(mismatches(s, s) == 0);
-      Shape other_offset = s, other_seed = s;
-      other_offset.dropout_offset += 1;
-      other_seed.dropout_seed += 1;
-      CHECK(mismatches(other_offset, s) > s.N);  // a mask drawn with another offset or seed is seen
-      CHECK(mismatches(other_seed, s) > s.N);
-      ++checked;
-    }
+  const int checked = test::check_dropout_mask(
+      [](const Shape& s, const Inputs& in) { return step19::info().blueprint(s, in, {}).out; },
+      [](const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO) {
+        return step19::blueprint(s, in, fwd, dO, step19::schedule_for(int(s.d)), step19::kFull, false, false).grads.dv;
+      });
   CHECK(checked == 2 * int(test::backward_probe_shapes(0.1, 99, 7).size()));
 }
