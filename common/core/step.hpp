@@ -116,6 +116,9 @@ struct StepInfo {
   // --dropout P (common/kernel/dropout.hpp): the steps whose forward (and backward) apply it; any other
   // step refuses a nonzero P with a message.
   bool supports_dropout = false;
+  // [dropout] Options a run with dropout needs besides the variant's (step 19: --dropout-kernel run, its
+  // dropout being an experiment it refuses by default): the lab grade runs its dropout cases with them.
+  StepOptions dropout_options;
   // [fp8] The step runs Q, K and V in e4m3 (--dtype e4m3: its default and only storage type, O in
   // bf16); every other step refuses e4m3, and an FP8 step refuses fp16 and bf16.
   bool fp8 = false;

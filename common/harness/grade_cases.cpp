@@ -132,8 +132,13 @@ std::vector<GradeCase> all_cases(const StepInfo& st, const CliOptions& o) {
     for (const test::Case& c : test::dropout_matrix()) matrix.push_back(c);
   for (Track t : {Track::Cpu, Track::Gpu})
     for (const StepOptions& v : vars)
-      for (const test::Case& c : matrix)
-        if (test::takes_case(st, c.shape)) cs.push_back({t, test::for_step(c, st), v});  // [fp8] e4m3, d >= 32
+      for (const test::Case& c : matrix) {
+        if (!test::takes_case(st, c.shape)) continue;
+        StepOptions x = v;
+        if (c.shape.dropout > 0.0)  // [dropout] what a run with dropout needs (StepInfo::dropout_options)
+          for (const auto& [flag, value] : st.dropout_options) x[flag] = value;
+        cs.push_back({t, test::for_step(c, st), x});  // [fp8] e4m3, d >= 32
+      }
   CliOptions g = o;
   apply_default_shape(g, true);  // the shape flags, else the GPU's benchmark shape
   test::Case speed;

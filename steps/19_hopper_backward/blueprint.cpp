@@ -506,6 +506,7 @@ const StepInfo& info() {
     // draws the mask this backward redraws (step 16 has no dropout).
     borrow_forward<step16::info, step12::info>(i);
     i.supports_dropout = true;  // [dropout] the default kernel, --deterministic on or off
+    i.dropout_options = {{"dropout-kernel", "run"}};  // refused without it ([dropout] in schedule.hpp)
     i.experiments_everywhere = true;  // --dq centered everywhere; the ablations refused by options_reason elsewhere
     i.supports_gqa = true;     // [gqa] a block per key/value head sums its group's dK and dV
     i.supports_window = true;  // [window] each K/V tile's Q tiles of the band
