@@ -627,17 +627,15 @@ TEST_CASE("backward dropout kernels redraw the forward's mask bit for bit, and t
   Refusals no;
   for (const StepInfo* st : all_steps()) {
     if (!st->launch_backward || !st->supports_dropout) continue;
-    // Every variant, and each with each experiment set alone: those that do not take dropout must refuse it
-    // (step 19 refuses it unless --dropout-kernel run).
+    // Every variant, and for a step whose dropout needs more options (StepInfo::dropout_options: step 19's
+    // --dropout-kernel run) each variant with them too: without them it must refuse, with them run.
     std::vector<StepOptions> opts;
     for (const StepOptions& v : test::all_options(*st)) {
       opts.push_back(v);
-      for (const StepFlag& fl : st->flags)
-        for (size_t k = 1; !fl.sweep && k < fl.choices.size(); ++k) {
-          StepOptions x = v;
-          x[fl.name] = fl.choices[k];
-          opts.push_back(x);
-        }
+      if (st->dropout_options.empty()) continue;
+      StepOptions x = v;
+      for (const auto& [flag, value] : st->dropout_options) x[flag] = value;
+      opts.push_back(x);
     }
     for (const StepOptions& opt : opts)
       for (double p : {0.1, 0.5})
