@@ -16,7 +16,7 @@ from .step19_clocks import step19_clocks
 from .step21 import step21_accuracy, step21_banks, step21_lean_ops, step21_pv_order, step21_sass_units, step21_staged, step21_stepped, step21_target
 from .peers import bwd19_deterministic, bwd19_point, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
-from .steps import (ablation, bwd_dropout, bwd_first, bwd_model, dq_centered_cost, dq_centered_why, dq_kernels, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
+from .steps import (ablation, bwd_dropout, bwd_first, dropout_why, bwd_model, dq_centered_cost, dq_centered_why, dq_kernels, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
                     ncu_on_chip, ncu_stalls, step12_dropout, step_backward, step_dtype, step_ncu, step_sweep, tour)
 
 
@@ -98,6 +98,7 @@ TABLES = {
     "step19-dq-centered-why": dq_centered_why,
     "step19-dq-blueprints": lambda: dq_kernels(on_gpu=False),
     "step19-dropout": bwd_dropout,
+    "step19-dropout-why": dropout_why,
     "step13-ledger": bwd_ledger,
     "step13-first": bwd_first,
     "step13-ncu": lambda: ncu_stalls(("13",)),

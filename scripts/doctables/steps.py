@@ -672,6 +672,57 @@ def dq_centered_cost():
                                              "centered / plain"], body) + "\n\n" + close + ".")
 
 
+def ncu_metrics(path):
+    """One launch's metrics from ncu's own --csv (one row per metric): the numeric ones by name, with the
+    kernel's name and grid under "kernel" and "grid"."""
+    with open(path, newline="") as f:
+        rs = list(csv.DictReader(f))
+    m = {r["Metric Name"]: float(r["Metric Value"].replace(",", "")) for r in rs
+         if r["Metric Value"].replace(",", "").replace(".", "").isdigit()}
+    m["kernel"], m["grid"] = rs[0]["Kernel Name"], rs[0]["Grid Size"]
+    return m
+
+
+def ncu_pair_rows(a, b):
+    """Rows of a two-column Nsight table (a launch against another): time, cycles, instructions, the issue slots
+    used (issued instructions per scheduler over the SM's active cycles), cycles per issued instruction, SM
+    throughput; each with b / a."""
+    for m in (a, b):
+        if "Avg. Issued Instructions Per Scheduler" in m and m.get("SM Active Cycles"):
+            m["issue slots used (%)"] = 100.0 * m["Avg. Issued Instructions Per Scheduler"] / m["SM Active Cycles"]
+    shown = [("Duration", "bwd_kv duration (ms)", 1e-6), ("Elapsed Cycles", "elapsed cycles (millions)", 1e-6),
+             ("Executed Instructions", "executed warp instructions (millions)", 1e-6),
+             ("issue slots used (%)", "issue slots used (%): issued instructions per scheduler / active cycles", 1.0),
+             ("Warp Cycles Per Issued Instruction", "warp cycles per issued instruction", 1.0),
+             ("Compute (SM) Throughput", "compute (SM) throughput (%)", 1.0)]
+    return [[label, f"{a[k] * f:.4g}", f"{b[k] * f:.4g}", f"{b[k] / a[k]:.3f}"] for k, label, f in shown if k in a and k in b]
+
+
+def dropout_why():
+    """Why dropout costs step 19 what it does (docs/19, "Dropout"): Nsight Compute on bwd_kv at d = 128, N = 4096,
+    bf16, plain and with --dropout 0.1 --dropout-kernel run (dropout_ncu_{plain,dropout}_<gpu>.csv, ncu's own
+    --csv), and the instructions dropout adds per entry of Sᵀ (B·H·N·N entries, no mask; 32 threads a warp
+    instruction)."""
+    files = {v: sorted(glob.glob(os.path.join(common.DATA, f"dropout_ncu_{v}_*.csv"))) for v in ("plain", "dropout")}
+    if not files["plain"] or not files["dropout"]:
+        return "_no measurements yet: run ncu on step19 with and without --dropout on a GPU machine (plots/data/README.md)_"
+    m = {v: ncu_metrics(paths[0]) for v, paths in files.items()}
+    where = os.path.basename(files["plain"][0])[len("dropout_ncu_plain_"):-4]
+    grid = [int(x) for x in re.findall(r"\d+", m["plain"]["grid"])]
+    close = ""
+    shape = re.search(r"--b (\d+) --h (\d+) --n (\d+)", open(os.path.join(common.DATA, "README.md")).read().split("dropout_ncu_plain_")[1])
+    if shape and "Executed Instructions" in m["plain"]:
+        b_, h_, n_ = (int(x) for x in shape.groups())
+        added = (m["dropout"]["Executed Instructions"] - m["plain"]["Executed Instructions"]) * 32 / (b_ * h_ * n_ * n_)
+        close = (f"\n\nAdded by dropout: **{added:.1f}** thread instructions per entry of Sᵀ "
+                 f"(B·H·N² = {b_}·{h_}·{n_}² entries, the shape of `plots/data/README.md`'s command).")
+    return (f"_Nsight Compute (`ncu --clock-control none`, sections SpeedOfLight, WarpStateStats, InstructionStats, "
+            f"LaunchStats) on one launch of `step19_bwd_kv` per variant, grid {grid}, on the GPU of the files' name ({where}); "
+            f"the command, shape and commit: `plots/data/README.md`._\n\n"
+            + table(["bwd_kv, bf16, d = 128", "plain", "with dropout", "dropout / plain"], ncu_pair_rows(m["plain"], m["dropout"]))
+            + close)
+
+
 def dq_centered_why():
     """Why --dq centered costs what it does (docs/19): Nsight Compute on bwd_kv at d = 64, N = 4096, bf16, plain and
     centered (dqcentered_ncu_{plain,centered}_<gpu>.csv, ncu's own --csv), and the static opcode counts of the
@@ -681,18 +732,8 @@ def dq_centered_why():
     sass = sorted(glob.glob(os.path.join(common.DATA, "dqcentered_sass_*.txt")))
     if not files["plain"] or not files["centered"] or not sass:
         return "_no measurements yet: run ncu on step19 --dq plain and centered, and scripts/sass_opcodes.py, on a GPU machine_"
-    m = {}
-    for v, (path, *_) in files.items():
-        with open(path, newline="") as f:
-            rs = list(csv.DictReader(f))
-        m[v] = {r["Metric Name"]: float(r["Metric Value"].replace(",", "")) for r in rs if r["Metric Value"].replace(",", "").replace(".", "").isdigit()}
-        m[v + "_kernel"], m[v + "_grid"] = rs[0]["Kernel Name"], rs[0]["Grid Size"]
-    shown = [("Duration", "bwd_kv duration (ms)", 1e-6), ("Elapsed Cycles", "elapsed cycles (millions)", 1e-6),
-             ("Executed Instructions", "executed warp instructions (millions)", 1e-6),
-             ("Warp Cycles Per Issued Instruction", "warp cycles per issued instruction", 1.0),
-             ("Compute (SM) Throughput", "compute (SM) throughput (%)", 1.0)]
-    body = [[label, f"{m['plain'][k] * f:.4g}", f"{m['centered'][k] * f:.4g}", f"{m['centered'][k] / m['plain'][k]:.3f}"]
-            for k, label, f in shown if k in m["plain"] and k in m["centered"]]
+    m = {v: ncu_metrics(paths[0]) for v, paths in files.items()}
+    body = ncu_pair_rows(m["plain"], m["centered"])
     counts = {}
     for line in open(sass[0]):
         w = line.split()
@@ -708,10 +749,10 @@ def dq_centered_why():
         delta = ", ".join(f"{k} +{int(ops[k]) - int(ops0[k])}" for k in ops if int(ops[k]) != int(ops0[k]))
         sbody.append([t, d, total0, total, f"+{total - total0}", delta])
     where = os.path.basename(files["plain"][0])[len("dqcentered_ncu_plain_"):-4]
-    targs = re.search(r"<([^,]+), (\d+),", m["plain_kernel"])  # the instantiation: storage type, d
+    targs = re.search(r"<([^,]+), (\d+),", m["plain"]["kernel"])  # the instantiation: storage type, d
     what = f"bwd_kv, {'bf16' if 'bfloat16' in targs.group(1) else 'fp16'}, d = {targs.group(2)}" if targs else "bwd_kv"
     return (f"_Nsight Compute (`ncu --clock-control none`, sections SpeedOfLight, WarpStateStats, InstructionStats) on one "
-            f"launch of `step19_bwd_kv` per variant, grid {m['plain_grid']}, on the GPU of the files' name ({where}); "
+            f"launch of `step19_bwd_kv` per variant, grid {m['plain']['grid']}, on the GPU of the files' name ({where}); "
             f"the command, shape and commit: `plots/data/README.md`._\n\n"
             + table([what, "plain", "centered", "centered / plain"], body)
             + "\n\n_Static instruction counts of the default consumer kernels (`cuobjdump -sass` of the same build, "
