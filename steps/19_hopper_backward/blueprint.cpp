@@ -51,9 +51,9 @@ std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepO
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
   const bool det = deterministic(o), centered = dq_mode_of(o) == kDqCentered;
   if (dropout && dropout_kernel_of(o) == kDropoutRefuse)
-    return "step19: --dropout is refused by default: this backward may apply it only where it costs at most 10 % of its time "
-           "(docs/19_hopper_backward.md, \"Dropout\", has the measurement); step 13 applies it. --dropout-kernel run runs it "
-           "anyway, to measure it";
+    return "step19: --dropout is refused by default: this backward may apply it only where it costs at most 10 % of its time, "
+           "and it costs more (docs/19_hopper_backward.md, \"Dropout\", has the measurement); step 13 applies it. "
+           "--dropout-kernel run runs it anyway, to measure it";
   if (dropout && centered) return "step19: --dropout is compiled without --dq centered";
   if (dropout && a != kFull) return std::string("step19: --dropout is compiled without --ablate (") + kAblationNames[a] + ")";
   if (det && centered) return "step19: --dq centered adds its row sums with atomics, in no fixed order: not with --deterministic";
@@ -497,7 +497,7 @@ const StepInfo& info() {
       StepFlag dq{"dq", {}, "dQ's sum over the keys: plain; centered (the head's mean key taken out: Σ dS (k − c), exact up to rounding, and without the error D's rounding leaves along c at long key ranges; its row sums added with atomics, so not with --deterministic) (docs/19_hopper_backward.md, \"dQ at long key ranges\")"};
       for (const char* n : kDqNames) dq.choices.push_back(n);
       dq.sweep = false;
-      StepFlag dk{"dropout-kernel", {}, "with --dropout: refuse (the default: this backward may apply dropout only where it costs at most 10 % of its time, docs/19_hopper_backward.md, \"Dropout\"; step 13 applies it) or run (the kernel with the mask, to measure it; not with --dq centered or --ablate)"};
+      StepFlag dk{"dropout-kernel", {}, "with --dropout: refuse (the default: this backward may apply dropout only where it costs at most 10 % of its time, and it costs more, docs/19_hopper_backward.md, \"Dropout\"; step 13 applies it) or run (the kernel with the mask, to measure it; not with --dq centered or --ablate)"};
       for (const char* n : kDropoutKernelNames) dk.choices.push_back(n);
       dk.sweep = false;
       i.flags = {det, a, dq, dk};

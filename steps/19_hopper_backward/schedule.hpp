@@ -222,8 +222,8 @@ FA_HD constexpr int split_of(int d, int ablation) {
 bool deterministic(const StepOptions& o);  // --deterministic on ([deterministic])
 
 // [dropout] --dropout-kernel: refuse (the default) or run the backward with the mask. Step 19 may apply
-// dropout only if it costs at most 10 % (docs/19_hopper_backward.md, "Dropout"); until a GPU run shows
-// that, --dropout is refused with that reason, and `run` is the experiment that measures it.
+// dropout only if it costs at most 10 %, and measured it costs more (docs/19_hopper_backward.md,
+// "Dropout"): --dropout is refused with that reason, and `run` is the experiment that measures it.
 enum DropoutKernel : int { kDropoutRefuse = 0, kDropoutRun, kDropoutKernels };
 inline constexpr const char* kDropoutKernelNames[kDropoutKernels] = {"refuse", "run"};
 int dropout_kernel_of(const StepOptions& o);
