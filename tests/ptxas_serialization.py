@@ -133,6 +133,7 @@ def main():
         print(f"ptxas_serialization: nvcc exited {run.returncode}")
         return 1
     entries = set(re.findall(r"Compiling entry function '([^']+)'", out))
+    spills = dict(re.findall(r"Compiling entry function '([^']+)' for 'sm_90a'\n(?:.*\n)*?.*?(\d+) bytes spill stores", out))
     warned = {}
     for code, fn in re.findall(r"\((C75\d\d)\) Potential Performance Loss: wgmma[^']*function '([^']+)'", out):
         warned.setdefault(fn, []).append(code)
@@ -149,7 +150,7 @@ def main():
         name = (f"{'fp16' if 'half' in t else 'bf16'} d={d} bulk={bulk} overlap={ov} split={splits[int(split)]} dk-first={dkfirst} "
                 f"det={det} centered={cent} dropout={drop}")
         w = ",".join(warned.get(fn, [])) or "none"
-        print(f"{'default ' if is_default else 'ablation'}  {name}: wgmma serialization warnings {w}")
+        print(f"{'default ' if is_default else 'ablation'}  {name}: wgmma serialization warnings {w}, {spills.get(fn, '?')} bytes spilled")
         if is_default:
             found[(t, d, det, cent, drop)] = fn
             if fn in warned:

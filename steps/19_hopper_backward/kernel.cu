@@ -223,7 +223,8 @@ struct Maps {
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
 // overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
-// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]).
+// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]),
+// Drop ([dropout]; --dropout with --dropout-kernel run).
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
