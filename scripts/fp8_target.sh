@@ -12,13 +12,16 @@
 # 4. ops ([lean-ops], an experiment; only when named in FA_PHASES): step 16 in bf16 as the baseline, then step 21 with
 #    --ops plain, lean and fold under each --pv, every --v, d = 128 and 256, N = 16k (B·N = 16k), no mask
 #    -> fp8ops_<gpu>.csv
+# 5. defaults ([per-d-defaults]; only when named in FA_PHASES): step 16 in bf16 and step 21 at its defaults alone
+#    (--v pretransposed, --pv and --ops auto), B·N = 16k, N = 1k, 4k, 16k, d = 128 and 256, both masks
+#    -> fp8defaults_<gpu>.csv
 # FA_PHASES (default "speed accuracy order") picks phases; FA_REPS (default 10) timed reps per speed row. Every
 # run is checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
 set -uo pipefail
 me=fp8_target.sh
 phases=" ${FA_PHASES:-speed accuracy order} "
 for ph in $phases; do
-  case "$ph" in speed|accuracy|order|ops) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy, order, ops)" >&2; exit 2 ;; esac
+  case "$ph" in speed|accuracy|order|ops|defaults) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy, order, ops, defaults)" >&2; exit 2 ;; esac
 done
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 reps=${FA_REPS:-10}
@@ -57,6 +60,13 @@ if [[ "$phases" == *" ops "* ]]; then
         --check-heads 1 --reps "$reps" --commit "$commit" --out "$opsf" >&2 || fail=1
     done
   done
+fi
+if [[ "$phases" == *" defaults "* ]]; then
+  dfl="$out/fp8defaults_${slug}.csv"
+  echo "[$me $(date -u +%H:%M:%S)] defaults: step 16 (bf16) and step 21 at its defaults -> $dfl" >&2
+  rm -f "$dfl"
+  "$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants default \
+    --check-heads 1 --reps "$reps" --commit "$commit" --out "$dfl" >&2 || fail=1
 fi
 [[ "$phases" == *" accuracy "* ]] || { echo "[$me $(date -u +%H:%M:%S)] done (exit $fail; no accuracy phase)" >&2; exit $fail; }
 acc="$out/fp8acc_${slug}.csv"

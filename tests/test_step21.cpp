@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -378,6 +379,47 @@ TEST_CASE("step 21 [lean-ops]: --ops lean counts fewer non-matmul operations tha
       CHECK(x->exps == plain.exps);
     }
   }
+}
+
+TEST_CASE("step 21 [per-d-defaults]: --pv and --ops default to auto (the head dimension's pair), --v to pretransposed, and a named value wins") {
+  const StepInfo& st = step21::info();
+  const StepOptions dflt = st.default_options();
+  CHECK(dflt.at("v") == std::string(step21::kVLayoutNames[step21::kVPretransposed]));
+  CHECK(step21::v_layout_of({}) == step21::kVPretransposed);
+  for (const auto& f : st.flags)
+    if (f.name == "pv" || f.name == "ops") {
+      CAPTURE(f.name);
+      CHECK(f.choices.front() == step21::kAuto);
+      CHECK_FALSE(f.sweep);  // experiments: ablation_variants() runs each named value alone
+    }
+  // the fastest pair measured at each head dimension (docs/21_fp8.md, "The defaults")
+  const std::map<int, std::pair<int, int>> want = {{64, {step21::kPvOverlap, step21::kOpsLean}},
+                                                   {128, {step21::kPvOverlap, step21::kOpsLean}},
+                                                   {256, {step21::kPvSerial, step21::kOpsFold}}};
+  for (const auto& [d, pair] : want) {
+    CAPTURE(d);
+    for (const StepOptions& o : {StepOptions{}, StepOptions{{"pv", "auto"}, {"ops", "auto"}}}) {
+      CHECK(step21::pv_order_of(o, d) == pair.first);
+      CHECK(step21::ops_of(o, d) == pair.second);
+    }
+    for (int k = 0; k < step21::kPvOrders; ++k) CHECK(step21::pv_order_of({{"pv", step21::kPvOrderNames[k]}}, d) == k);
+    for (int k = 0; k < step21::kOpsChoices; ++k) CHECK(step21::ops_of({{"ops", step21::kOpsNames[k]}}, d) == k);
+    CHECK_THROWS_WITH_AS(step21::ops_of({{"ops", "fast"}}, d), doctest::Contains("--ops fast"), std::invalid_argument);
+  }
+  // the default's ledger is the named pair's: auto is only a name for it
+  for (int64_t d : {128, 256}) {
+    const Shape s = fp8_shape(1, 2, 300, 260, d, true, false, false);
+    const StepOptions named{{"v", "pretransposed"}, {"pv", step21::kPvOrderNames[want.at(int(d)).first]},
+                            {"ops", step21::kOpsNames[want.at(int(d)).second]}};
+    CAPTURE(d);
+    CHECK(st.closed_form(s, {}).diff(st.closed_form(s, named)).empty());
+    CHECK_FALSE(st.closed_form(s, {{"ops", "plain"}}).diff(st.closed_form(s, named)).empty());
+  }
+  // ablations: the default, then each named value of --pv and --ops alone
+  size_t named = 0;
+  for (const auto& f : st.flags)
+    if (!f.sweep) named += f.choices.size() - 1;
+  CHECK(st.ablation_variants().size() == 1 + named);
 }
 
 TEST_CASE("step 21: the FP8 check fails when a K/V tile is missed, or when O ignores V's descale") {

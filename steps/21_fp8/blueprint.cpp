@@ -438,10 +438,10 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int v_layout, int ops)
 
 namespace {
 BlueprintResult run_blueprint(const Shape& s, const Inputs& in, const StepOptions& o) {
-  return blueprint(s, in, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o));
+  return blueprint(s, in, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o, int(s.d)));
 }
 LedgerSet run_closed_form(const Shape& s, const StepOptions& o) {
-  return closed_form(s, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o));
+  return closed_form(s, schedule_for(int(s.d), v_layout_of(o)), v_layout_of(o), ops_of(o, int(s.d)));
 }
 int64_t run_smem_bytes(const Shape& s, const StepOptions& o) { return smem_bytes(schedule_for(int(s.d), v_layout_of(o)), int(s.d)); }
 }  // namespace
@@ -451,8 +451,14 @@ size_t workspace_bytes(const Shape& s, const StepOptions& opts) {
 }
 
 int v_layout_of(const StepOptions& opts) { return choice_index(opts, "v", kVLayoutNames, kVLayouts, "step21"); }
-int pv_order_of(const StepOptions& opts) { return choice_index(opts, "pv", kPvOrderNames, kPvOrders, "step21"); }
-int ops_of(const StepOptions& opts) { return choice_index(opts, "ops", kOpsNames, kOpsChoices, "step21"); }
+// [per-d-defaults] A flag whose default is "auto": the head dimension's choice when absent or "auto", else
+// the value named (an unknown one throws, naming the flag).
+static int choice_or_auto(const StepOptions& opts, const char* flag, const char* const* names, int count, int dflt) {
+  const auto it = opts.find(flag);
+  return it == opts.end() || it->second == kAuto ? dflt : choice_index(opts, flag, names, count, "step21");
+}
+int pv_order_of(const StepOptions& opts, int d) { return choice_or_auto(opts, "pv", kPvOrderNames, kPvOrders, default_pv_order(d)); }
+int ops_of(const StepOptions& opts, int d) { return choice_or_auto(opts, "ops", kOpsNames, kOpsChoices, default_ops(d)); }
 
 const StepInfo& info() {
   static const StepInfo step = [] {
@@ -463,15 +469,16 @@ const StepInfo& info() {
     i.teaches = "e4m3 and its scales, FP8 wgmma (k = 32, K-major only), P cast in registers in the fragment's key order, V transposed by the producer's warps";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag f{"v", {}, "where Vᵀ comes from: kernel (transposed in shared memory by the producer's warps), pretransposed (written transposed by the quantize kernel), or kernel-stepped (kernel's transpose, its addresses stepped from per-lane constants) (docs/21_fp8.md)"};
+      StepFlag f{"v", {}, "where Vᵀ comes from: pretransposed (written transposed by the quantize kernel; the fastest at d = 128 and 256), kernel (transposed in shared memory by the producer's warps), or kernel-stepped (kernel's transpose, its addresses stepped from per-lane constants) (docs/21_fp8.md)"};
       for (const char* n : kVLayoutNames) f.choices.push_back(n);
       // [pv-order] an experiment (not swept): the blueprint's arithmetic and ledger are the same either way
-      StepFlag pv{"pv", {}, "when a consumer issues the previous tile's P·V: overlap (in the turn that issues S, step 16's order) or serial (alone before S, summed into O before S is issued: fewer live registers at d = 256) (docs/21_fp8.md)"};
+      // [per-d-defaults] auto first: the default is the head dimension's fastest pair of --pv and --ops
+      StepFlag pv{"pv", {kAuto}, "when a consumer issues the previous tile's P·V: auto (overlap at d = 128, serial at d = 256: the faster of the two at each), overlap (in the turn that issues S, step 16's order) or serial (alone before S, summed into O before S is issued: fewer live registers at d = 256) (docs/21_fp8.md)"};
       for (const char* n : kPvOrderNames) pv.choices.push_back(n);
       pv.sweep = false;
       // [lean-ops] an experiment (not swept): the blueprint and the ledger follow it (the same bytes; fewer
       // non-matmul operations, and the kernel's roundings: the exponent's + 8, one FFMA for two)
-      StepFlag ops{"ops", {}, "the consumers' FP32 instructions per entry: plain (step 16's: P times 256 before its cast, O rescaled by a multiply and summed by an add), lean (the 256 folded into the exponent, O's rescale fused into the next sum's FFMA) or fold (the 256 folded into the exponent alone) (docs/21_fp8.md)"};
+      StepFlag ops{"ops", {kAuto}, "the consumers' FP32 instructions per entry: auto (lean at d = 128, fold at d = 256: the fastest at each), plain (step 16's: P times 256 before its cast, O rescaled by a multiply and summed by an add), lean (the 256 folded into the exponent, O's rescale fused into the next sum's FFMA) or fold (the 256 folded into the exponent alone) (docs/21_fp8.md)"};
       for (const char* n : kOpsNames) ops.choices.push_back(n);
       ops.sweep = false;
       i.flags = {f, pv, ops};

@@ -695,7 +695,7 @@ void launch(const AttnParams& p0, const StepOptions& opts, void* stream) {
     throw std::invalid_argument("step21: Q, K, V, O need 16-byte aligned pointers and strides that are multiples of 8");
   if (int64_t(p.B) * std::max(p.H, p.Hkv) > 65535) throw std::invalid_argument("step21: B·H must be at most 65535 (grid dimension)");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const int v = v_layout_of(opts), pv = pv_order_of(opts), ops = ops_of(opts);
+  const int v = v_layout_of(opts), pv = pv_order_of(opts, p.d), ops = ops_of(opts, p.d);  // [per-d-defaults]
   switch (p.d) {
     case 128: return launch_d<128>(p, v, pv, ops, st);
     case 256: return launch_d<256>(p, v, pv, ops, st);

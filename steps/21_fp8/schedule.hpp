@@ -36,11 +36,12 @@
 
 namespace fa::step21 {
 
-// [v-transpose] Where Vᵀ comes from: transposed in shared memory by the producer's warps (the
-// default), or written transposed by the quantize kernel (--v pretransposed). kernel-stepped is the
-// default's transpose with its addresses stepped from per-lane constants ([transpose-addr]).
-enum VLayout : int { kVKernel = 0, kVPretransposed, kVKernelStepped, kVLayouts };
-inline constexpr const char* kVLayoutNames[kVLayouts] = {"kernel", "pretransposed", "kernel-stepped"};
+// [v-transpose] Where Vᵀ comes from: written transposed by the quantize kernel (pretransposed, the
+// default: the fastest at both head dimensions, [per-d-defaults]), or transposed in shared memory by
+// the producer's warps (--v kernel). kernel-stepped is kernel's transpose with its addresses stepped
+// from per-lane constants ([transpose-addr]).
+enum VLayout : int { kVPretransposed = 0, kVKernel, kVKernelStepped, kVLayouts };
+inline constexpr const char* kVLayoutNames[kVLayouts] = {"pretransposed", "kernel", "kernel-stepped"};
 FA_HD constexpr bool transposes_in_kernel(int v_layout) { return v_layout != kVPretransposed; }
 
 // [pv-order] When a consumer issues tile j − 1's P·V: with S_j in the same turn (overlap, step 16's order,
@@ -61,6 +62,14 @@ enum Ops : int { kOpsPlain = 0, kOpsLean, kOpsFold, kOpsChoices };
 inline constexpr const char* kOpsNames[kOpsChoices] = {"plain", "lean", "fold"};
 FA_HD constexpr bool ops_fold(int ops) { return ops != kOpsPlain; }  // 2^(x − m + 8): P·256 from the exponent
 FA_HD constexpr bool ops_fuse(int ops) { return ops == kOpsLean; }   // Õ·f + P̃·Ṽ in one FFMA
+
+// [per-d-defaults] --pv and --ops take "auto" by default: the pair measured fastest at each head
+// dimension (docs/21_fp8.md, "The defaults"). At d = 128, overlap and lean. At d = 256, serial (the
+// overlap's registers spill there) and fold (lean's fused FFMA spills with serial). An explicit value
+// overrides it.
+inline constexpr const char* kAuto = "auto";
+FA_HD constexpr int default_pv_order(int d) { return d >= 256 ? kPvSerial : kPvOverlap; }
+FA_HD constexpr int default_ops(int d) { return d >= 256 ? kOpsFold : kOpsLean; }
 
 // [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at d = 128 and 256. A stage is
 // K (Bc × d bytes), Vᵀ (d × Bc) and, when the kernel transposes, V as TMA brought it (Bc × d): as
@@ -236,7 +245,7 @@ Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout);
 BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sched, int v_layout, int ops = kOpsPlain);
 LedgerSet closed_form(const Shape& s, const Schedule& sched, int v_layout, int ops = kOpsPlain);
 int v_layout_of(const StepOptions& opts);
-int pv_order_of(const StepOptions& opts);
-int ops_of(const StepOptions& opts);
+int pv_order_of(const StepOptions& opts, int d);  // [per-d-defaults] "auto" or absent: default_pv_order(d)
+int ops_of(const StepOptions& opts, int d);       // [per-d-defaults] "auto" or absent: default_ops(d)
 
 }  // namespace fa::step21
