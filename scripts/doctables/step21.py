@@ -463,7 +463,7 @@ def step21_defaults(pattern="fp8defaults_*.csv"):
     TFLOP/s; above 1 at N = 16k (both masks, both d) and below 1 at N = 1k (both); falsified at d = 256 below
     1.25."""
     rs = [r for r in common.rows(pattern) if r.get("pass") in ("1", "0") and kms(r)]
-    s21 = [r for r in rs if r["step"] == "21" and r["variant"] == "-"]
+    s21 = [r for r in rs if r["step"] == "21" and r["variant"] in ("-", "v=pretransposed")]
     if not s21:
         return provenance([], "FA_PHASES=defaults " + HOW)
     s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16"}

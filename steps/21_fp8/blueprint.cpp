@@ -289,15 +289,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                   }
           led.nonmatmul_ops += (fuse ? 0 : 4 * 16 * d) + (fold ? 0 : 4 * 16 * Bc);  // the rescale of Õ; P·256
           wg.pa.assign(size_t(Bc / 32), std::vector<wgmma::AFrag8>(4, wgmma::AFrag8(32)));
-          if (fold) {  // [lean-ops] the same bytes in the same order, without the multiply
-            for (int64_t kk = 0; kk < Bc / 32; ++kk)
-              for (int w = 0; w < 4; ++w)
-                for (int lane = 0; lane < 32; ++lane)
-                  for (int q = 0; q < 16; ++q)
-                    wg.pa[size_t(kk)][size_t(w)][size_t(lane)][size_t(q)] = round_to_e4m3(S.reg(w, lane, acc_reg_of(int(kk), q / 4, q % 4)));
-            wg.p_tile = j;
-            return;
-          }
+          const float ps = fold ? 1.0f : fp8::kPScale;  // [lean-ops] under fold S holds P·256 already (x · 1 is x)
           // lab:begin p-pack {O}: [p-fp8] [key-order]: byte i of register q of each lane: its own accumulator …
           for (int64_t kk = 0; kk < Bc / 32; ++kk)
             for (int w = 0; w < 4; ++w)
@@ -305,7 +297,7 @@ BlueprintResult blueprint(const Shape& s, const Inputs& in, const Schedule& sc, 
                 for (int q = 0; q < 4; ++q)
                   for (int i = 0; i < 4; ++i)
                     wg.pa[size_t(kk)][size_t(w)][size_t(lane)][size_t(4 * q + i)] =
-                        round_to_e4m3(S.reg(w, lane, acc_reg_of(int(kk), q, i)) * fp8::kPScale);
+                        round_to_e4m3(S.reg(w, lane, acc_reg_of(int(kk), q, i)) * ps);
           // lab:end
           wg.p_tile = j;
         };

@@ -461,25 +461,17 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
           for (int n = 0; n < 16; ++n) o[hf][4 * n + 2 * hr] *= f, o[hf][4 * n + 2 * hr + 1] *= f;
       }
     }
-    if constexpr (Fold) {  // [lean-ops] s holds P·256 already: the same packing without its multiplies
+    // [lean-ops] Under Fold s holds P·256 already: ps = 1, a multiply the compiler drops (x · 1 is x).
+    constexpr float ps = Fold ? 1.0f : fp8::kPScale;
+    // lab:begin p-fp8: [p-fp8] [key-order]: P·256 to e4m3, four keys per register …
 #pragma unroll
-      for (int kk = 0; kk < Bc / 32; ++kk)
+    for (int kk = 0; kk < Bc / 32; ++kk)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int r = acc_reg_of(kk, q, 0);
-          pa[kk][q] = e4m3x4(s[r], s[r + 1], s[r + 4], s[r + 5]);
-        }
-    } else {
-      // lab:begin p-fp8: [p-fp8] [key-order]: P·256 to e4m3, four keys per register …
-#pragma unroll
-      for (int kk = 0; kk < Bc / 32; ++kk)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int r = acc_reg_of(kk, q, 0);  // bytes 0, 1 at r, r + 1; bytes 2, 3 at r + 4, r + 5
-          pa[kk][q] = e4m3x4(s[r] * fp8::kPScale, s[r + 1] * fp8::kPScale, s[r + 4] * fp8::kPScale, s[r + 5] * fp8::kPScale);
-        }
-      // lab:end
-    }
+      for (int q = 0; q < 4; ++q) {
+        const int r = acc_reg_of(kk, q, 0);  // bytes 0, 1 at r, r + 1; bytes 2, 3 at r + 4, r + 5
+        pa[kk][q] = e4m3x4(s[r] * ps, s[r + 1] * ps, s[r + 4] * ps, s[r + 5] * ps);
+      }
+    // lab:end
   };
   auto release = [&](uint32_t empty_bar) {
     if (lane == 0) mbar_arrive(empty_bar);
