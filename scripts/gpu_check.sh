@@ -5,7 +5,7 @@
 #   3. compute-sanitizer on every step: memcheck on every variant (`bench --list --variants all`),
 #      racecheck, synccheck and initcheck on each step's default variant, at a small ragged shape
 #      with the mask, a small decode for a decoding step (our kernels only: a cuBLAS variant gets
-#      memcheck alone).
+#      memcheck alone; an FP8 step's default at d = 256 too, its defaults being per head dimension).
 # Usage: scripts/gpu_check.sh [OUTDIR]      (default: $OUT if set, else build/gpu_check)
 #   FA_SANITIZE="12 17"   only these steps' sanitizer runs (the tests still run in full)
 #   FA_SANITIZE_TOOLS="memcheck"   the tools of step 3's default-variant runs
@@ -57,7 +57,8 @@ small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend
 # A decoding step (its --help has --qlen: a few new tokens against a cache) gets a small decode:
 # GQA, ragged cache lengths, a few new tokens.
 decode="--b 2 --h 4 --hkv 2 --qlen 3 --nk 300 --cache-lens 200,77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
-# An FP8 step (its --help says e4m3 is its only type) is compiled for d = 128 and 256: the small shape at d = 128.
+# An FP8 step (its --help says e4m3 is its only type) is compiled for d = 128 and 256: the small shape at d = 128
+# (and its default at d = 256 too, below).
 shape_of() {
   local help; help=$("$B/$1" --help 2>/dev/null)
   if grep -q -- '--qlen' <<<"$help"; then echo "$decode"
@@ -69,17 +70,18 @@ steps=""
 san_runs=0 san_fail=0
 sanitize() {  # tool prog flags...
   local tool=$1 prog=$2; shift 2
-  echo "=== $prog $(shape_of "$prog") $* ($tool)" >>"$out/sanitizer.log"
+  local shape="${san_shape:-$(shape_of "$prog")}"
+  echo "=== $prog $shape $* ($tool)" >>"$out/sanitizer.log"
   local t=$SECONDS
-  # shellcheck disable=SC2046
-  compute-sanitizer --tool "$tool" --error-exitcode 99 "$B/$prog" $(shape_of "$prog") "$@" >"$out/one.log" 2>&1
+  # shellcheck disable=SC2086
+  compute-sanitizer --tool "$tool" --error-exitcode 99 "$B/$prog" $shape "$@" >"$out/one.log" 2>&1
   local rc=$?
   cat "$out/one.log" >>"$out/sanitizer.log"
   local summary
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/one.log" | tail -n1)
   san_runs=$((san_runs + 1))
   if [ $rc -ne 0 ]; then san_fail=$((san_fail + 1)); summary="FAIL rc $rc: ${summary:-$(tail -n1 "$out/one.log")}"; fi
-  say "  $tool $prog $*: ${summary:-no summary} ($((SECONDS - t)) s)"
+  say "  $tool $prog $*${san_shape:+ at $(grep -o -- '--d [0-9]*' <<<"$san_shape")}: ${summary:-no summary} ($((SECONDS - t)) s)"
 }
 t0=$SECONDS
 say "compute-sanitizer (shape: $small; a decoding step: $decode)"
@@ -94,6 +96,16 @@ while read -r prog vflags; do
       # shellcheck disable=SC2086
       sanitize "$tool" "$prog" $vflags
     done
+    # An FP8 step's defaults differ per head dimension (step 21's --pv and --ops auto): its default
+    # at d = 256 gets every tool as well.
+    if [[ "$(shape_of "$prog")" == *"--d 128"* ]]; then
+      san_shape="${small/--d 64/--d 256}"
+      for tool in memcheck ${FA_SANITIZE_TOOLS:-racecheck synccheck initcheck}; do
+        # shellcheck disable=SC2086
+        sanitize "$tool" "$prog" $vflags
+      done
+      unset san_shape
+    fi
   fi
 done < <("$B/bench" --list --variants all $steps)
 if [ "${FA_SANITIZE_EXPERIMENTS:-0}" = 1 ]; then  # each experiment's value (an unswept flag) under memcheck too
