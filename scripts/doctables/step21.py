@@ -30,6 +30,25 @@ def _tf(r, ms):
     return f / (ms * 1e-3) / 1e12
 
 
+def _call_row(r, s16):
+    """One step 21 row against step 16's at the same (d, causal, N): (key, call TFLOP/s, the forward alone's
+    TFLOP/s, the quantize kernels' share of the call in %, step 21 / step 16), None where a part is missing."""
+    k = (int(r["d"]), int(r["causal"]), int(r["N"]))
+    parts = _parts(r)
+    alone = _tf(r, parts[ATTENTION_KERNEL]) if ATTENTION_KERNEL in parts else None
+    total = sum(parts.values())
+    share = 100.0 * (total - parts[ATTENTION_KERNEL]) / total if ATTENTION_KERNEL in parts and total > 0 else None
+    base = ktf(s16[k]) if k in s16 else None
+    return k, base, alone, share, (ktf(r) / base if base else None)
+
+
+def _call_cells(r, base, alone, share, ratio):
+    """The cells both step 21 call tables share, from step 16's column to the check."""
+    return [f"{base:.0f}" if base else "–", f"{ktf(r):.0f}", f"{alone:.0f}" if alone else "–",
+            f"{share:.0f} %" if share is not None else "–", f"{ratio:.2f}" if ratio else "–",
+            "PASS" if r["pass"] == "1" else "**FAIL**"]
+
+
 def step21_target():
     """Step 21 (both ways of bringing Vᵀ) beside step 16 in bf16, by kernel time: TFLOP/s with the quantize
     kernels counted and without them (the forward kernel alone), and the ratio to step 16. Closing lines: the
@@ -42,18 +61,9 @@ def step21_target():
     s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16" and kms(r)}
     body, ratios = [], {}
     for r in sorted(s21, key=lambda x: (int(x["d"]), int(x["causal"]), int(x["N"]), x["variant"])):
-        k = (int(r["d"]), int(r["causal"]), int(r["N"]))
-        parts = _parts(r)
-        alone = _tf(r, parts[ATTENTION_KERNEL]) if ATTENTION_KERNEL in parts else None
-        base = ktf(s16[k]) if k in s16 else None
-        ratio = ktf(r) / base if base else None
+        k, base, alone, share, ratio = _call_row(r, s16)
         ratios[(k, r["variant"])] = (ktf(r), alone, ratio)
-        total = sum(parts.values())
-        share = 100.0 * (total - parts[ATTENTION_KERNEL]) / total if ATTENTION_KERNEL in parts and total > 0 else None
-        body.append([k[0], "yes" if k[1] else "no", k[2], r["variant"].replace("v=", ""), f"{base:.0f}" if base else "–",
-                     f"{ktf(r):.0f}", f"{alone:.0f}" if alone else "–", f"{share:.0f} %" if share is not None else "–",
-                     f"{ratio:.2f}" if ratio else "–",
-                     "PASS" if r["pass"] == "1" else "**FAIL**"])
+        body.append([k[0], "yes" if k[1] else "no", k[2], r["variant"].replace("v=", "")] + _call_cells(r, base, alone, share, ratio))
     lines = []
     for d, goal in ((128, 1000), (256, 1150)):
         got = ratios.get(((d, 0, 16384), "v=kernel"))
@@ -469,17 +479,9 @@ def step21_defaults(pattern="fp8defaults_*.csv"):
     s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16"}
     body, got = [], {}
     for r in sorted(s21, key=lambda x: (int(x["d"]), int(x["causal"]), int(x["N"]))):
-        k = (int(r["d"]), int(r["causal"]), int(r["N"]))
-        parts = _parts(r)
-        alone = _tf(r, parts[ATTENTION_KERNEL]) if ATTENTION_KERNEL in parts else None
-        total = sum(parts.values())
-        share = 100.0 * (total - parts[ATTENTION_KERNEL]) / total if ATTENTION_KERNEL in parts and total > 0 else None
-        base = ktf(s16[k]) if k in s16 else None
-        ratio = ktf(r) / base if base else None
+        k, base, alone, share, ratio = _call_row(r, s16)
         got[k] = (ktf(r), alone, ratio)
-        body.append([k[0], "yes" if k[1] else "no", k[2], f"{base:.0f}" if base else "–", f"{ktf(r):.0f}",
-                     f"{alone:.0f}" if alone else "–", f"{share:.0f} %" if share is not None else "–",
-                     f"{ratio:.2f}" if ratio else "–", "PASS" if r["pass"] == "1" else "**FAIL**"])
+        body.append([k[0], "yes" if k[1] else "no", k[2]] + _call_cells(r, base, alone, share, ratio))
     lines = []
 
     def band(x, lo, hi):
