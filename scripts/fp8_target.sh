@@ -15,13 +15,15 @@
 # 5. defaults ([per-d-defaults]; only when named in FA_PHASES): step 16 in bf16 and step 21 at its defaults alone
 #    (--v pretransposed, --pv and --ops auto), B·N = 16k, N = 1k, 4k, 16k, d = 128 and 256, both masks
 #    -> fp8defaults_<gpu>.csv
+# 6. d64 ([sw64]; only when named in FA_PHASES): d = 64 alone — step 16 in bf16 and step 21 at its defaults on the
+#    speed phase's shapes -> fp8d64_<gpu>.csv, and the accuracy phase's rows at d = 64 -> fp8d64acc_<gpu>.csv
 # FA_PHASES (default "speed accuracy order") picks phases; FA_REPS (default 10) timed reps per speed row. Every
 # run is checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
 set -uo pipefail
 me=fp8_target.sh
 phases=" ${FA_PHASES:-speed accuracy order} "
 for ph in $phases; do
-  case "$ph" in speed|accuracy|order|ops|defaults) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy, order, ops, defaults)" >&2; exit 2 ;; esac
+  case "$ph" in speed|accuracy|order|ops|defaults|d64) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy, order, ops, defaults, d64)" >&2; exit 2 ;; esac
 done
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 reps=${FA_REPS:-10}
@@ -68,24 +70,34 @@ if [[ "$phases" == *" defaults "* ]]; then
   "$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants default \
     --check-heads 1 --reps "$reps" --commit "$commit" --out "$dfl" >&2 || fail=1
 fi
-[[ "$phases" == *" accuracy "* ]] || { echo "[$me $(date -u +%H:%M:%S)] done (exit $fail; no accuracy phase)" >&2; exit $fail; }
-acc="$out/fp8acc_${slug}.csv"
-echo "[$me $(date -u +%H:%M:%S)] accuracy -> $acc" >&2
-rm -f "$acc"
-arow() { row "$acc" "$1" "${@:2}" --b 1 --h 2 --reps 3; }
-for inputs in normal outliers; do
-  for d in 128 256; do
-    for n in 1024 2048; do
-      for c in 0 1; do
-        causal=(); [ "$c" = 1 ] && causal=(--causal)
-        arow step16 --dtype bf16 --inputs "$inputs" --d "$d" --n "$n" "${causal[@]}"
-        for scales in tensor block; do
-          arow step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" "${causal[@]}"
-          arow step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" --incoherent "${causal[@]}"
+accuracy() {  # accuracy FILE D...: FlashAttention-3's two input protocols, both masks, N = 1k and 2k, at each d
+  local acc=$1 inputs d n c scales
+  rm -f "$acc"
+  for inputs in normal outliers; do
+    for d in "${@:2}"; do
+      for n in 1024 2048; do
+        for c in 0 1; do
+          causal=(); [ "$c" = 1 ] && causal=(--causal)
+          row "$acc" step16 --dtype bf16 --inputs "$inputs" --d "$d" --n "$n" "${causal[@]}" --b 1 --h 2 --reps 3
+          for scales in tensor block; do
+            row "$acc" step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" "${causal[@]}" --b 1 --h 2 --reps 3
+            row "$acc" step21 --inputs "$inputs" --d "$d" --n "$n" --fp8-scales "$scales" --incoherent "${causal[@]}" --b 1 --h 2 --reps 3
+          done
         done
       done
     done
   done
-done
+}
+if [[ "$phases" == *" d64 "* ]]; then
+  echo "[$me $(date -u +%H:%M:%S)] d64: step 16 (bf16) and step 21 at its defaults, d = 64 -> $out/fp8d64_${slug}.csv" >&2
+  rm -f "$out/fp8d64_${slug}.csv"
+  "$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 64 --causal 0,1 --variants default \
+    --check-heads 1 --reps "$reps" --commit "$commit" --out "$out/fp8d64_${slug}.csv" >&2 || fail=1
+  echo "[$me $(date -u +%H:%M:%S)] d64: accuracy at d = 64 -> $out/fp8d64acc_${slug}.csv" >&2
+  accuracy "$out/fp8d64acc_${slug}.csv" 64
+fi
+[[ "$phases" == *" accuracy "* ]] || { echo "[$me $(date -u +%H:%M:%S)] done (exit $fail; no accuracy phase)" >&2; exit $fail; }
+echo "[$me $(date -u +%H:%M:%S)] accuracy -> $out/fp8acc_${slug}.csv" >&2
+accuracy "$out/fp8acc_${slug}.csv" 128 256
 echo "[$me $(date -u +%H:%M:%S)] done (exit $fail): copy the files to plots/data/ and run scripts/doc_tables.py" >&2
 exit $fail

@@ -5,7 +5,7 @@
 #   3. compute-sanitizer on every step: memcheck on every variant (`bench --list --variants all`),
 #      racecheck, synccheck and initcheck on each step's default variant, at a small ragged shape
 #      with the mask, a small decode for a decoding step (our kernels only: a cuBLAS variant gets
-#      memcheck alone; an FP8 step's default at d = 256 too, its defaults being per head dimension).
+#      memcheck alone; an FP8 step's default at d = 64 and 256 too, its defaults being per head dimension).
 # Usage: scripts/gpu_check.sh [OUTDIR]      (default: $OUT if set, else build/gpu_check)
 #   FA_SANITIZE="12 17"   only these steps' sanitizer runs (the tests still run in full)
 #   FA_SANITIZE_TOOLS="memcheck"   the tools of step 3's default-variant runs
@@ -57,8 +57,8 @@ small="--b 2 --h 2 --n 100 --nk 77 --d 64 --causal --reps 1 --warmup 0 --backend
 # A decoding step (its --help has --qlen: a few new tokens against a cache) gets a small decode:
 # GQA, ragged cache lengths, a few new tokens.
 decode="--b 2 --h 4 --hkv 2 --qlen 3 --nk 300 --cache-lens 200,77 --d 64 --causal --reps 1 --warmup 0 --backend gpu"
-# An FP8 step (its --help says e4m3 is its only type) is compiled for d = 128 and 256: the small shape at d = 128
-# (and its default at d = 256 too, below).
+# An FP8 step (its --help says e4m3 is its only type): every variant at d = 128, where every --v is built (step
+# 21's transposers are not at d = 64), and its default at d = 64 and 256 too (below).
 shape_of() {
   local help; help=$("$B/$1" --help 2>/dev/null)
   if grep -q -- '--qlen' <<<"$help"; then echo "$decode"
@@ -96,13 +96,15 @@ while read -r prog vflags; do
       # shellcheck disable=SC2086
       sanitize "$tool" "$prog" $vflags
     done
-    # An FP8 step's defaults differ per head dimension (step 21's --pv and --ops auto): its default
-    # at d = 256 gets every tool as well.
+    # An FP8 step's defaults differ per head dimension (step 21's --pv and --ops auto; its 64-byte
+    # swizzle at d = 64): its default at d = 64 and 256 gets every tool as well.
     if [[ "$(shape_of "$prog")" == *"--d 128"* ]]; then
-      san_shape="${small/--d 64/--d 256}"
-      for tool in memcheck ${FA_SANITIZE_TOOLS:-racecheck synccheck initcheck}; do
-        # shellcheck disable=SC2086
-        sanitize "$tool" "$prog" $vflags
+      for other in 64 256; do
+        san_shape="${small/--d 64/--d $other}"
+        for tool in memcheck ${FA_SANITIZE_TOOLS:-racecheck synccheck initcheck}; do
+          # shellcheck disable=SC2086
+          sanitize "$tool" "$prog" $vflags
+        done
       done
       unset san_shape
     fi

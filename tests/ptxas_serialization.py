@@ -11,7 +11,7 @@ the default dQ split and product order — is compiled and carries no such warni
 listed (docs/19_hopper_backward.md, "Read the compiler's report before reading an ablation"). Step 20's
 kernels (docs/20_persistent.md, "Registers") the same way: every storage type, head dimension and --exp2,
 the lazy rescale on; its spills are listed. Step 21's forward (docs/21_fp8.md, "Registers and shared
-memory"): each head dimension and each way of bringing Vᵀ (--v).
+memory"): each head dimension and each way of bringing Vᵀ (--v) built there, at the default --pv and --ops of that d.
   tests/ptxas_serialization.py NVCC REPO_ROOT
 """
 import os
@@ -101,15 +101,32 @@ def step21(nvcc, root):
         print(f"ptxas_serialization: step 21's --v choices {names} are not the kernels this test knows {sorted(ways.values())}")
         return 1
 
+    ops_enum = [x.split("=")[0].strip() for x in re.search(r"enum Ops : int \{([^}]*)\}", sched).group(1).split(",")]
     ops_names = re.findall(r'"([^"]+)"', re.search(r"kOpsNames\[kOpsChoices\] = \{([^}]*)\}", sched).group(1))
+    # [per-d-defaults] the pair --pv auto and --ops auto resolve to at each d: "d >= W ? WIDE : NARROW"
+    auto = {}
+    for fn in ("default_pv_order", "default_ops"):
+        m = re.search(fn + r"\(int d\) \{ return d >= (\d+) \? (\w+) : (\w+); \}", sched)
+        if not m:
+            print(f"ptxas_serialization: step 21's {fn} is not of the form this test reads (d >= W ? A : B)")
+            return 1
+        auto[fn] = (int(m.group(1)), m.group(2), m.group(3))
 
-    def classify(m):  # <D, Stages, RawV, Stepped, Serial, Ops>: --pv serial and --ops other than plain are experiments, listed
+    def auto_pair(d):  # (serial, ops index) of the defaults at d
+        w, wide, narrow = auto["default_pv_order"]
+        serial = (wide if d >= w else narrow) == "kPvSerial"
+        w, wide, narrow = auto["default_ops"]
+        return serial, ops_enum.index(wide if d >= w else narrow)
+    # [sw64] the transposers (RawV) are built from kRawVMinD only
+    raw_min = int(re.search(r"kRawVMinD = (\d+);", sched).group(1))
+
+    def classify(m):  # <D, Stages, RawV, Stepped, Serial, Ops>: the defaults' --pv and --ops checked, the others listed
         d, raw, stepped = int(m.group(1)), m.group(2) == "1", m.group(3) == "1"
         serial, ops = m.group(4) == "1", int(m.group(5))
         name = f"d={d} v={ways.get((raw, stepped), '?')}" + (" pv=serial" if serial else "") + (f" ops={ops_names[ops]}" if ops else "")
-        return (d, raw, stepped), name, not serial and not ops
+        return (d, raw, stepped), name, (serial, ops) == auto_pair(d)
     return check_step(nvcc, root, "21_fp8", 21, r"step21_fp8ILi(\d+)ELi\d+ELb([01])ELb([01])ELb([01])ELi(\d)E", classify,
-                      [(d, r, st) for d in dims for (r, st) in ways])
+                      [(d, r, st) for d in dims for (r, st) in ways if d >= raw_min or not r])
 
 
 def main():

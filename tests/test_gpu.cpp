@@ -29,6 +29,7 @@
 #include "harness/runner.hpp"
 #include "core/shapes.hpp"
 #include "reference/quantize.hpp"
+#include "../steps/21_fp8/schedule.hpp"  // step21::quantize_on_gpu (kernel.cu), kHeadDims, the --v names
 
 using namespace fa;
 
@@ -247,12 +248,9 @@ TEST_CASE("GQA and sliding-window backward kernels match the reference gradients
 }
 
 #ifdef FA_HAVE_CUDA
-namespace fa::step21 {
-Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout);  // steps/21_fp8/kernel.cu
-}
 
 // [quantize] Step 21's quantize kernels make the host's codes and descales (common/reference/quantize.cpp),
-// code for code: both scales, the transform on and off, Vᵀ and V, d = 128 and 256, Nk not a multiple of
+// code for code: both scales, the transform on and off, Vᵀ and V, every compiled d, Nk not a multiple of
 // 32 (Vᵀ's slots past Nk must be zeros), GQA, outliers. The forward's check then stands on the reference's
 // own quantization.
 TEST_CASE("step 21's quantize kernels make the host's codes and descales, bit for bit") {
@@ -262,15 +260,15 @@ TEST_CASE("step 21's quantize kernels make the host's codes and descales, bit fo
     return;
   }
   int ran = 0;
-  for (int d : {128, 256})
+  for (int d : step21::kHeadDims)  // every head dimension step 21 compiles (d = 64: two codes a lane)
     for (bool block : {false, true})
       for (bool incoherent : {false, true})
-        for (int v : {0, 1}) {
+        for (int v : {int(step21::kVPretransposed), int(step21::kVKernel)}) {  // Vᵀ, or V as it is
           Shape s;
           s.B = 2, s.H = 4, s.Hkv = 2, s.N = 300, s.Nk = 203, s.d = d;
           set_type(s, "e4m3");
           s.fp8_block = block, s.incoherent = incoherent;
-          const std::string what = s.str() + (v ? " pretransposed" : " kernel");
+          const std::string what = s.str() + " --v " + step21::kVLayoutNames[v];
           CAPTURE(what);
           InputSpec spec{uint64_t(d + 10 * v)};
           set_inputs(spec, "outliers");
@@ -284,7 +282,7 @@ TEST_CASE("step 21's quantize kernels make the host's codes and descales, bit fo
           }
           ++ran;
         }
-  CHECK(ran == 16);
+  CHECK(ran == int(std::size(step21::kHeadDims)) * 2 * 2 * 2);  // the loops above: d, scales, transform, V's layout
   g_ran += ran;
 }
 #endif

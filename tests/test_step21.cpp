@@ -185,6 +185,7 @@ static int stepped_mismatches(int d, uint32_t raw, uint32_t vt) {
 
 TEST_CASE("step 21 [transpose-addr]: the stepped addresses are sw8_offset's, unit for unit, on a swizzle-aligned stage") {
   for (int d : step21::kHeadDims) {
+    if (d < step21::kRawVMinD) continue;  // [sw64] no transposer is built there (the test above refuses it)
     CAPTURE(d);
     CHECK(stepped_mismatches(d, 0, 0) == 0);
     CHECK(stepped_mismatches(d, 3 * 1024 + 5 * 16384, 7 * 1024) == 0);  // any 1024-aligned stage
@@ -194,7 +195,7 @@ TEST_CASE("step 21 [transpose-addr]: the stepped addresses are sw8_offset's, uni
 }
 
 TEST_CASE("step 21 [v-transpose] pretransposed: the quantize kernel's staging tile gives each dim its 32 slots in order") {
-  for (int d : {128, 256}) {
+  for (int d : step21::kHeadDims) {
     CAPTURE(d);
     const int E = d / 32;  // a lane's dims (load_row): E·lane .. E·lane + E − 1
     std::vector<int> tile(size_t(32 * d), -1);
@@ -525,16 +526,65 @@ TEST_CASE("step 21: the blueprint refuses what the FP8 wgmma cannot take, and th
   CHECK_THROWS_AS(st.blueprint(plain, make_inputs(plain, {1}), st.default_options()), std::invalid_argument);
   GpuCaps h200;
   h200.name = "NVIDIA H200", h200.cc = h200.code_cc = 90, h200.smem_optin = 227 * 1024;
-  s.d = 64;
-  CHECK(unsupported_reason(st, s, st.default_options(), h200).find("head dimension 64 is not compiled") != std::string::npos);
-  s.d = 128;
-  CHECK(unsupported_reason(st, s, st.default_options(), h200).empty());
+  s.d = 32;
+  CHECK(unsupported_reason(st, s, st.default_options(), h200).find("head dimension 32 is not compiled") != std::string::npos);
   CHECK(unsupported_reason(st, plain, st.default_options(), h200).find("runs FP8 only") != std::string::npos);
-  for (int d : {128, 256})
-    for (const char* v : {"kernel", "pretransposed"}) {
+  // [sw64] Every compiled d runs the default; the transposers (--v kernel, kernel-stepped) from kRawVMinD only,
+  // refused below it with the reason, and every choice's shared memory fits where it is built.
+  int refused = 0;
+  for (int d : step21::kHeadDims)
+    for (int v = 0; v < step21::kVLayouts; ++v) {
       s.d = d;
-      CHECK(st.smem_bytes(s, {{"v", v}}) <= 227 * 1024);
+      const StepOptions o{{"v", step21::kVLayoutNames[v]}};
+      CAPTURE(d);
+      CAPTURE(step21::kVLayoutNames[v]);
+      CHECK(unsupported_reason(st, s, st.default_options(), h200).empty());
+      const std::string why = unsupported_reason(st, s, o, h200);
+      if (d >= step21::kRawVMinD || v == step21::kVPretransposed) {
+        CHECK(why.empty());
+        CHECK(st.smem_bytes(s, o) <= 227 * 1024);
+      } else {
+        CHECK(why.find("is not built at d = " + std::to_string(d)) != std::string::npos);
+        ++refused;
+      }
     }
+  CHECK(refused == (step21::kVLayouts - 1) * int(std::count_if(std::begin(step21::kHeadDims), std::end(step21::kHeadDims),
+                                                               [](int d) { return d < step21::kRawVMinD; })));
+  CHECK(refused > 0);
+}
+
+// [sw64] d = 64: Q's and K's rows of 64 bytes under the 64-byte swizzle. The slices' offsets are
+// wgmma::kmajor_offset's at 128-byte rows; at 64-byte rows both k = 32 slices stay inside a row. The
+// swizzle moves a row's four chunks among themselves, differently on rows 2 apart within 8 rows (so
+// the 8 rows of a core group meet 4 banks' chunks each), and the descriptor carries mode 2 and SBO 512.
+TEST_CASE("step 21 [sw64]: d = 64's Q and K offsets, the 64-byte swizzle, and its descriptor") {
+  for (int d : {128, 256})
+    for (int R : {64, 128})
+      for (int kk = 0; kk < d / 32; ++kk)
+        for (int r0 : {0, 8, 64}) CHECK(step21::qk_offset(r0, kk, R, d) == wgmma::kmajor_offset(r0, kk, R));
+  CHECK(step21::qk_row_bytes(64) == 64);
+  for (int r0 : {0, 8, 64})
+    for (int kk = 0; kk < 2; ++kk) CHECK(step21::qk_offset(r0, kk, 128, 64) == uint32_t(64 * r0 + 32 * kk));
+  std::vector<int> seen(8 * 64, 0);
+  std::set<int> chunk_of_c0;
+  for (int r = 0; r < 8; ++r) {
+    for (int c = 0; c < 64; ++c) {
+      const uint32_t at = step21::sw64_offset(r, c);
+      REQUIRE(at < 8u * 64u);
+      CHECK(at / 64 == uint32_t(r));  // a row's bytes stay in its row
+      CHECK(at % 16 == uint32_t(c % 16));
+      ++seen[at];
+    }
+    chunk_of_c0.insert(int(step21::sw64_offset(r, 0) % 64 / 16));
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  CHECK(chunk_of_c0.size() == 4);  // chunk 0 of the 8 rows lands in all four positions
+  CHECK(step21::sw64_offset(8, 5) == 8 * 64 + step21::sw64_offset(0, 5));  // the pattern repeats every 8 rows
+  const uint64_t dsc = wgmma::desc(4096 + 32, 16, 512, wgmma::kSwizzle64);
+  CHECK(wgmma::desc_swizzle(dsc) == 2);
+  CHECK(wgmma::desc_sbo(dsc) == 512);
+  CHECK(wgmma::desc_addr(dsc) == 4096 + 32);
+  CHECK(wgmma::desc_swizzle(wgmma::desc(4096)) == 1);
 }
 
 TEST_CASE("step 21: --save writes the codes (uint8) and the descales beside q, k, v, o and lse, and a non-finite input is refused") {

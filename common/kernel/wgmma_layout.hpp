@@ -11,7 +11,7 @@
 //
 // [desc] A shared-memory matrix descriptor is 64 bits:
 //   bits  0-13  start address >> 4        bits 16-29  leading-dimension byte offset >> 4 (LBO)
-//   bits 32-45  stride byte offset >> 4 (SBO)   bits 62-63  swizzle mode (1 = 128-byte swizzle)
+//   bits 32-45  stride byte offset >> 4 (SBO)   bits 62-63  swizzle mode (1 = 128-byte, 2 = 64-byte swizzle)
 // For the layouts used here SBO = 1024 (from one 8-row core group to the next) and LBO is not read
 // (each instruction stays inside one 64-column panel), so it is set to 1 (16 bytes).
 //
@@ -38,10 +38,13 @@ FA_HD constexpr uint32_t sw128_offset(int r, int c, int R) {
 }
 
 // [desc] The descriptor of the matrix that starts at shared address `addr` (a byte address in the
-// shared window, below 256 KB).
-FA_HD constexpr uint64_t desc(uint32_t addr, uint32_t lbo = 16, uint32_t sbo = kGroupBytes) {
+// shared window, below 256 KB). [sw64] Step 21's e4m3 rows of 64 bytes (d = 64) use the 64-byte
+// swizzle instead: chunk c (0..3) of row r at chunk position c XOR ((r / 2) mod 4), eight rows of 64
+// bytes a 512-byte core group (SBO = 512), swizzle mode 2.
+inline constexpr int kSwizzle128 = 1, kSwizzle64 = 2;
+FA_HD constexpr uint64_t desc(uint32_t addr, uint32_t lbo = 16, uint32_t sbo = kGroupBytes, int swizzle = kSwizzle128) {
   return uint64_t((addr >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) |
-         (uint64_t(1) << 62);
+         (uint64_t(swizzle) << 62);
 }
 // [desc-add] Every descriptor here has the same high word (SBO and the swizzle mode); the low word
 // is the address >> 4 with LBO >> 4 above it. So the descriptor of the matrix `offset` bytes (a

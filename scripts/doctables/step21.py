@@ -83,14 +83,14 @@ def step21_target():
                      "check"], body) + "\n\n" + " ".join(lines))
 
 
-def step21_accuracy():
+def step21_accuracy(pattern="fp8acc_*.csv", how=HOW):
     """O's RMSE against float64 attention on the unquantized bf16 inputs (raw_rmse), per input protocol, d,
     N and mask: step 16 in bf16 and step 21 with each way of quantizing, beside the CPU emulation's same
     variant (fp8_accuracy.csv). Closing lines: FlashAttention-3's 9.1e-3 for block scales with the transform
     on the outlier inputs, and the prediction of docs/21 (the kernel within 1.5× of the emulation, above it)."""
-    rs = common.rows("fp8acc_*.csv")
+    rs = common.rows(pattern)
     if not rs:
-        return provenance([], HOW)
+        return provenance([], how)
     emu = {(r["protocol"], int(r["d"]), int(r["causal"]), int(r["N"]), r["variant"]): float(r["rmse"])
            for r in common.rows("fp8_accuracy.csv")}
 
@@ -121,7 +121,7 @@ def step21_accuracy():
                      f"{len(out)}** points.")
     if total:
         lines.append(f"Against the emulation: within 1.5× at **{within} of {total}** points, at or above it at {above}.")
-    return (provenance(rs, HOW) + " _RMSE of O against float64 attention on the bf16 inputs before quantization; in "
+    return (provenance(rs, how) + " _RMSE of O against float64 attention on the bf16 inputs before quantization; in "
             "brackets, over the CPU emulation's RMSE for the same variant and point (docs/fp8_accuracy.md)._\n\n"
             + table(["inputs", "d", "causal", "N"] + [f"`{v}`" for v in variants], body) + "\n\n" + " ".join(lines))
 
@@ -513,3 +513,56 @@ def step21_defaults(pattern="fp8defaults_*.csv"):
             "memset)._\n\n"
             + table(["d", "causal", "N", "step 16 bf16 TFLOP/s", "step 21 TFLOP/s", "forward alone", "quantize",
                      "21 / 16", "check"], body) + "\n\n" + " ".join(lines))
+
+
+D64_HOW = "FA_PHASES=d64 " + HOW
+
+
+def step21_d64():
+    """[sw64] d = 64: step 16 in bf16 and step 21 at its defaults in one run, by kernel time (fp8_target.sh's d64
+    phase). Closing lines: docs/21's prediction written before the run — at N = 16k without the mask the forward
+    alone at 480–650 TFLOP/s, the call at 450–620, step 21 / step 16 in 0.85–1.15 and below d = 128's 1.13 (the
+    falsifier: at or above it); below step 16 at every N = 1k point; with the mask below the ratio without it at
+    every N."""
+    rs = [r for r in common.rows("fp8d64_*.csv") if r.get("pass") in ("1", "0") and kms(r)]
+    s21 = [r for r in rs if r["step"] == "21" and r["variant"] in ("-", "v=pretransposed")]
+    if not s21:
+        return provenance([], D64_HOW)
+    s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16"}
+    body, got = [], {}
+    for r in sorted(s21, key=lambda x: (int(x["d"]), int(x["causal"]), int(x["N"]))):
+        k, base, alone, share, ratio = _call_row(r, s16)
+        got[k] = (ktf(r), alone, ratio)
+        body.append([k[0], "yes" if k[1] else "no", k[2]] + _call_cells(r, base, alone, share, ratio))
+
+    def band(x, lo, hi):
+        return "held" if x is not None and lo <= x <= hi else "missed"
+    lines = []
+    g = got.get((64, 0, 16384))
+    if g:
+        lines.append(f"d = 64, N = 16k, no mask: the forward alone at **{g[1]:.0f}** TFLOP/s (predicted 480–650: "
+                     f"**{band(g[1], 480, 650)}**), the call at **{g[0]:.0f}** (predicted 450–620: **{band(g[0], 450, 620)}**); "
+                     f"step 21 / step 16 **{g[2]:.2f}** (predicted 0.85–1.15: **{band(g[2], 0.85, 1.15)}**; the falsifier, "
+                     f"at or above d = 128's 1.13: **{'fired' if g[2] >= 1.13 else 'did not fire'}**).")
+    below = [k for k in got if k[2] == 1024 and got[k][2]]
+    if below:
+        n = sum(got[k][2] < 1 for k in below)
+        lines.append(f"Below step 16 at N = 1k: **{n} of {len(below)}** points (predicted all: "
+                     f"**{'held' if n == len(below) else 'missed'}**).")
+    pairs = [(got[(64, 1, n)][2], got[(64, 0, n)][2]) for n in sorted({k[2] for k in got})
+             if (64, 1, n) in got and (64, 0, n) in got and got[(64, 1, n)][2] and got[(64, 0, n)][2]]
+    if pairs:
+        n = sum(c < u for c, u in pairs)
+        lines.append(f"With the mask below the ratio without it: **{n} of {len(pairs)}** N (predicted all: "
+                     f"**{'held' if n == len(pairs) else 'missed'}**).")
+    return (provenance(s21, D64_HOW) + " _Kernel time (CUPTI, cold L2), every kernel of a call summed; step 21 at its "
+            "defaults (`--v pretransposed`, `--pv auto`, `--ops auto`: overlap and lean at d = 64); 'forward alone' is "
+            "the step21_fp8 kernel's share of the same calls; 'quantize' the other kernels' share (amax, quantize, the "
+            "memset)._\n\n"
+            + table(["d", "causal", "N", "step 16 bf16 TFLOP/s", "step 21 TFLOP/s", "forward alone", "quantize",
+                     "21 / 16", "check"], body) + "\n\n" + " ".join(lines))
+
+
+def step21_d64_accuracy():
+    """[sw64] step21-accuracy's protocol at d = 64 (fp8_target.sh's d64 phase): the same columns and closing lines."""
+    return step21_accuracy("fp8d64acc_*.csv", D64_HOW)

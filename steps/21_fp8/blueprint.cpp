@@ -452,6 +452,10 @@ static int choice_or_auto(const StepOptions& opts, const char* flag, const char*
 int pv_order_of(const StepOptions& opts, int d) { return choice_or_auto(opts, "pv", kPvOrderNames, kPvOrders, default_pv_order(d)); }
 int ops_of(const StepOptions& opts, int d) { return choice_or_auto(opts, "ops", kOpsNames, kOpsChoices, default_ops(d)); }
 
+namespace {
+std::string run_options_reason(const Shape& s, const StepOptions& o) { return v_layout_reason(int(s.d), v_layout_of(o)); }
+}  // namespace
+
 const StepInfo& info() {
   static const StepInfo step = [] {
     StepInfo i;
@@ -486,7 +490,8 @@ const StepInfo& info() {
     i.max_cc = 90;
     i.needs = "wgmma.mma_async with e4m3 operands, TMA and setmaxnreg (sm_90a)";
     i.head_dims = {std::begin(kHeadDims), std::end(kHeadDims)};
-    i.head_dims_why = "an e4m3 row of 128 bytes is one 128-byte swizzled panel row; d = 64 would need the 64-byte swizzle ([stored-d], steps/21_fp8/schedule.hpp)";
+    i.head_dims_why = "Q's and K's e4m3 rows are one 64-byte swizzled row (d = 64) or 128-byte swizzled panel rows ([stored-d], steps/21_fp8/schedule.hpp)";
+    i.options_reason = run_options_reason;  // [sw64] --v kernel and kernel-stepped from d = 128
 #ifdef FA_HAVE_CUDA
     i.launch = launch;
     i.workspace_bytes = workspace_bytes;

@@ -178,12 +178,15 @@ __global__ void __launch_bounds__(128) step21_quantize(const AttnParams p, Fp8Bu
     else
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = 0.0f;
-    uint32_t c[E / 4];
+    uint32_t c[(E + 3) / 4];
+    if constexpr (E == 2) c[0] = e4m3x2(y[0] * k, y[1] * k);  // [sw64] d = 64: two codes a lane
+    else
 #pragma unroll
-    for (int w = 0; w < E / 4; ++w) c[w] = e4m3x4(y[4 * w] * k, y[4 * w + 1] * k, y[4 * w + 2] * k, y[4 * w + 3] * k);
+      for (int w = 0; w < E / 4; ++w) c[w] = e4m3x4(y[4 * w] * k, y[4 * w + 1] * k, y[4 * w + 2] * k, y[4 * w + 3] * k);
     if (!vt) {
       uint8_t* row = out + (int64_t(bh) * s.rows + r) * D + E * lane;
-      if constexpr (E == 4) *reinterpret_cast<uint32_t*>(row) = c[0];
+      if constexpr (E == 2) *reinterpret_cast<uint16_t*>(row) = uint16_t(c[0]);
+      else if constexpr (E == 4) *reinterpret_cast<uint32_t*>(row) = c[0];
       else *reinterpret_cast<uint2*>(row) = make_uint2(c[0], c[1]);
     } else {
       // [v-transpose] Vᵀ [d][key], each 32-key slice in the A fragment's key order ([key-order]).
@@ -221,9 +224,12 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     step21_fp8(const __grid_constant__ Maps maps, AttnParams p, Descales ds) {
   constexpr Schedule S{128, 128, Stages, RawV};
   constexpr bool Fold = ops_fold(Ops), Fuse = ops_fuse(Ops);  // [lean-ops] --ops: lean both, fold the first
-  constexpr int Br = S.Br, Bc = S.Bc, C = S.consumers(), kHalves = D / 128, kPanels = D / 128;
+  // [sw64] Q's and K's panel rows: 128 bytes, or 64 at d = 64; O's dims per P·V wgmma: 128, or 64.
+  constexpr int kRowB = qk_row_bytes(D), kPvN = D < 128 ? D : 128;
+  constexpr int Br = S.Br, Bc = S.Bc, C = S.consumers(), kHalves = D / kPvN, kPanels = D / kRowB;
   // [stages] The Q tile, then per stage K (Bc × D), Vᵀ (D × Bc) and, when the kernel transposes, V
-  // as it came (Bc × D): e4m3 in [sw128] panels of 128 bytes; then the mbarriers.
+  // as it came (Bc × D): e4m3 in [sw128] panels of 128 bytes ([sw64]: Q and K in 64-byte rows at
+  // d = 64); then the mbarriers.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   if (sbase % wgmma::kGroupBytes != 0) __trap();
@@ -264,12 +270,12 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
     if (threadIdx.x == 0) {
       // ---- [producer] TMA: Q, then per tile K_j and V_j (or Vᵀ_j) into stage j % Stages ----------
       mbar_arrive_expect(q_full, kQTile);
-      for (int pn = 0; pn < kPanels; ++pn) tma_load(sbase + pn * Br * 128, &maps.q, 128 * pn, i0, h, b, q_full);
+      for (int pn = 0; pn < kPanels; ++pn) tma_load(sbase + pn * Br * kRowB, &maps.q, kRowB * pn, i0, h, b, q_full);
       for (int j = 0; j < Tcount; ++j) {
         const int st = j % Stages, key0 = (jbeg + j) * Bc;
         if (j >= Stages) mbar_wait(empty_k(st), empty_parity(j, Stages));
         mbar_arrive_expect(full_k(st), kTile);
-        for (int pn = 0; pn < kPanels; ++pn) tma_load(k_at(st) + pn * Bc * 128, &maps.k, 128 * pn, key0, hkv, b, full_k(st));
+        for (int pn = 0; pn < kPanels; ++pn) tma_load(k_at(st) + pn * Bc * kRowB, &maps.k, kRowB * pn, key0, hkv, b, full_k(st));
         if (RawV) {
           if (j >= Stages) mbar_wait(free_vr(st), empty_parity(j, Stages));
           mbar_arrive_expect(full_vr(st), kTile);
@@ -342,13 +348,13 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
   // ---- [consumer] -----------------------------------------------------------------------------
   regs_inc<kConsumerRegs>();
   const int c = wg - 1, w0 = 16 * (warp % 4);
-  float o[kHalves][64];
+  float o[kHalves][kPvN / 2];
 #pragma unroll
   for (int hf = 0; hf < kHalves; ++hf)
 #pragma unroll
-    for (int r = 0; r < 64; ++r) o[hf][r] = 0.0f;
+    for (int r = 0; r < kPvN / 2; ++r) o[hf][r] = 0.0f;
   float s[Bc / 2];
-  float pv[64];  // [two-level] one tile's P̃·Ṽ for 128 dims of O, as the tensor cores sum it
+  float pv[kPvN / 2];  // [two-level] one tile's P̃·Ṽ for 128 dims of O (64 at d = 64), as the tensor cores sum it
   uint32_t pa[Bc / 32][4];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
   // [lean-ops] (--ops lean) Õ's factor waits here until the next tile's sum comes in: Õ = Õ·f + P̃·Ṽ.
@@ -359,7 +365,9 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
   const float* dv = ds.v + (int64_t(b) * p.Hkv + hkv) * ds.gk;
   auto tile_group = [&](int j) { return ds.gk > 1 ? jbeg + j : 0; };  // Bc = 128 rows = one group
   float dv_prev = 1.0f, dv_cur = 1.0f;
-  const uint32_t q_wg = sbase + wgmma::kmajor_offset(64 * c, 0, Br);
+  const uint32_t q_wg = sbase + qk_offset(64 * c, 0, Br, D);
+  // [sw64] Q's and K's descriptors: the 128-byte swizzle, or at d = 64 the 64-byte one (SBO 512).
+  auto qk_desc = [](uint32_t a) { return kRowB == 128 ? wgmma::desc(a) : wgmma::desc(a, 16, 8 * kRowB, wgmma::kSwizzle64); };
 
   int turns = 0;
   const int last_turn = Tcount;
@@ -373,8 +381,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
   auto issue_s = [&](int st) {  // [s-wgmma] S = Q̃ K̃_jᵀ: D/32 wgmmas of k = 32
 #pragma unroll
     for (int kk = 0; kk < D / 32; ++kk)
-      wgmma::mma_ss_e4m3_128(s, wgmma::desc(q_wg + wgmma::kmajor_offset(0, kk, Br)), wgmma::desc(k_at(st) + wgmma::kmajor_offset(0, kk, Bc)),
-                             kk > 0);
+      wgmma::mma_ss_e4m3_128(s, qk_desc(q_wg + qk_offset(0, kk, Br, D)), qk_desc(k_at(st) + qk_offset(0, kk, Bc, D)), kk > 0);
     wgmma::commit();
   };
   // [pv-wgmma] [two-level] P̃ Ṽ_j for dims 128·hf ... + 127 into pv, afresh (per 32 keys, Vᵀ K-major); the
@@ -382,13 +389,16 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
   // accumulate(), never left to grow in their accumulator over every key of the row.
   auto issue_pv = [&](int st, int hf) {
 #pragma unroll
-    for (int kk = 0; kk < Bc / 32; ++kk)
-      wgmma::mma_rs_e4m3_128(pv, pa[kk], wgmma::desc(vt_at(st) + wgmma::kmajor_offset(128 * hf, kk, D)), kk > 0);
+    for (int kk = 0; kk < Bc / 32; ++kk) {
+      const uint64_t vd = wgmma::desc(vt_at(st) + wgmma::kmajor_offset(kPvN * hf, kk, D));
+      if constexpr (kPvN == 64) wgmma::mma_rs_e4m3_64(pv, pa[kk], vd, kk > 0);
+      else wgmma::mma_rs_e4m3_128(pv, pa[kk], vd, kk > 0);
+    }
     wgmma::commit();
   };
   auto accumulate = [&](int hf) {
 #pragma unroll
-    for (int r = 0; r < 64; ++r) {
+    for (int r = 0; r < kPvN / 2; ++r) {
       if (Fuse) o[hf][r] = fmaf(o[hf][r], f_next[(r >> 1) & 1], pv[r]);  // [lean-ops] one FFMA for FMUL + FADD
       else o[hf][r] += pv[r];
     }
@@ -458,7 +468,7 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
 #pragma unroll
         for (int hf = 0; hf < kHalves; ++hf)
 #pragma unroll
-          for (int n = 0; n < 16; ++n) o[hf][4 * n + 2 * hr] *= f, o[hf][4 * n + 2 * hr + 1] *= f;
+          for (int n = 0; n < kPvN / 8; ++n) o[hf][4 * n + 2 * hr] *= f, o[hf][4 * n + 2 * hr + 1] *= f;
       }
     }
     // [lean-ops] Under Fold s holds P·256 already: ps = 1, a multiply the compiler drops (x · 1 is x).
@@ -559,8 +569,8 @@ __global__ void __launch_bounds__(Schedule{128, 128, Stages, RawV}.threads(), 1)
 #pragma unroll
     for (int hf = 0; hf < kHalves; ++hf)
 #pragma unroll
-      for (int n = 0; n < 16; ++n) {
-        const int col = 128 * hf + 8 * n + 2 * m16n8k16::thread_in_group(lane);
+      for (int n = 0; n < kPvN / 8; ++n) {
+        const int col = kPvN * hf + 8 * n + 2 * m16n8k16::thread_in_group(lane);
         *reinterpret_cast<__nv_bfloat162*>(orow + col) =
             __floats2bfloat162_rn(o[hf][4 * n + 2 * hr] * inv[hr], o[hf][4 * n + 2 * hr + 1] * inv[hr]);
       }
@@ -585,16 +595,16 @@ EncodeFn encoder() {
   return fn;
 }
 
-// [tensor-map] A contiguous [B, heads, rows, cols] tensor of bytes (codes) as a 4-d map, boxes of 128
-// columns × box_rows rows, the 128-byte swizzle, zeros outside.
-CUtensorMap encode_codes(const uint8_t* base, int cols, int rows, int heads, int B, int box_rows) {
+// [tensor-map] A contiguous [B, heads, rows, cols] tensor of bytes (codes) as a 4-d map, boxes of
+// box_cols (128, or 64: [sw64]) columns × box_rows rows, the swizzle of that many bytes, zeros outside.
+CUtensorMap encode_codes(const uint8_t* base, int cols, int rows, int heads, int B, int box_rows, int box_cols = 128) {
   const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(cols), cuuint64_t(int64_t(cols) * rows), cuuint64_t(int64_t(cols) * rows * heads)};
-  const cuuint32_t box[4] = {128, cuuint32_t(box_rows), 1, 1}, elem[4] = {1, 1, 1, 1};
+  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1}, elem[4] = {1, 1, 1, 1};
   CUtensorMap m{};
   const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<uint8_t*>(base), dims, strides, box, elem,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, box_cols == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) throw std::invalid_argument("step21: cuTensorMapEncodeTiled refused a tensor of codes (error " + std::to_string(int(r)) + ")");
   return m;
 }
@@ -641,8 +651,8 @@ void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
     configured = true;
   }
   Maps maps;
-  maps.q = encode_codes(f.q8, D, p.N, p.H, p.B, S.Br);
-  maps.k = encode_codes(f.k8, D, p.Nk, p.Hkv, p.B, S.Bc);
+  maps.q = encode_codes(f.q8, D, p.N, p.H, p.B, S.Br, qk_row_bytes(D));
+  maps.k = encode_codes(f.k8, D, p.Nk, p.Hkv, p.B, S.Bc, qk_row_bytes(D));
   maps.v = RawV ? encode_codes(f.v8, D, p.Nk, p.Hkv, p.B, S.Bc) : encode_codes(f.v8, f.nk32, D, p.Hkv, p.B, D);
   const Descales ds{f.descale, f.descale + q_groups(p, f), f.descale + q_groups(p, f) + k_groups(p, f), f.gq, f.gk};
   const dim3 grid(unsigned(num_tiles(p.N, S.Br)), unsigned(p.B * p.H));
@@ -652,9 +662,13 @@ void forward(const AttnParams& p, const Fp8Buffers& f, cudaStream_t st) {
 
 template <int D, bool Serial, int Ops>
 void forward_v(const AttnParams& p, const Fp8Buffers& f, int v_layout, cudaStream_t st) {
-  if (v_layout == kVPretransposed) forward<D, false, false, Serial, Ops>(p, f, st);
-  else if (v_layout == kVKernelStepped) forward<D, true, true, Serial, Ops>(p, f, st);
-  else forward<D, true, false, Serial, Ops>(p, f, st);
+  if (v_layout == kVPretransposed) return forward<D, false, false, Serial, Ops>(p, f, st);
+  if constexpr (D >= kRawVMinD) {  // [sw64] the transposers are built for 128-byte rows of V only
+    if (v_layout == kVKernelStepped) forward<D, true, true, Serial, Ops>(p, f, st);
+    else forward<D, true, false, Serial, Ops>(p, f, st);
+  } else {
+    throw Unsupported("step21: " + v_layout_reason(D, v_layout));
+  }
 }
 template <int D, int Ops>
 void forward_pv(const AttnParams& p, const Fp8Buffers& f, int v_layout, int pv_order, cudaStream_t st) {
@@ -688,10 +702,12 @@ void launch(const AttnParams& p0, const StepOptions& opts, void* stream) {
   if (int64_t(p.B) * std::max(p.H, p.Hkv) > 65535) throw std::invalid_argument("step21: B·H must be at most 65535 (grid dimension)");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int v = v_layout_of(opts), pv = pv_order_of(opts, p.d), ops = ops_of(opts, p.d);  // [per-d-defaults]
+  if (const std::string why = v_layout_reason(p.d, v); !why.empty()) throw Unsupported("step21: " + why);  // [sw64]
   switch (p.d) {
+    case 64: return launch_d<64>(p, v, pv, ops, st);
     case 128: return launch_d<128>(p, v, pv, ops, st);
     case 256: return launch_d<256>(p, v, pv, ops, st);
-    default: throw Unsupported("step21: head dimension " + std::to_string(p.d) + " is not compiled (128, 256: [stored-d])");
+    default: throw Unsupported("step21: head dimension " + std::to_string(p.d) + " is not compiled (64, 128, 256: [stored-d])");
   }
 }
 
@@ -721,9 +737,10 @@ Fp8Inputs quantize_on_gpu(const Shape& s, const Inputs& in, int v_layout) {
   CUDA_CHECK(cudaMalloc(&p.workspace, size_t(L.bytes)));
   owned.push_back(p.workspace);
   const Fp8Buffers f = buffers(p, L, vt);
-  if (p.d == 128) quantize<128>(p, f, nullptr);
+  if (p.d == 64) quantize<64>(p, f, nullptr);
+  else if (p.d == 128) quantize<128>(p, f, nullptr);
   else if (p.d == 256) quantize<256>(p, f, nullptr);
-  else throw Unsupported("step21: head dimension " + std::to_string(p.d) + " is not compiled (128, 256: [stored-d])");
+  else throw Unsupported("step21: head dimension " + std::to_string(p.d) + " is not compiled (64, 128, 256: [stored-d])");
   CUDA_CHECK(cudaDeviceSynchronize());
   Fp8Inputs out;
   auto fetch = [&](Fp8Tensor& t, const uint8_t* codes, int heads, int rows, int groups, int64_t group0) {

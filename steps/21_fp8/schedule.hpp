@@ -71,7 +71,7 @@ inline constexpr const char* kAuto = "auto";
 FA_HD constexpr int default_pv_order(int d) { return d >= 256 ? kPvSerial : kPvOverlap; }
 FA_HD constexpr int default_ops(int d) { return d >= 256 ? kOpsFold : kOpsLean; }
 
-// [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at d = 128 and 256. A stage is
+// [tile-sizes] 128 queries (two consumer warpgroups) × 128 keys per tile at every d. A stage is
 // K (Bc × d bytes), Vᵀ (d × Bc) and, when the kernel transposes, V as TMA brought it (Bc × d): as
 // many stages as fit beside the Q tile and the barriers, at most 8.
 struct Schedule {
@@ -91,13 +91,38 @@ FA_HD constexpr int64_t tiles_bytes(const Schedule& s, int d) { return int64_t(s
 FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) { return tiles_bytes(s, d) + 1024; }
 FA_HD constexpr bool valid(const Schedule& s) { return s.Br == 128 && s.Bc == 128 && s.stages >= 2 && 8 * (1 + 6 * s.stages) <= 1024; }
 static_assert(valid(schedule_for(128)) && valid(schedule_for(256)) && valid(schedule_for(128, kVPretransposed)) &&
-                  valid(schedule_for(256, kVPretransposed)) && smem_bytes(schedule_for(256), 256) <= kSmemBudget,
-              "two stages or more beside Q at d = 128 and 256, either way of bringing V");
+                  valid(schedule_for(256, kVPretransposed)) && valid(schedule_for(64, kVPretransposed)) &&
+                  smem_bytes(schedule_for(256), 256) <= kSmemBudget,
+              "two stages or more beside Q at d = 128 and 256, either way of bringing V, and at d = 64 pretransposed");
 
-// [stored-d] The kernels are compiled for d = 128 and 256: an e4m3 row of 128 bytes is one 128-byte
-// swizzled panel row. d = 64 would need the 64-byte swizzle (not written); the blueprint runs every d
-// that is a multiple of 32.
-inline constexpr int kHeadDims[] = {128, 256};
+// [stored-d] The kernels are compiled for d = 64, 128 and 256. At d = 128 and 256 a tile of Q or K is
+// panels of 128-byte rows under the 128-byte swizzle ([sw128]); at d = 64 a row of e4m3 codes is 64
+// bytes, one row of a 64-byte swizzled tile ([sw64]). Vᵀ's rows are the tile's 128 keys at every d,
+// so Vᵀ keeps the 128-byte swizzle. The blueprint runs every d that is a multiple of 32.
+inline constexpr int kHeadDims[] = {64, 128, 256};
+// [sw64] The transposers (--v kernel, kernel-stepped) address V in 128-byte rows: below this d they
+// are not built, and the step refuses them with the reason (options_reason); pretransposed runs.
+inline constexpr int kRawVMinD = 128;
+FA_HD constexpr bool v_layout_built(int d, int v_layout) { return !transposes_in_kernel(v_layout) || d >= kRawVMinD; }
+inline std::string v_layout_reason(int d, int v_layout) {
+  if (v_layout_built(d, v_layout)) return "";
+  return std::string("--v ") + kVLayoutNames[v_layout] + " is not built at d = " + std::to_string(d) +
+         " (the transposers address V in 128-byte rows, d >= " + std::to_string(kRawVMinD) +
+         ": [sw64] in steps/21_fp8/schedule.hpp); --v pretransposed, the default, runs it";
+}
+
+// [sw64] The bytes of one row of a Q or K panel: 128 (the 128-byte swizzle) from d = 128, else d (64:
+// the 64-byte swizzle). The k = 32 slice kk of a K-major e4m3 tile of R rows, from row r0 (a multiple
+// of 8): panel 32kk / row bytes, then 32 bytes per slice inside the row. At 128-byte rows this is
+// wgmma::kmajor_offset's arithmetic (a 16-bit slice of k = 16 is 32 bytes too).
+FA_HD constexpr int qk_row_bytes(int d) { return d < 128 ? d : 128; }
+FA_HD constexpr uint32_t qk_offset(int r0, int kk, int R, int d) {
+  const uint32_t rb = uint32_t(qk_row_bytes(d));
+  return uint32_t(32 * kk) / rb * uint32_t(R) * rb + uint32_t(r0) * rb + uint32_t(32 * kk) % rb;
+}
+// [sw64] The 64-byte swizzle's byte (r, c) of a tile of 64-byte rows (TMA's CU_TENSOR_MAP_SWIZZLE_64B
+// and wgmma's mode 2): chunk c / 16 of row r at chunk position (c / 16) XOR ((r / 2) mod 4).
+FA_HD constexpr uint32_t sw64_offset(int r, int c) { return uint32_t(r) * 64u + uint32_t(((c / 16) ^ ((r / 2) % 4)) * 16 + c % 16); }
 
 // [setmaxnreg] Step 16's split: the producer warpgroup (TMA and the transposers) 24 registers each, the
 // two consumers 240 (128·24 + 256·240 = 64512 of 65536). 40 and 232 serialize d = 256's wgmmas (docs/21).
