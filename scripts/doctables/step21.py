@@ -465,6 +465,20 @@ def step21_lean_ops(pattern="fp8ops_h200.csv"):
             + ("\n\n" + " ".join(lines) if lines else ""))
 
 
+def _default_rows(pattern):
+    """Step 21's rows at its defaults in the files `pattern` names, each against step 16's of the same run: (the
+    rows, the table's body, {(d, causal, N): (call TFLOP/s, the forward alone's, step 21 / step 16)})."""
+    rs = [r for r in common.rows(pattern) if r.get("pass") in ("1", "0") and kms(r)]
+    s21 = [r for r in rs if r["step"] == "21" and r["variant"] in ("-", "v=pretransposed")]
+    s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16"}
+    body, got = [], {}
+    for r in sorted(s21, key=lambda x: (int(x["d"]), int(x["causal"]), int(x["N"]))):
+        k, base, alone, share, ratio = _call_row(r, s16)
+        got[k] = (ktf(r), alone, ratio)
+        body.append([k[0], "yes" if k[1] else "no", k[2]] + _call_cells(r, base, alone, share, ratio))
+    return s21, body, got
+
+
 def step21_defaults(pattern="fp8defaults_*.csv"):
     """[per-d-defaults] Step 21 at its defaults alone (--v pretransposed, --pv and --ops auto: the pair each head
     dimension measured fastest) beside step 16 in bf16 in the same run, by kernel time (fp8_target.sh's defaults
@@ -472,16 +486,9 @@ def step21_defaults(pattern="fp8defaults_*.csv"):
     the mask step 21 / step 16 in 1.03–1.20 at d = 128 and 1.30–1.50 at d = 256, the call at 720–830 and 930–1060
     TFLOP/s; above 1 at N = 16k (both masks, both d) and below 1 at N = 1k (both); falsified at d = 256 below
     1.25."""
-    rs = [r for r in common.rows(pattern) if r.get("pass") in ("1", "0") and kms(r)]
-    s21 = [r for r in rs if r["step"] == "21" and r["variant"] in ("-", "v=pretransposed")]
+    s21, body, got = _default_rows(pattern)
     if not s21:
         return provenance([], "FA_PHASES=defaults " + HOW)
-    s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16"}
-    body, got = [], {}
-    for r in sorted(s21, key=lambda x: (int(x["d"]), int(x["causal"]), int(x["N"]))):
-        k, base, alone, share, ratio = _call_row(r, s16)
-        got[k] = (ktf(r), alone, ratio)
-        body.append([k[0], "yes" if k[1] else "no", k[2]] + _call_cells(r, base, alone, share, ratio))
     lines = []
 
     def band(x, lo, hi):
@@ -524,16 +531,9 @@ def step21_d64():
     alone at 480–650 TFLOP/s, the call at 450–620, step 21 / step 16 in 0.85–1.15 and below d = 128's 1.13 (the
     falsifier: at or above it); below step 16 at every N = 1k point; with the mask below the ratio without it at
     every N."""
-    rs = [r for r in common.rows("fp8d64_*.csv") if r.get("pass") in ("1", "0") and kms(r)]
-    s21 = [r for r in rs if r["step"] == "21" and r["variant"] in ("-", "v=pretransposed")]
+    s21, body, got = _default_rows("fp8d64_*.csv")
     if not s21:
         return provenance([], D64_HOW)
-    s16 = {(int(r["d"]), int(r["causal"]), int(r["N"])): r for r in rs if r["step"] == "16" and r["dtype"] == "bf16"}
-    body, got = [], {}
-    for r in sorted(s21, key=lambda x: (int(x["d"]), int(x["causal"]), int(x["N"]))):
-        k, base, alone, share, ratio = _call_row(r, s16)
-        got[k] = (ktf(r), alone, ratio)
-        body.append([k[0], "yes" if k[1] else "no", k[2]] + _call_cells(r, base, alone, share, ratio))
 
     def band(x, lo, hi):
         return "held" if x is not None and lo <= x <= hi else "missed"
