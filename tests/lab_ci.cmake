@@ -177,7 +177,13 @@ foreach(step_dir IN LISTS FA_STEPS)
     endif()
     target_compile_options(${mlib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${FA_CXX_WARNINGS}>
                                            $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS} ${FA_LAB_CUDA_QUIET}>)
-    set_target_properties(${mlib} PROPERTIES CUDA_ARCHITECTURES "${FA_GPU_MUTANTS_ARCH}")
+    # [sm90a] A Hopper step's mutant is compiled as its step is: 90 as 90a (wgmma, TMA and setmaxnreg
+    # exist only there; compiled for plain sm_90 they trap, and the grade sees crashes, not the region).
+    set(_mut_arch "${FA_GPU_MUTANTS_ARCH}")
+    if(nn IN_LIST FA_HOPPER_STEPS AND _mut_arch STREQUAL "90")
+      set(_mut_arch "90a")
+    endif()
+    set_target_properties(${mlib} PROPERTIES CUDA_ARCHITECTURES "${_mut_arch}")
     fa_mutant_program(gmut${nn}_${mid} ${mlib} ${nn} gpu ${region} "${tname}")
     set_tests_properties("${tname}" PROPERTIES LABELS gpu)
   endforeach()
