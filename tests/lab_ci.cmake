@@ -160,6 +160,11 @@ foreach(step_dir IN LISTS FA_STEPS)
     string(REGEX REPLACE "--.*" "" region "${mname}")
     string(MAKE_C_IDENTIFIER "${mname}" mid)
     set(tname "lab: step ${nn} GPU mutant ${mname} fails its GPU grade, and the summary names ${region} (GPU)")
+    # Everywhere, GPU or not: the patch still applies to kernel.cu (a change that moves its lines is
+    # caught where it is made, not on the next GPU machine).
+    add_test(NAME "lab: step ${nn} GPU mutant ${mname} applies to kernel.cu"
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/apply_mutant.py ${src}/kernel.cu ${patch}
+                     ${PROJECT_BINARY_DIR}/mutants/applies_${nn}_${mid}.cu)
     if(NOT FA_GPU_MUTANTS)
       add_test(NAME "${tname}" COMMAND ${CMAKE_COMMAND} -E echo
                "SKIPPED: GPU mutants are built where a GPU is seen at configure time (-DFA_GPU_MUTANTS=ON)")
