@@ -566,3 +566,47 @@ def step21_d64():
 def step21_d64_accuracy():
     """[sw64] step21-accuracy's protocol at d = 64 (fp8_target.sh's d64 phase): the same columns and closing lines."""
     return step21_accuracy("fp8d64acc_*.csv", D64_HOW)
+
+
+def step21_d64_samples():
+    """[sw64] Where the forward's warps are at d = 64 and at d = 128 (sass_*_step21_d64.csv, scripts/ncu_sass.py on the
+    step21_fp8 kernel, one run each at N = 16k without the mask, the same commit): per opcode, its share of the warp
+    samples and its lane instructions per entry of S (executed warp instructions · 32 / (B·H·N²)); then the stall
+    reasons' shares. Rows: the eight largest opcodes at either d."""
+    rs = common.rows("sass_*_step21_d64.csv")
+    if not rs:
+        return provenance([], "scripts/ncu_sass.py --profile step21_fp8 (docs/21_fp8.md, 'd = 64')")
+    shapes = {}
+    for r in rs:
+        kv = dict(x.split("=") for x in r["label"].split())
+        shapes.setdefault(int(kv["d"]), (kv, {}))[1].setdefault(r["kind"], {})[r["name"]] = r
+    ds = sorted(shapes)
+
+    def entries(kv):
+        return int(kv["B"]) * int(kv["H"]) * int(kv["N"]) ** 2
+    top = []
+    for d in ds:
+        ops = shapes[d][1].get("opcode", {})
+        for name in sorted(ops, key=lambda n: -float(ops[n]["samples_pct"]))[:8]:
+            if name not in top:
+                top.append(name)
+    body = []
+    for name in top:
+        cells = [name]
+        for d in ds:
+            r = shapes[d][1].get("opcode", {}).get(name)
+            cells.append(f"{float(r['samples_pct']):.1f} %" if r else "–")
+        for d in ds:
+            r = shapes[d][1].get("opcode", {}).get(name)
+            cells.append(f"{int(r['executed']) * 32 / entries(shapes[d][0]):.2f}" if r and r["executed"] else "–")
+        body.append(cells)
+    reasons = []
+    for d in ds:
+        rsn = shapes[d][1].get("reason", {})
+        reasons.append(f"d = {d}: " + ", ".join(f"{n} {float(rsn[n]['samples_pct']):.0f} %"
+                                                 for n in sorted(rsn, key=lambda n: -float(rsn[n]["samples_pct"]))[:4]))
+    return (provenance(rs, "scripts/ncu_sass.py --profile step21_fp8 (docs/21_fp8.md, 'd = 64')")
+            + " _Nsight Compute's warp samples of the step21_fp8 kernel (`--set full`, SourceCounters), one launch at each d, "
+            "N = 16k, no mask, B·H·N² entries of S: d = 64 with H = 32, d = 128 with H = 16 (the same flops)._\n\n"
+            + table(["opcode"] + [f"samples, d = {d}" for d in ds] + [f"per entry of S, d = {d}" for d in ds], body)
+            + "\n\nThe largest stall reasons (share of all samples): " + "; ".join(reasons) + ".")
