@@ -184,10 +184,7 @@ foreach(step_dir IN LISTS FA_STEPS)
                                            $<$<COMPILE_LANGUAGE:CUDA>:${FA_CUDA_FLAGS} ${FA_LAB_CUDA_QUIET}>)
     # [sm90a] A Hopper step's mutant is compiled as its step is: 90 as 90a (wgmma, TMA and setmaxnreg
     # exist only there; compiled for plain sm_90 they trap, and the grade sees crashes, not the region).
-    set(_mut_arch "${FA_GPU_MUTANTS_ARCH}")
-    if(nn IN_LIST FA_HOPPER_STEPS AND _mut_arch STREQUAL "90")
-      set(_mut_arch "90a")
-    endif()
+    fa_hopper_archs(_mut_arch ${nn} ${FA_GPU_MUTANTS_ARCH})
     set_target_properties(${mlib} PROPERTIES CUDA_ARCHITECTURES "${_mut_arch}")
     fa_mutant_program(gmut${nn}_${mid} ${mlib} ${nn} gpu ${region} "${tname}")
     set_tests_properties("${tname}" PROPERTIES LABELS gpu)

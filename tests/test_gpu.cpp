@@ -248,7 +248,6 @@ TEST_CASE("GQA and sliding-window backward kernels match the reference gradients
 }
 
 #ifdef FA_HAVE_CUDA
-
 // [quantize] Step 21's quantize kernels make the host's codes and descales (common/reference/quantize.cpp),
 // code for code: both scales, the transform on and off, Vᵀ and V, every compiled d, Nk not a multiple of
 // 32 (Vᵀ's slots past Nk must be zeros), GQA, outliers. The forward's check then stands on the reference's
