@@ -17,13 +17,16 @@
 #    -> fp8defaults_<gpu>.csv
 # 6. d64 ([sw64]; only when named in FA_PHASES): d = 64 alone — step 16 in bf16 and step 21 at its defaults on the
 #    speed phase's shapes -> fp8d64_<gpu>.csv, and the accuracy phase's rows at d = 64 -> fp8d64acc_<gpu>.csv
+# 7. loads ([quantize-loads]; only when named in FA_PHASES): this GPU's ceilings (bench --peaks: hbm-read and
+#    hbm-write) -> fp8peaks_<gpu>.csv, then step 21 at its defaults alone, d = 64, 128 and 256, N = 1k, 4k and 16k
+#    (B·N = 16k), no mask: the quantize kernels' times in kernels_ms -> fp8loads_<gpu>.csv
 # FA_PHASES (default "speed accuracy order") picks phases; FA_REPS (default 10) timed reps per speed row. Every
 # run is checked; a failed check makes the exit status 1. An unknown phase exits 2 before anything runs.
 set -uo pipefail
 me=fp8_target.sh
 phases=" ${FA_PHASES:-speed accuracy order} "
 for ph in $phases; do
-  case "$ph" in speed|accuracy|order|ops|defaults|d64) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy, order, ops, defaults, d64)" >&2; exit 2 ;; esac
+  case "$ph" in speed|accuracy|order|ops|defaults|d64|loads) ;; *) echo "$me: FA_PHASES: unknown phase '$ph' (speed, accuracy, order, ops, defaults, d64, loads)" >&2; exit 2 ;; esac
 done
 source "$(dirname "$0")/target_env.sh"  # root, out, build, gpu, slug, commit, date_utc
 reps=${FA_REPS:-10}
@@ -69,6 +72,13 @@ if [[ "$phases" == *" defaults "* ]]; then
   rm -f "$dfl"
   "$build/bench" --steps 16,21 --dtypes bf16,e4m3 --ns 1024,4096,16384 --ds 128,256 --causal 0,1 --variants default \
     --check-heads 1 --reps "$reps" --commit "$commit" --out "$dfl" >&2 || fail=1
+fi
+if [[ "$phases" == *" loads "* ]]; then
+  echo "[$me $(date -u +%H:%M:%S)] loads: bench --peaks -> $out/fp8peaks_${slug}.csv; step 21 at its defaults, d = 64, 128, 256 -> $out/fp8loads_${slug}.csv" >&2
+  rm -f "$out/fp8peaks_${slug}.csv" "$out/fp8loads_${slug}.csv"
+  "$build/bench" --peaks --commit "$commit" --out "$out/fp8peaks_${slug}.csv" >&2 || fail=1
+  "$build/bench" --steps 21 --dtypes e4m3 --ns 1024,4096,16384 --ds 64,128,256 --causal 0 --variants default \
+    --check-heads 1 --reps "$reps" --commit "$commit" --out "$out/fp8loads_${slug}.csv" >&2 || fail=1
 fi
 accuracy() {  # accuracy FILE D...: FlashAttention-3's two input protocols, both masks, N = 1k and 2k, at each d
   local acc=$1 inputs d n c scales

@@ -319,8 +319,31 @@ class Step21(unittest.TestCase):
         self.assertIn("at most 9.1e-3 (FlashAttention-3's figure) at **0 of 1** points", text)
         self.assertIn("within 1.5× at **1 of 1** points, at or above it at 1", text)
 
+    def test_the_loads_table_gives_each_kernel_its_share_of_the_ceilings_and_the_call_its_speed_up(self):
+        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
+                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
+                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
+        # 3 · 16 · 16384 · 128 elements: amax's 2 bytes each take 50.33 µs at 4 TB/s, quantize's 3 bytes 75.50 µs
+        before = [dict(base, kernels_ms="memset:0.001;amax:0.0719;quantize:0.1510;fp8:0.9")]
+        after = [dict(base, kernels_ms="memset:0.001;amax:0.0559;quantize:0.0888;fp8:0.9")]
+        peaks = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"},
+                 {"peak": "hbm-latency", "unit": "ns", "value": "300"}]
+        text = with_rows("step21-quantize-loads", {"fp8loads_": after, "fp8peaks_a_gpu": peaks, "fp8defaults_a_gpu": before})
+        self.assertIn("| 128 | 16384 | 72 | 56 | 0.70 | 0.90 | 151 | 89 | 0.50 | 0.85 | 1.07 | PASS |", text)
+        self.assertIn("amax at or above 0.85 of the read ceiling: **1 of 1** points (predicted all: **held**)", text)
+        self.assertIn("quantize at or above 0.80 of its bytes' time at the ceilings: **1 of 1**", text)
+        self.assertIn("d = 128, N = 16384: 1.075 (0.99–1.02): inside at **0 of 1**", text)
+        self.assertIn("The forward kernel (unchanged), after / before: 1.000–1.000 (predicted within 0.98–1.02: **held**)", text)
+        self.assertIn("HBM read 4.00 TB/s, write 4.00 TB/s", text)
+        slow = [dict(base, kernels_ms="memset:0.001;amax:0.0719;quantize:0.1510;fp8:0.9")]  # nothing changed
+        text = with_rows("step21-quantize-loads", {"fp8loads_": slow, "fp8peaks_a_gpu": peaks, "fp8defaults_a_gpu": before})
+        self.assertIn("amax at or above 0.85 of the read ceiling: **0 of 1** points (predicted all: **missed**)", text)
+        two = after + [dict(base, device="another GPU", kernels_ms=after[0]["kernels_ms"])]
+        with self.assertRaises(ValueError):
+            with_rows("step21-quantize-loads", {"fp8loads_": two, "fp8peaks_a_gpu": peaks})
+
     def test_no_rows_give_one_sentence(self):
-        for table in ("step21-target", "step21-accuracy"):
+        for table in ("step21-target", "step21-accuracy", "step21-quantize-loads"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 

@@ -610,3 +610,99 @@ def step21_d64_samples():
             "N = 16k, no mask, B·H·N² entries of S: d = 64 with H = 32, d = 128 with H = 16 (the same flops)._\n\n"
             + table(["opcode"] + [f"samples, d = {d}" for d in ds] + [f"per entry of S, d = {d}" for d in ds], body)
             + "\n\nThe largest stall reasons (share of all samples): " + "; ".join(reasons) + ".")
+
+
+LOADS_HOW = "FA_PHASES=loads " + HOW
+# docs/21's prediction for [quantize-loads], written before the run: the call's speed-up over the run before (the
+# same GPU's defaults and d64 files), per (d, N), no mask.
+LOADS_BANDS = {(64, 1024): (1.12, 1.25), (128, 1024): (1.02, 1.07), (256, 1024): (1.00, 1.04),
+               (64, 16384): (1.01, 1.04), (128, 16384): (0.99, 1.02), (256, 16384): (0.99, 1.02)}
+
+
+def _ceilings(slug):
+    """This GPU's streaming HBM read and write rates (bytes/s) from the loads phase's `bench --peaks` file."""
+    got = {r["peak"]: float(r["value"]) for r in common.rows(f"fp8peaks_{slug}.csv") if r.get("unit") == "bytes/s"}
+    return got.get("hbm-read"), got.get("hbm-write")
+
+
+def _shares(r, R, W):
+    """The quantize kernels' shares of the bus: amax reads Q, K and V in bf16 (2 bytes an element); quantize reads
+    them again and writes a byte an element. A share is the time those bytes take at the GPU's streaming rates
+    over the kernel's own time (1: at the ceiling)."""
+    B, H, N, Nk, d = (int(r[k]) for k in ("B", "H", "N", "Nk", "d"))
+    hkv = int(r.get("Hkv") or H)
+    el = B * d * (H * N + 2 * hkv * Nk)
+    p = _parts(r)
+    amax = (2 * el / R) / (p["amax"] * 1e-3) if R and p.get("amax") else None
+    quant = (2 * el / R + el / W) / (p["quantize"] * 1e-3) if R and W and p.get("quantize") else None
+    return p, amax, quant
+
+
+def step21_quantize_loads():
+    """[quantize-loads] The quantize kernels with every row of a warp's share fetched first (fp8_target.sh's loads
+    phase): each kernel's time and its share of this GPU's HBM ceilings (bench --peaks, the same call), beside the
+    same GPU's run before the change (its defaults and d64 files), and the call's speed-up. Closing lines: docs/21's
+    prediction written before the run — amax at ≥ 0.85 of the ceiling and quantize at ≥ 0.80 at every point; the
+    falsifier, quantize below 0.60 at d = 64; the call's speed-up in LOADS_BANDS; the forward kernel (unchanged)
+    within 2 % of its time before."""
+    after = [r for r in common.rows("fp8loads_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+    if not after:
+        return provenance([], LOADS_HOW)
+    slugs = sorted({re.sub(r"[^a-z0-9]+", "_", r["device"].lower().replace("nvidia ", "")).strip("_") for r in after})
+    if len(slugs) > 1:
+        raise ValueError(f"step21-quantize-loads: loads files from {len(slugs)} GPUs ({', '.join(slugs)}): keep one")
+    slug = slugs[0]
+    R, W = _ceilings(slug)
+    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(f"fp8defaults_{slug}.csv") + common.rows(f"fp8d64_{slug}.csv")
+              if r["step"] == "21" and r["causal"] == "0" and r["variant"] in ("-", "v=pretransposed") and kms(r)}
+    body, lines = [], []
+    got_a, got_q, speed, ctrl, d64q = [], [], {}, [], []
+
+    def f2(x):
+        return f"{x:.2f}" if x is not None else "–"
+
+    def us(p, k):
+        return f"{1e3 * p[k]:.0f}" if k in p else "–"
+    for r in sorted(after, key=lambda x: (int(x["d"]), int(x["N"]))):
+        k = (int(r["d"]), int(r["N"]))
+        p, a, q = _shares(r, R, W)
+        b = before.get(k)
+        pb, ab, qb = _shares(b, R, W) if b else ({}, None, None)
+        up = sum(pb.values()) / sum(p.values()) if b else None
+        if b and ATTENTION_KERNEL in pb and ATTENTION_KERNEL in p:
+            ctrl.append(p[ATTENTION_KERNEL] / pb[ATTENTION_KERNEL])
+        got_a.append(a), got_q.append(q)
+        if k[0] == 64:
+            d64q.append(q)
+        if up is not None:
+            speed[k] = up
+        body.append([k[0], k[1], us(pb, "amax"), us(p, "amax"), f2(ab), f2(a), us(pb, "quantize"), us(p, "quantize"),
+                     f2(qb), f2(q), f2(up), "PASS" if r["pass"] == "1" else "FAIL"])
+    n_a = sum(x is not None and x >= 0.85 for x in got_a)
+    n_q = sum(x is not None and x >= 0.80 for x in got_q)
+    lines.append(f"amax at or above 0.85 of the read ceiling: **{n_a} of {len(got_a)}** points (predicted all: "
+                 f"**{'held' if n_a == len(got_a) else 'missed'}**). quantize at or above 0.80 of its bytes' time at the "
+                 f"ceilings: **{n_q} of {len(got_q)}** (predicted all: **{'held' if n_q == len(got_q) else 'missed'}**).")
+    if d64q:
+        fired = any(x is not None and x < 0.60 for x in d64q)
+        lines.append(f"The falsifier, quantize below 0.60 at d = 64: **{'fired' if fired else 'did not fire'}** "
+                     f"({', '.join(f2(x) for x in d64q)}).")
+    if speed:
+        inb = [(k, x) for k, x in speed.items() if k in LOADS_BANDS]
+        held = sum(LOADS_BANDS[k][0] <= x <= LOADS_BANDS[k][1] for k, x in inb)
+        lines.append("The call's speed-up over the run before, against its band: " + "; ".join(
+            f"d = {k[0]}, N = {k[1]}: {x:.3f} ({LOADS_BANDS[k][0]:.2f}–{LOADS_BANDS[k][1]:.2f})" for k, x in sorted(inb))
+            + f": inside at **{held} of {len(inb)}**.")
+    if ctrl:
+        lines.append(f"The forward kernel (unchanged), after / before: {min(ctrl):.3f}–{max(ctrl):.3f} (predicted "
+                     f"within 0.98–1.02: **{'held' if all(0.98 <= x <= 1.02 for x in ctrl) else 'missed'}**).")
+    rs = after + [before[k] for k in sorted(before) if k in {(int(r["d"]), int(r["N"])) for r in after}]
+    ceil = (f" Ceilings (`bench --peaks`, the same call): HBM read {R / 1e12:.2f} TB/s, write {W / 1e12:.2f} TB/s."
+            if R and W else " No `bench --peaks` file for this GPU: no shares.")
+    return (provenance(rs, LOADS_HOW) + " _Kernel time (CUPTI, cold L2) of the quantize kernels, in µs, step 21 at its "
+            "defaults, B·N = 16k, no mask; 'before' is the same GPU's run of the defaults and d64 phases, 'after' the "
+            "loads phase; a share is the time the kernel's bytes take at the GPU's streaming rates over its own time; "
+            "the speed-up is the whole call's, before over after._" + ceil + "\n\n"
+            + table(["d", "N", "amax µs before", "amax µs after", "amax share before", "amax share after",
+                     "quantize µs before", "quantize µs after", "quantize share before", "quantize share after",
+                     "call speed-up", "check"], body) + "\n\n" + " ".join(lines))

@@ -97,16 +97,39 @@ __device__ inline Source source(const AttnParams& p, const Fp8Buffers& f, int t)
   return {static_cast<const __nv_bfloat16*>(p.v), p.v_sb, p.v_sh, p.v_sn, p.Hkv, p.Nk, f.gk, q_groups(p, f) + k_groups(p, f)};
 }
 
-// One row of D values in a warp: lane l holds columns E·l .. E·l + E − 1 (E = D / 32), as floats, and
-// [incoherent] runs the transform of common/kernel/fp8.hpp's hadamard_row: the butterflies of distance
-// h < E inside the lane, the others between lanes l and l ^ (h / E) — the lower position takes a + b,
-// the upper a − b, as on the host.
+// [quantize-loads] A lane's E = D / 32 bf16 of a row, columns E·l .. E·l + E − 1, as raw bits: one
+// load of 2E bytes (4, 8 or 16: launch() has checked that rows start 16-byte aligned). A warp fetches
+// every row of its share before it uses any, so that 8 rows' loads are in flight at once, not one.
 template <int D>
-__device__ inline void load_row(const __nv_bfloat16* row, int lane, bool transform, float (&y)[D / 32]) {
+struct RowBits {
+  uint32_t w[D / 64];
+};
+template <int D>
+__device__ inline RowBits<D> fetch_row(const __nv_bfloat16* row, int lane) {
+  constexpr int E = D / 32;
+  const __nv_bfloat16* at = row + E * lane;
+  RowBits<D> b;
+  if constexpr (E == 2) b.w[0] = *reinterpret_cast<const uint32_t*>(at);
+  else if constexpr (E == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(at);
+    b.w[0] = v.x, b.w[1] = v.y;
+  } else {
+    const uint4 v = *reinterpret_cast<const uint4*>(at);
+    b.w[0] = v.x, b.w[1] = v.y, b.w[2] = v.z, b.w[3] = v.w;
+  }
+  return b;
+}
+
+// One row of D values in a warp: lane l's fetched bits as floats, and [incoherent] runs the transform
+// of common/kernel/fp8.hpp's hadamard_row: the butterflies of distance h < E inside the lane, the
+// others between lanes l and l ^ (h / E) — the lower position takes a + b, the upper a − b, as on the
+// host.
+template <int D>
+__device__ inline void widen_row(const RowBits<D>& b, int lane, bool transform, float (&y)[D / 32]) {
   constexpr int E = D / 32;
 #pragma unroll
   for (int e = 0; e < E; e += 2) {
-    const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(row + E * lane + e);
+    const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&b.w[e / 2]);
     y[e] = __bfloat162float(v.x), y[e + 1] = __bfloat162float(v.y);
   }
   if (!transform) return;
@@ -139,10 +162,17 @@ __global__ void __launch_bounds__(128) step21_amax(const AttnParams p, Fp8Buffer
   const int bh = blockIdx.y, r0 = blockIdx.x * kQuantRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (bh >= p.B * s.heads || r0 >= s.rows) return;
   const __nv_bfloat16* x = s.x + (bh / s.heads) * s.sb + (bh % s.heads) * s.sh;
+  constexpr int R = kQuantRows / 4;  // [quantize-loads] the warp's rows r0 + warp + 4i, all fetched first
+  RowBits<D> bits[R] = {};
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    if (r0 + warp + 4 * i < s.rows) bits[i] = fetch_row<D>(x + (r0 + warp + 4 * i) * s.sn, lane);
   float m = 0.0f;
-  for (int r = r0 + warp; r < min(r0 + kQuantRows, s.rows); r += 4) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    if (r0 + warp + 4 * i >= s.rows) break;
     float y[D / 32];
-    load_row<D>(x + r * s.sn, lane, p.incoherent && blockIdx.z < 2, y);
+    widen_row<D>(bits[i], lane, p.incoherent && blockIdx.z < 2, y);
 #pragma unroll
     for (int e = 0; e < D / 32; ++e) m = fmaxf(m, fabsf(y[e]));
   }
@@ -172,9 +202,17 @@ __global__ void __launch_bounds__(128) step21_quantize(const AttnParams p, Fp8Bu
   uint8_t* out = blockIdx.z == 0 ? f.q8 : blockIdx.z == 1 ? f.k8 : f.v8;
   // [v-transpose] (pretransposed) Vᵀ's codes of this block's 32-key slice (vt_stage_byte's layout).
   __shared__ alignas(16) uint32_t vt_tile[8 * D];
-  for (int r = r0 + warp; r < min(r0 + kQuantRows, rows); r += 4) {
+  constexpr int R = kQuantRows / 4;  // [quantize-loads] the warp's rows r0 + warp + 4i, all fetched first
+  RowBits<D> bits[R] = {};
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    if (r0 + warp + 4 * i < s.rows) bits[i] = fetch_row<D>(x + (r0 + warp + 4 * i) * s.sn, lane);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int r = r0 + warp + 4 * i;
+    if (r >= rows) break;
     float y[E];
-    if (r < s.rows) load_row<D>(x + r * s.sn, lane, p.incoherent && blockIdx.z < 2, y);
+    if (r < s.rows) widen_row<D>(bits[i], lane, p.incoherent && blockIdx.z < 2, y);
     else
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = 0.0f;
