@@ -706,3 +706,49 @@ def step21_quantize_loads():
             + table(["d", "N", "amax µs before", "amax µs after", "amax share before", "amax share after",
                      "quantize µs before", "quantize µs after", "quantize share before", "quantize share after",
                      "call speed-up", "check"], body) + "\n\n" + " ".join(lines))
+
+
+def step21_amax_bursts():
+    """[amax-bursts] The amax kernel at 32 registers, its rows in bursts (fp8_target.sh's loads phase again, its file
+    renamed fp8bursts_<gpu>.csv), beside the loads phase's run before it on the same GPU kind (fp8loads_<gpu>.csv),
+    with the ceilings of fp8peaks_<gpu>.csv. Closing lines: docs/21's prediction written before the run — amax at
+    ≥ 0.93 of the read ceiling at d = 128 and 256 and ≥ 0.84 at d = 64; if it does not recover, occupancy was not the
+    cause."""
+    after = [r for r in common.rows("fp8bursts_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+    how = "FA_PHASES=loads " + HOW + ", its fp8loads file renamed fp8bursts"
+    if not after:
+        return provenance([], how)
+    slugs = sorted({re.sub(r"[^a-z0-9]+", "_", r["device"].lower().replace("nvidia ", "")).strip("_") for r in after})
+    if len(slugs) > 1:
+        raise ValueError(f"step21-amax-bursts: bursts files from {len(slugs)} GPUs ({', '.join(slugs)}): keep one")
+    R, W = _ceilings(slugs[0])
+    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(f"fp8loads_{slugs[0]}.csv") if r["step"] == "21" and kms(r)}
+    body, hi, lo = [], [], []
+
+    def f2(x):
+        return f"{x:.2f}" if x is not None else "–"
+    for r in sorted(after, key=lambda x: (int(x["d"]), int(x["N"]))):
+        k = (int(r["d"]), int(r["N"]))
+        p, a, q = _shares(r, R, W)
+        b = before.get(k)
+        pb, ab, qb = _shares(b, R, W) if b else ({}, None, None)
+        (lo if k[0] == 64 else hi).append(a)
+        body.append([k[0], k[1], f"{1e3 * pb['amax']:.0f}" if "amax" in pb else "–", f"{1e3 * p['amax']:.0f}",
+                     f2(ab), f2(a), f"{1e3 * pb['quantize']:.0f}" if "quantize" in pb else "–", f"{1e3 * p['quantize']:.0f}",
+                     "PASS" if r["pass"] == "1" else "FAIL"])
+    lines = []
+    if hi:
+        n = sum(x is not None and x >= 0.93 for x in hi)
+        lines.append(f"amax at or above 0.93 of the read ceiling at d = 128 and 256: **{n} of {len(hi)}** points "
+                     f"(predicted all: **{'held' if n == len(hi) else 'missed'}**).")
+    if lo:
+        n = sum(x is not None and x >= 0.84 for x in lo)
+        lines.append(f"At d = 64, at or above 0.84: **{n} of {len(lo)}** (predicted all: "
+                     f"**{'held' if n == len(lo) else 'missed'}**).")
+    rs = after + [before[k] for k in sorted(before) if k in {(int(r["d"]), int(r["N"])) for r in after}]
+    return (provenance(rs, how) + " _Kernel time (CUPTI, cold L2) in µs, step 21 at its defaults, B·N = 16k, no mask; "
+            "'loads' is the run of `[quantize-loads]` (eight rows fetched at once, up to 80 registers), 'bursts' the "
+            "amax kernel at 32 registers with its rows in bursts; a share is the time amax's bytes take at the GPU's "
+            "read ceiling (`fp8peaks_*`) over its own time; quantize, unchanged, is the control._\n\n"
+            + table(["d", "N", "amax µs, loads", "amax µs, bursts", "amax share, loads", "amax share, bursts",
+                     "quantize µs, loads", "quantize µs, bursts", "check"], body) + "\n\n" + " ".join(lines))
