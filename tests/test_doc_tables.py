@@ -342,22 +342,8 @@ class Step21(unittest.TestCase):
         with self.assertRaises(ValueError):
             with_rows("step21-quantize-loads", {"fp8loads_": two, "fp8peaks_a_gpu": peaks})
 
-    def test_the_bursts_table_sets_amax_beside_the_loads_run(self):
-        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
-                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
-                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
-        peaks = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"}]
-        loads = [dict(base, kernels_ms="memset:0.001;amax:0.0592;quantize:0.0888;fp8:0.9")]  # 50.33 µs of bytes: 0.85
-        bursts = [dict(base, commit="def5678", kernels_ms="memset:0.001;amax:0.0530;quantize:0.0888;fp8:0.9")]  # 0.95
-        text = with_rows("step21-amax-bursts", {"fp8bursts_": bursts, "fp8loads_a_gpu": loads, "fp8peaks_a_gpu": peaks})
-        self.assertIn("| 128 | 16384 | 59 | 53 | 0.85 | 0.95 | 89 | 89 | PASS |", text)
-        self.assertIn("at d = 128 and 256: **1 of 1** points (predicted all: **held**)", text)
-        slow = [dict(bursts[0], kernels_ms=loads[0]["kernels_ms"])]
-        text = with_rows("step21-amax-bursts", {"fp8bursts_": slow, "fp8loads_a_gpu": loads, "fp8peaks_a_gpu": peaks})
-        self.assertIn("at d = 128 and 256: **0 of 1** points (predicted all: **missed**)", text)
-
     def test_no_rows_give_one_sentence(self):
-        for table in ("step21-target", "step21-accuracy", "step21-quantize-loads", "step21-amax-bursts"):
+        for table in ("step21-target", "step21-accuracy", "step21-quantize-loads"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 
