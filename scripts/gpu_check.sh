@@ -15,7 +15,8 @@
 #   FA_CTEST_ARGS="-L gpu"  which tests (default the GPU ones; "" the whole suite: scripts/gpu_session.sh)
 #   FA_COMMIT=abc1234     the commit the summary names (else git's HEAD here)
 # Writes into OUTDIR: gpu_check.txt (the summary: GPU, commit, ctest's counts, one line per
-# sanitizer run), ctest_gpu.log, sanitizer.log. Exits 0 only when every test passed, none was
+# sanitizer run), ctest_gpu.log, sanitizer.log, mutant_patches.log (the GPU mutants' patches checked
+# before the build). Exits 0 only when every test passed, none was
 # skipped, and every sanitizer run reported no error. Progress goes to stderr.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,6 +32,14 @@ say "GPU $gpu; commit ${FA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/de
 
 # ---- 1. build ------------------------------------------------------------------------------------
 source "$root/scripts/setup.sh"
+# The GPU mutants are the kernels with a lab patch applied at build time: a patch that no longer applies
+# (its kernel.cu changed under it) fails the build late, after minutes of GPU-machine time. Their CPU
+# tests say so in a second (re-line the hunk: tests/apply_mutant.py; the CPU run of scripts/test.sh has them).
+if ! (cd "$FA_BUILD" && ctest -R 'GPU mutant .* applies to' --output-on-failure) >"$out/mutant_patches.log" 2>&1; then
+  tail -n 20 "$out/mutant_patches.log" >&2
+  say "a GPU mutant's patch does not apply to its kernel.cu (mutant_patches.log): fix it before building"
+  exit 1
+fi
 say "build: $FA_BUILD (-j$FA_JOBS)"
 t0=$SECONDS
 make -C "$FA_BUILD" -j"$FA_JOBS" --no-print-directory >"$out/build.log" 2>&1 \
