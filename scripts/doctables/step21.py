@@ -700,8 +700,8 @@ def step21_quantize_loads():
     ceil = (f" Ceilings (`bench --peaks`, the same call): HBM read {R / 1e12:.2f} TB/s, write {W / 1e12:.2f} TB/s."
             if R and W else " No `bench --peaks` file for this GPU: no shares.")
     return (provenance(rs, LOADS_HOW) + " _Kernel time (CUPTI, cold L2) of the quantize kernels, in µs, step 21 at its "
-            "defaults, B·N = 16k, no mask; 'before' is the same GPU's run of the defaults and d64 phases, 'after' the "
-            "loads phase; a share is the time the kernel's bytes take at the GPU's streaming rates over its own time; "
+            "defaults, B·N = 16k, no mask; 'before' is an earlier call on the same GPU kind (its defaults and d64 "
+            "phases), 'after' the loads phase, so the forward kernel, unchanged, is the control of the two runs; a share is the time the kernel's bytes take at the GPU's streaming rates over its own time; "
             "the speed-up is the whole call's, before over after._" + ceil + "\n\n"
             + table(["d", "N", "amax µs before", "amax µs after", "amax share before", "amax share after",
                      "quantize µs before", "quantize µs after", "quantize share before", "quantize share after",

@@ -101,23 +101,19 @@ __device__ inline Source source(const AttnParams& p, const Fp8Buffers& f, int t)
 // load of 2E bytes (4, 8 or 16: launch() has checked that rows start 16-byte aligned). A warp fetches
 // every row of its share before it uses any, so that 8 rows' loads are in flight at once, not one.
 template <int D>
-struct RowBits {
+struct alignas(D / 16) RowBits {  // 2E bytes, aligned as one load of them
   uint32_t w[D / 64];
 };
 template <int D>
 __device__ inline RowBits<D> fetch_row(const __nv_bfloat16* row, int lane) {
-  constexpr int E = D / 32;
-  const __nv_bfloat16* at = row + E * lane;
-  RowBits<D> b;
-  if constexpr (E == 2) b.w[0] = *reinterpret_cast<const uint32_t*>(at);
-  else if constexpr (E == 4) {
-    const uint2 v = *reinterpret_cast<const uint2*>(at);
-    b.w[0] = v.x, b.w[1] = v.y;
-  } else {
-    const uint4 v = *reinterpret_cast<const uint4*>(at);
-    b.w[0] = v.x, b.w[1] = v.y, b.w[2] = v.z, b.w[3] = v.w;
-  }
-  return b;
+  return *reinterpret_cast<const RowBits<D>*>(row + D / 32 * lane);
+}
+// The warp's share of a block's kQuantRows rows, r0 + warp + 4i (i < R), each fetched while row < rows.
+template <int D, int R>
+__device__ inline void fetch_share(const __nv_bfloat16* x, int64_t sn, int rows, int r0, int warp, int lane, RowBits<D> (&bits)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    if (r0 + warp + 4 * i < rows) bits[i] = fetch_row<D>(x + (r0 + warp + 4 * i) * sn, lane);
 }
 
 // One row of D values in a warp: lane l's fetched bits as floats, and [incoherent] runs the transform
@@ -164,9 +160,7 @@ __global__ void __launch_bounds__(128) step21_amax(const AttnParams p, Fp8Buffer
   const __nv_bfloat16* x = s.x + (bh / s.heads) * s.sb + (bh % s.heads) * s.sh;
   constexpr int R = kQuantRows / 4;  // [quantize-loads] the warp's rows r0 + warp + 4i, all fetched first
   RowBits<D> bits[R] = {};
-#pragma unroll
-  for (int i = 0; i < R; ++i)
-    if (r0 + warp + 4 * i < s.rows) bits[i] = fetch_row<D>(x + (r0 + warp + 4 * i) * s.sn, lane);
+  fetch_share<D>(x, s.sn, s.rows, r0, warp, lane, bits);
   float m = 0.0f;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
@@ -204,9 +198,7 @@ __global__ void __launch_bounds__(128) step21_quantize(const AttnParams p, Fp8Bu
   __shared__ alignas(16) uint32_t vt_tile[8 * D];
   constexpr int R = kQuantRows / 4;  // [quantize-loads] the warp's rows r0 + warp + 4i, all fetched first
   RowBits<D> bits[R] = {};
-#pragma unroll
-  for (int i = 0; i < R; ++i)
-    if (r0 + warp + 4 * i < s.rows) bits[i] = fetch_row<D>(x + (r0 + warp + 4 * i) * s.sn, lane);
+  fetch_share<D>(x, s.sn, s.rows, r0, warp, lane, bits);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int r = r0 + warp + 4 * i;
