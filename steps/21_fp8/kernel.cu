@@ -152,23 +152,29 @@ __device__ inline void widen_row(const RowBits<D>& b, int lane, bool transform, 
 }
 
 // Block (row chunk x, head y, tensor z): rows [32x, 32x + 32) of head y of tensor z, a warp per row.
+// [amax-bursts] 32 registers at most (16 blocks, 64 warps an SM): the warp's rows in bursts, each
+// fetched before any of it is used: four rows (two at d = 256, where four spill).
+FA_HD constexpr int amax_burst(int d) { return d >= 256 ? 2 : 4; }
 template <int D>
-__global__ void __launch_bounds__(128) step21_amax(const AttnParams p, Fp8Buffers f) {
+__global__ void __launch_bounds__(128, 16) step21_amax(const AttnParams p, Fp8Buffers f) {
   const Source s = source(p, f, blockIdx.z);
   const int bh = blockIdx.y, r0 = blockIdx.x * kQuantRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (bh >= p.B * s.heads || r0 >= s.rows) return;
   const __nv_bfloat16* x = s.x + (bh / s.heads) * s.sb + (bh % s.heads) * s.sh;
-  constexpr int R = kQuantRows / 4;  // [quantize-loads] the warp's rows r0 + warp + 4i, all fetched first
-  RowBits<D> bits[R] = {};
-  fetch_share<D>(x, s.sn, s.rows, r0, warp, lane, bits);
+  constexpr int R = kQuantRows / 4, G = amax_burst(D);  // [quantize-loads] the warp's rows r0 + warp + 4i
   float m = 0.0f;
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    if (r0 + warp + 4 * i >= s.rows) break;
-    float y[D / 32];
-    widen_row<D>(bits[i], lane, p.incoherent && blockIdx.z < 2, y);
+  for (int i0 = 0; i0 < R; i0 += G) {
+    RowBits<D> bits[G];  // read only where fetched (the same row test)
+    fetch_share<D>(x, s.sn, s.rows, r0 + 4 * i0, warp, lane, bits);
 #pragma unroll
-    for (int e = 0; e < D / 32; ++e) m = fmaxf(m, fabsf(y[e]));
+    for (int i = 0; i < G; ++i) {
+      if (r0 + warp + 4 * (i0 + i) >= s.rows) break;
+      float y[D / 32];
+      widen_row<D>(bits[i], lane, p.incoherent && blockIdx.z < 2, y);
+#pragma unroll
+      for (int e = 0; e < D / 32; ++e) m = fmaxf(m, fabsf(y[e]));
+    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
