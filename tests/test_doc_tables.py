@@ -342,8 +342,30 @@ class Step21(unittest.TestCase):
         with self.assertRaises(ValueError):
             with_rows("step21-quantize-loads", {"fp8loads_": two, "fp8peaks_a_gpu": peaks})
 
+    def test_the_bursts_table_sets_amax_beside_the_run_without(self):
+        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
+                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
+                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
+        peaks = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"}]
+        without = [dict(base, kernels_ms="memset:0.001;amax:0.0592;quantize:0.0888;fp8:0.9")]  # 50.33 µs of bytes: 0.85
+        bursts = [dict(base, commit="abc1234+x", kernels_ms="memset:0.001;amax:0.0530;quantize:0.0888;fp8:0.9")]  # 0.95
+        files = {"fp8bursts_": bursts, "fp8burstsbase_a_gpu": without, "fp8burstspeaks_a_gpu": peaks}
+        text = with_rows("step21-amax-bursts", files)
+        self.assertIn("| 128 | 16384 | 59 | 53 | 0.85 | 0.95 | 89 | 89 | 1.006 | PASS |", text)
+        self.assertIn("at d = 128 and 256: **1 of 1** points (predicted all: **held**)", text)
+        self.assertIn("1.000–1.000 (predicted within 0.98–1.02: **held**)", text)
+        slow = [dict(bursts[0], kernels_ms="memset:0.001;amax:0.0592;quantize:0.0888;fp8:0.95")]
+        text = with_rows("step21-amax-bursts", dict(files, fp8bursts_=slow))
+        self.assertIn("at d = 128 and 256: **0 of 1** points (predicted all: **missed**)", text)
+        self.assertIn("(predicted within 0.98–1.02: **missed**)", text)
+        # the ceilings are the bursts run's own, not the loads phase's file
+        self.assertIn("No `fp8burstspeaks` file", with_rows("step21-amax-bursts", {"fp8bursts_": bursts, "fp8burstsbase_a_gpu": without, "fp8peaks_a_gpu": peaks}))
+        two = bursts + [dict(bursts[0], device="another GPU")]
+        with self.assertRaises(ValueError):
+            with_rows("step21-amax-bursts", dict(files, fp8bursts_=two))
+
     def test_no_rows_give_one_sentence(self):
-        for table in ("step21-target", "step21-accuracy", "step21-quantize-loads"):
+        for table in ("step21-target", "step21-accuracy", "step21-quantize-loads", "step21-amax-bursts"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 

@@ -619,9 +619,9 @@ LOADS_BANDS = {(64, 1024): (1.12, 1.25), (128, 1024): (1.02, 1.07), (256, 1024):
                (64, 16384): (1.01, 1.04), (128, 16384): (0.99, 1.02), (256, 16384): (0.99, 1.02)}
 
 
-def _ceilings(slug):
+def _ceilings(slug, prefix="fp8peaks"):
     """This GPU's streaming HBM read and write rates (bytes/s) from the loads phase's `bench --peaks` file."""
-    got = {r["peak"]: float(r["value"]) for r in common.rows(f"fp8peaks_{slug}.csv") if r.get("unit") == "bytes/s"}
+    got = {r["peak"]: float(r["value"]) for r in common.rows(f"{prefix}_{slug}.csv") if r.get("unit") == "bytes/s"}
     return got.get("hbm-read"), got.get("hbm-write")
 
 
@@ -638,6 +638,47 @@ def _shares(r, R, W):
     return p, amax, quant
 
 
+def _f2(x):
+    return f"{x:.2f}" if x is not None else "–"
+
+
+def _us(p, k):
+    return f"{1e3 * p[k]:.0f}" if k in p else "–"
+
+
+def _one_gpu(rows, name, what):
+    """The one GPU slug of a loads-style table's rows; rows from two GPUs are refused."""
+    slugs = sorted({re.sub(r"[^a-z0-9]+", "_", r["device"].lower().replace("nvidia ", "")).strip("_") for r in rows})
+    if len(slugs) > 1:
+        raise ValueError(f"{name}: {what} files from {len(slugs)} GPUs ({', '.join(slugs)}): keep one")
+    return slugs[0]
+
+
+def _pairs(after, before, R, W):
+    """Each (d, N) of `after` in order with its row before: the key, the row, its parts and shares after, the
+    same before (empty where there is no row before), and the whole call's speed-up (before over after)."""
+    for r in sorted(after, key=lambda x: (int(x["d"]), int(x["N"]))):
+        k = (int(r["d"]), int(r["N"]))
+        b = before.get(k)
+        p, a, q = _shares(r, R, W)
+        pb, ab, qb = _shares(b, R, W) if b else ({}, None, None)
+        yield k, r, (p, a, q), (pb, ab, qb), (sum(pb.values()) / sum(p.values()) if b else None)
+
+
+def _control(what, ctrl):
+    """The closing line on a run's controls: kernels the change left alone, their time after over before."""
+    ok = all(0.98 <= x <= 1.02 for x in ctrl)
+    return f"{what}: {min(ctrl):.3f}–{max(ctrl):.3f} (predicted within 0.98–1.02: **{'held' if ok else 'missed'}**)."
+
+
+def _used_and_ceilings(after, before, R, W, where, missing):
+    """The rows a loads-style table read (for its provenance), and its caption's sentence on the ceilings."""
+    keys = {(int(r["d"]), int(r["N"])) for r in after}
+    ceil = (f" Ceilings (`bench --peaks`, {where}): HBM read {R / 1e12:.2f} TB/s, write {W / 1e12:.2f} TB/s."
+            if R and W else f" No {missing} file for this GPU: no shares.")
+    return after + [before[k] for k in sorted(before) if k in keys], ceil
+
+
 def step21_quantize_loads():
     """[quantize-loads] The quantize kernels with every row of a warp's share fetched first (fp8_target.sh's loads
     phase): each kernel's time and its share of this GPU's HBM ceilings (bench --peaks, the same call), beside the
@@ -648,36 +689,22 @@ def step21_quantize_loads():
     after = [r for r in common.rows("fp8loads_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
     if not after:
         return provenance([], LOADS_HOW)
-    slugs = sorted({re.sub(r"[^a-z0-9]+", "_", r["device"].lower().replace("nvidia ", "")).strip("_") for r in after})
-    if len(slugs) > 1:
-        raise ValueError(f"step21-quantize-loads: loads files from {len(slugs)} GPUs ({', '.join(slugs)}): keep one")
-    slug = slugs[0]
+    slug = _one_gpu(after, "step21-quantize-loads", "loads")
     R, W = _ceilings(slug)
     before = {(int(r["d"]), int(r["N"])): r for r in common.rows(f"fp8defaults_{slug}.csv") + common.rows(f"fp8d64_{slug}.csv")
               if r["step"] == "21" and r["causal"] == "0" and r["variant"] in ("-", "v=pretransposed") and kms(r)}
     body, lines = [], []
     got_a, got_q, speed, ctrl, d64q = [], [], {}, [], []
-
-    def f2(x):
-        return f"{x:.2f}" if x is not None else "–"
-
-    def us(p, k):
-        return f"{1e3 * p[k]:.0f}" if k in p else "–"
-    for r in sorted(after, key=lambda x: (int(x["d"]), int(x["N"]))):
-        k = (int(r["d"]), int(r["N"]))
-        p, a, q = _shares(r, R, W)
-        b = before.get(k)
-        pb, ab, qb = _shares(b, R, W) if b else ({}, None, None)
-        up = sum(pb.values()) / sum(p.values()) if b else None
-        if b and ATTENTION_KERNEL in pb and ATTENTION_KERNEL in p:
+    for k, r, (p, a, q), (pb, ab, qb), up in _pairs(after, before, R, W):
+        if ATTENTION_KERNEL in pb and ATTENTION_KERNEL in p:
             ctrl.append(p[ATTENTION_KERNEL] / pb[ATTENTION_KERNEL])
         got_a.append(a), got_q.append(q)
         if k[0] == 64:
             d64q.append(q)
         if up is not None:
             speed[k] = up
-        body.append([k[0], k[1], us(pb, "amax"), us(p, "amax"), f2(ab), f2(a), us(pb, "quantize"), us(p, "quantize"),
-                     f2(qb), f2(q), f2(up), "PASS" if r["pass"] == "1" else "FAIL"])
+        body.append([k[0], k[1], _us(pb, "amax"), _us(p, "amax"), _f2(ab), _f2(a), _us(pb, "quantize"), _us(p, "quantize"),
+                     _f2(qb), _f2(q), _f2(up), "PASS" if r["pass"] == "1" else "FAIL"])
     n_a = sum(x is not None and x >= 0.85 for x in got_a)
     n_q = sum(x is not None and x >= 0.80 for x in got_q)
     lines.append(f"amax at or above 0.85 of the read ceiling: **{n_a} of {len(got_a)}** points (predicted all: "
@@ -686,7 +713,7 @@ def step21_quantize_loads():
     if d64q:
         fired = any(x is not None and x < 0.60 for x in d64q)
         lines.append(f"The falsifier, quantize below 0.60 at d = 64: **{'fired' if fired else 'did not fire'}** "
-                     f"({', '.join(f2(x) for x in d64q)}).")
+                     f"({', '.join(_f2(x) for x in d64q)}).")
     if speed:
         inb = [(k, x) for k, x in speed.items() if k in LOADS_BANDS]
         held = sum(LOADS_BANDS[k][0] <= x <= LOADS_BANDS[k][1] for k, x in inb)
@@ -694,11 +721,8 @@ def step21_quantize_loads():
             f"d = {k[0]}, N = {k[1]}: {x:.3f} ({LOADS_BANDS[k][0]:.2f}–{LOADS_BANDS[k][1]:.2f})" for k, x in sorted(inb))
             + f": inside at **{held} of {len(inb)}**.")
     if ctrl:
-        lines.append(f"The forward kernel (unchanged), after / before: {min(ctrl):.3f}–{max(ctrl):.3f} (predicted "
-                     f"within 0.98–1.02: **{'held' if all(0.98 <= x <= 1.02 for x in ctrl) else 'missed'}**).")
-    rs = after + [before[k] for k in sorted(before) if k in {(int(r["d"]), int(r["N"])) for r in after}]
-    ceil = (f" Ceilings (`bench --peaks`, the same call): HBM read {R / 1e12:.2f} TB/s, write {W / 1e12:.2f} TB/s."
-            if R and W else " No `bench --peaks` file for this GPU: no shares.")
+        lines.append(_control("The forward kernel (unchanged), after / before", ctrl))
+    rs, ceil = _used_and_ceilings(after, before, R, W, "the same call", "`bench --peaks`")
     return (provenance(rs, LOADS_HOW) + " _Kernel time (CUPTI, cold L2) of the quantize kernels, in µs, step 21 at its "
             "defaults, B·N = 16k, no mask; 'before' is an earlier call on the same GPU kind (its defaults and d64 "
             "phases), 'after' the loads phase, so the forward kernel, unchanged, is the control of the two runs; a share is the time the kernel's bytes take at the GPU's streaming rates over its own time; "
@@ -706,3 +730,46 @@ def step21_quantize_loads():
             + table(["d", "N", "amax µs before", "amax µs after", "amax share before", "amax share after",
                      "quantize µs before", "quantize µs after", "quantize share before", "quantize share after",
                      "call speed-up", "check"], body) + "\n\n" + " ".join(lines))
+
+
+BURSTS_HOW = ("FA_PHASES=loads " + HOW + ", twice on one machine: at the commit before [amax-bursts] (its files renamed "
+              "fp8burstsbase and fp8burstspeaks) and with it (its fp8loads file renamed fp8bursts)")
+
+
+def step21_amax_bursts():
+    """[amax-bursts] The amax kernel at 32 registers, its rows in bursts (fp8_target.sh's loads phase, its file renamed
+    fp8bursts_<gpu>.csv), beside the same phase run just before it on the same machine without the change
+    (fp8burstsbase_<gpu>.csv), with that run's ceilings (fp8burstspeaks_<gpu>.csv). Closing lines: docs/21's prediction
+    written before the run — amax at ≥ 0.93 of the read ceiling at d = 128 and 256 and ≥ 0.84 at d = 64; quantize and
+    the forward, unchanged, within 2 % (the controls)."""
+    after = [r for r in common.rows("fp8bursts_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+    if not after:
+        return provenance([], BURSTS_HOW)
+    slug = _one_gpu(after, "step21-amax-bursts", "bursts")
+    R, W = _ceilings(slug, "fp8burstspeaks")
+    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(f"fp8burstsbase_{slug}.csv") if r["step"] == "21" and kms(r)}
+    body, hi, lo, ctrl = [], [], [], []
+    for k, r, (p, a, q), (pb, ab, qb), up in _pairs(after, before, R, W):
+        (lo if k[0] == 64 else hi).append(a)
+        ctrl += [p[part] / pb[part] for part in ("quantize", ATTENTION_KERNEL) if part in p and part in pb]
+        body.append([k[0], k[1], _us(pb, "amax"), _us(p, "amax"), _f2(ab), _f2(a), _us(pb, "quantize"), _us(p, "quantize"),
+                     f"{up:.3f}" if up is not None else "–", "PASS" if r["pass"] == "1" else "FAIL"])
+    lines = []
+    if hi:
+        n = sum(x is not None and x >= 0.93 for x in hi)
+        lines.append(f"amax at or above 0.93 of the read ceiling at d = 128 and 256: **{n} of {len(hi)}** points "
+                     f"(predicted all: **{'held' if n == len(hi) else 'missed'}**).")
+    if lo:
+        n = sum(x is not None and x >= 0.84 for x in lo)
+        lines.append(f"At d = 64, at or above 0.84: **{n} of {len(lo)}** (predicted all: "
+                     f"**{'held' if n == len(lo) else 'missed'}**).")
+    if ctrl:
+        lines.append(_control("The controls, quantize and the forward kernel (both unchanged), with / without", ctrl))
+    rs, ceil = _used_and_ceilings(after, before, R, W, "the run without", "`fp8burstspeaks`")
+    return (provenance(rs, BURSTS_HOW) + " _Kernel time (CUPTI, cold L2) in µs, step 21 at its defaults, B·N = 16k, no "
+            "mask; 'without' is `[quantize-loads]`'s amax (eight rows fetched at once, up to 80 registers), 'with' the "
+            "amax kernel at 32 registers with its rows in bursts, the two runs minutes apart on one machine; a share is "
+            "the time amax's bytes take at the read ceiling over its own time; the speed-up is the whole call's, "
+            "without over with._" + ceil + "\n\n"
+            + table(["d", "N", "amax µs without", "amax µs with", "amax share without", "amax share with",
+                     "quantize µs without", "quantize µs with", "call speed-up", "check"], body) + "\n\n" + " ".join(lines))
