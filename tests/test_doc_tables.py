@@ -364,8 +364,38 @@ class Step21(unittest.TestCase):
         with self.assertRaises(ValueError):
             with_rows("step21-amax-bursts", dict(files, fp8bursts_=two))
 
+    def test_the_slices_table_sets_both_builds_beside_the_run_without(self):
+        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "64",
+                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
+                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
+        peaks = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"}]
+        # d = 64: amax's bytes take 25.17 µs at 4 TB/s, quantize's 37.75 µs; d = 128 twice that
+        d128 = dict(base, d="128", kernels_ms="memset:0.001;amax:0.0530;quantize:0.0888;fp8:0.9")
+        without = [dict(base, kernels_ms="memset:0.001;amax:0.0296;quantize:0.0539;fp8:0.5"), d128]
+        rolled = [dict(base, commit="abc1234+r", kernels_ms="memset:0.001;amax:0.0262;quantize:0.0420;fp8:0.5"), d128]
+        unrolled = [dict(base, commit="abc1234+u", kernels_ms="memset:0.001;amax:0.0262;quantize:0.0440;fp8:0.5"), d128]
+        files = {"fp8slicesrolled_": rolled, "fp8slicesunrolled_": unrolled, "fp8slicesbase_a_gpu": without,
+                 "fp8slicespeaks_a_gpu": peaks}
+        text = with_rows("step21-slices", files)
+        self.assertIn("| 64 | 16384 | 0.85 | 0.96 | 0.96 | 54 | 42 | 44 | 0.70 | 0.90 | 0.86 |", text)
+        self.assertIn("**Rolled** at d = 64: amax at or above 0.95 of the read ceiling at **1 of 1** points, quantize at or "
+                      "above 0.88 at **1 of 1** (predicted all: **held**); the falsifier, quantize below 0.80: **did not fire**", text)
+        self.assertIn("quantize at or above 0.88 at **0 of 1** (predicted all: **missed**)", text)
+        self.assertIn("Rolled's controls (amax and quantize at d = 128 and 256, the forward kernel everywhere), with / "
+                      "without: 1.000–1.000 (predicted within 0.98–1.02: **held**)", text)
+        self.assertIn("Rolled at least as fast as unrolled in quantize at d = 64: **1 of 1** (predicted all: **held**)", text)
+        slow = [dict(rolled[0], kernels_ms="memset:0.001;amax:0.0262;quantize:0.0500;fp8:0.5"),
+                dict(d128, kernels_ms="memset:0.001;amax:0.0600;quantize:0.0888;fp8:0.9")]
+        text = with_rows("step21-slices", dict(files, fp8slicesrolled_=slow))
+        self.assertIn("the falsifier, quantize below 0.80: **fired**", text)
+        self.assertIn("Rolled at least as fast as unrolled in quantize at d = 64: **0 of 1** (predicted all: **missed**)", text)
+        self.assertIn("(predicted within 0.98–1.02: **missed**)", text)
+        self.assertIn("No `fp8slicespeaks` file", with_rows("step21-slices", dict(files, fp8slicespeaks_a_gpu=[])))
+        with self.assertRaises(ValueError):
+            with_rows("step21-slices", dict(files, fp8slicesunrolled_=[dict(unrolled[0], device="another GPU")]))
+
     def test_no_rows_give_one_sentence(self):
-        for table in ("step21-target", "step21-accuracy", "step21-quantize-loads", "step21-amax-bursts"):
+        for table in ("step21-target", "step21-accuracy", "step21-quantize-loads", "step21-amax-bursts", "step21-slices"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 

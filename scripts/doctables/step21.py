@@ -773,3 +773,71 @@ def step21_amax_bursts():
             "without over with._" + ceil + "\n\n"
             + table(["d", "N", "amax µs without", "amax µs with", "amax share without", "amax share with",
                      "quantize µs without", "quantize µs with", "call speed-up", "check"], body) + "\n\n" + " ".join(lines))
+
+
+SLICES_HOW = ("FA_PHASES=loads " + HOW + ", three times on one machine: at the commit before [slices] (its files renamed "
+              "fp8slicesbase and fp8slicespeaks), then with each of the two builds (fp8slicesrolled, fp8slicesunrolled)")
+SLICES_BUILDS = ("rolled", "unrolled")  # docs/21's two builds of [slices], in the order the prediction names them
+
+
+def step21_slices():
+    """[slices] At d = 64 a block of amax and quantize takes two 32-row slices (fp8_target.sh's loads phase with each
+    build, its file renamed fp8slices<build>_<gpu>.csv), beside the same phase run just before on the same machine
+    without the change (fp8slicesbase_<gpu>.csv), with that run's ceilings (fp8slicespeaks_<gpu>.csv). Closing lines:
+    docs/21's prediction written before the run — at d = 64 amax at ≥ 0.95 of the read ceiling and quantize at ≥ 0.88
+    of its bytes' time, each build; falsified if quantize stays below 0.80 there; d = 128 and 256 and the forward
+    kernel unchanged within 2 % (the controls); the rolled build at least as fast as the unrolled one in quantize at
+    d = 64."""
+    got = {b: [r for r in common.rows(f"fp8slices{b}_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+           for b in SLICES_BUILDS}
+    every = got["rolled"] + got["unrolled"]
+    if not every:
+        return provenance([], SLICES_HOW)
+    slug = _one_gpu(every, "step21-slices", "slices")
+    R, W = _ceilings(slug, "fp8slicespeaks")
+    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(f"fp8slicesbase_{slug}.csv") if r["step"] == "21" and kms(r)}
+    per = {b: {k: (r, pa, pb, up) for k, r, pa, pb, up in _pairs(got[b], before, R, W)} for b in SLICES_BUILDS}
+    keys = sorted(set(per["rolled"]) | set(per["unrolled"]))
+    body, lines = [], []
+    for k in keys:
+        cells, ok = [], []
+        for b in SLICES_BUILDS:
+            r, (p, a, q), _, up = per[b].get(k, (None, ({}, None, None), None, None))
+            cells.append((p, a, q, up))
+            if r is not None:
+                ok.append("PASS" if r["pass"] == "1" else "FAIL")
+        pb, ab, qb = _shares(before[k], R, W) if k in before else ({}, None, None)
+        body.append([k[0], k[1], _f2(ab)] + [_f2(c[1]) for c in cells] + [_us(pb, "quantize")] + [_us(c[0], "quantize") for c in cells]
+                    + [_f2(qb)] + [_f2(c[2]) for c in cells] + [f"{c[3]:.3f}" if c[3] is not None else "–" for c in cells]
+                    + [" / ".join(ok)])
+    for b in SLICES_BUILDS:
+        d64 = [(k, per[b][k][1]) for k in keys if k[0] == 64 and k in per[b]]
+        if not d64:
+            continue
+        na = sum(a is not None and a >= 0.95 for _, (_, a, _) in d64)
+        nq = sum(q is not None and q >= 0.88 for _, (_, _, q) in d64)
+        fired = any(q is None or q < 0.80 for _, (_, _, q) in d64)
+        lines.append(f"**{b.capitalize()}** at d = 64: amax at or above 0.95 of the read ceiling at **{na} of {len(d64)}** "
+                     f"points, quantize at or above 0.88 at **{nq} of {len(d64)}** (predicted all: "
+                     f"**{'held' if na == nq == len(d64) else 'missed'}**); the falsifier, quantize below 0.80: "
+                     f"**{'fired' if fired else 'did not fire'}**.")
+        ctrl = [per[b][k][1][0][part] / per[b][k][2][0][part] for k in keys if k in per[b] and per[b][k][2][0]
+                for part in ("amax", "quantize", ATTENTION_KERNEL) if k[0] != 64 or part == ATTENTION_KERNEL
+                if part in per[b][k][1][0] and part in per[b][k][2][0]]
+        if ctrl:
+            lines.append(_control(f"{b.capitalize()}'s controls (amax and quantize at d = 128 and 256, the forward kernel "
+                                  "everywhere), with / without", ctrl))
+    both = [k for k in keys if k[0] == 64 and k in per["rolled"] and k in per["unrolled"]]
+    if both:
+        n = sum(per["rolled"][k][1][0].get("quantize", 1e9) <= per["unrolled"][k][1][0].get("quantize", 0) for k in both)
+        lines.append(f"Rolled at least as fast as unrolled in quantize at d = 64: **{n} of {len(both)}** "
+                     f"(predicted all: **{'held' if n == len(both) else 'missed'}**).")
+    rs, ceil = _used_and_ceilings(every, before, R, W, "the run without", "`fp8slicespeaks`")
+    return (provenance(rs, SLICES_HOW) + " _Kernel time (CUPTI, cold L2), step 21 at its defaults, B·N = 16k, no mask; "
+            "'without' is one 32-row slice a block (`[amax-bursts]`), 'rolled' and 'unrolled' the two builds of two "
+            "slices a block at d = 64 (docs/21); the three runs minutes apart on one machine; a share is the time a "
+            "kernel's bytes take at the GPU's streaming rates over its own time; the speed-up is the whole call's, "
+            "without over with._" + ceil + "\n\n"
+            + table(["d", "N", "amax share without", "rolled", "unrolled", "quantize µs without", "rolled", "unrolled",
+                     "quantize share without", "rolled", "unrolled", "call speed-up rolled", "unrolled", "check"], body)
+            + "\n\n" + " ".join(lines))
