@@ -236,6 +236,39 @@ class LatencyTerm(unittest.TestCase):
         self.assertIn("not the bound): 20 `exp2=poly` fwd.", text)
 
 
+    def test_the_queued_validation_reads_each_part_of_its_prediction(self):
+        import doctables.model as dm
+        expected = sorted(dm.QUEUED_OUTSIDE) + [dm.QUEUED_LINE[0], ("03", "-", "fwd")]
+
+        def model(ratios):
+            return [dict(self.row("x", ratios.get(k, 1.0)), step=k[0], variant=k[1]) for k in expected]
+
+        def tour(ratios):
+            return [dict(self.TOUR, step=k[0], variant=k[1], ms=str(ratios.get(k, 1.0)), model_ms="1") for k in expected]
+
+        queued = {k: 1.6 for k in dm.QUEUED_OUTSIDE}
+        queued[("09", "-", "fwd")], queued[("03", "-", "fwd")] = 1.49, 1.30
+        idle = dict(queued)
+        idle[("03", "-", "fwd")] = 1.35  # the bound moved 03 from 1.35 to 1.30
+        paths = [{"step": "03", "variant": "-", "pass_of": "fwd", "kernel": "a", "path_cycles": "1000", "queue_cycles": "50"}]
+        files = {"logs/0ff8dbe/tour_h200": tour(queued), "model_refined_h200": model(queued), "model_latval_h200": model(idle),
+                 "model_refined_paths_h200": paths}
+        text = with_rows("model-h200-queued", files)
+        self.assertIn(f"**{len(expected) - 6} of {len(expected)}** (predicted {len(expected) - 6}, with the six it names "
+                      "outside and step 09 in 1.45–1.55: **held**)", text)
+        self.assertIn(f"within 10 % of their queued ratio: **{sum(int(k[0]) <= 12 for k in expected)} of "
+                      f"{sum(int(k[0]) <= 12 for k in expected)}** (predicted all: **held**)", text)
+        self.assertIn("Refuter 2, a pass the bound moved (1) with its ratio now above its idle ratio: **did not fire**", text)
+        moved = dict(queued)
+        moved[("09", "-", "fwd")], moved[("03", "-", "fwd")], moved[("01", "gemm=wmma", "fwd")] = 1.40, 1.60, 1.3
+        text = with_rows("model-h200-queued", dict(files, **{"logs/0ff8dbe/tour_h200": tour(moved)}))
+        self.assertIn("step 09 in 1.45–1.55: **missed**", text)
+        self.assertIn("Step 09 on the line: 1.400 (predicted 1.45–1.55: **missed**)", text)
+        self.assertIn("Not as predicted: 01 `gemm=wmma` fwd (inside, predicted outside); 03 `-` fwd (outside, predicted inside)", text)
+        self.assertIn("Refuter 1, step 01 `gemm=wmma` more than 10 % from its queued ratio: -18.8 %: **fired**", text)
+        self.assertIn("**fired** (03 `-` fwd)", text)
+        self.assertTrue(with_rows("model-h200-queued", {}).startswith("_no measurements yet"))
+
 class PythonPackage(unittest.TestCase):
     """docs/python.md's tables on made-up rows: what they compute, not what a GPU measured."""
 

@@ -648,3 +648,93 @@ def model_h100_tour():
         lines.append("Passes the prediction does not name: " + "; ".join(extra) + ".")
     lines.append(f"Passes of steps 01–12 within 10 % of the H200's queued ratio: **{near} of {early}**.")
     return text + "\n\n" + "\n".join(lines)
+
+
+# [latval-queued] The validation of the queueing bound (docs/model.md, "The prediction for the next validation
+# run"): an H200's tour with the model computed in the run, its files kept in the run's log folder.
+H200_QUEUED_TOUR = "logs/0ff8dbe/tour_h200.csv"
+# The six passes the prediction expects outside 1.5×, and step 09, "on the line" (held inside QUEUED_LINE).
+QUEUED_OUTSIDE = {("01", "gemm=wmma", "fwd"), ("02", "-", "fwd"), ("04", "grid=bh", "fwd"), ("10", "-", "fwd"),
+                  ("11", "-", "fwd"), ("21", "v=kernel", "fwd")}
+QUEUED_LINE = ("09", "-", "fwd"), (1.45, 1.55)
+
+
+def model_h200_queued():
+    """The next validation run the queueing bound's prediction names: an H200's latency tour (latency_check.sh
+    without the sweep and Nsight, the model computed in the run with the bound), each pass beside the H200's ratio
+    with the idle latency term (model_latval_h200.csv) and with the bound (model_refined_h200.csv). Closing lines,
+    the prediction's parts: within 1.5× over the 44 passes it names (the six expected outside, step 09 on the line);
+    each pass of steps 01–12 within 10 % of its queued ratio; the two refuters (step 01 `gemm=wmma` more than 10 %
+    from its queued ratio; a pass the bound moved, its ratio now above its idle ratio)."""
+    rs = [r for r in common.rows(H200_QUEUED_TOUR) if r.get("model_ms")]
+    queued = {(r["step"], r["variant"], r["pass_of"]): float(r["ratio"]) for r in model_rows("model_refined_h200.csv")}
+    idle = {(r["step"], r["variant"], r["pass_of"]): float(r["ratio"]) for r in model_rows("model_latval_h200.csv")}
+    if not rs or not queued:
+        return provenance([], LATVAL_HOW)
+    moved = {}
+    for p in common.rows("model_refined_paths_h200.csv"):
+        key = (p["step"], p["variant"], p["pass_of"])
+        moved[key] = moved.get(key, False) or float(p.get("queue_cycles") or 0) > 0
+    body, got = [], {}
+    for r in rs:
+        for pre, name in (("", "fwd"), ("bwd_", "bwd")):
+            ms, model = r.get(pre + "ms"), r.get(pre + "model_ms")
+            if not (ms and model):
+                continue
+            key = (r["step"], r["variant"], name)
+            ratio = got[key] = float(ms) / float(model)
+            q, i = queued.get(key), idle.get(key)
+            body.append([r["step"], r["variant"], name, f"{float(ms):.3g}", f"{float(model):.3g}", f"{ratio:.3f}",
+                         f"{i:.3f}" if i is not None else "–", f"{q:.3f}" if q is not None else "–",
+                         _pct(ratio / q - 1) if q is not None else "–", "yes" if _within(ratio) else "**no**",
+                         r.get(pre + "bound_by") or "–"])
+    named = [k for k in got if k in queued]
+    outside = {k for k in named if not _within(got[k])}
+    line_key, (lo, hi) = QUEUED_LINE
+    on_line = got.get(line_key)
+    held = (outside - {line_key}) == QUEUED_OUTSIDE and on_line is not None and lo <= on_line <= hi
+    name = lambda k: f"{k[0]} `{k[1]}` {k[2]}"  # noqa: E731
+    lines = [f"Within 1.5×, over the {len(named)} passes the prediction names: **{len(named) - len(outside)} of "
+             f"{len(named)}** (predicted {len(named) - len(QUEUED_OUTSIDE)}, with the six it names outside and step 09 "
+             f"in {lo}–{hi}: **{'held' if held else 'missed'}**)."]
+    if outside:
+        lines.append("Outside: " + "; ".join(f"{name(k)} {got[k]:.3f}" for k in sorted(outside)) + ".")
+    surprises = sorted((outside ^ QUEUED_OUTSIDE) - {line_key})
+    if surprises:
+        lines.append("Not as predicted: " + "; ".join(
+            f"{name(k)} ({'outside' if k in outside else 'inside'}, predicted {'inside' if k in outside else 'outside'})"
+            for k in surprises) + ".")
+    lines.append(f"Step 09 on the line: {on_line:.3f} (predicted {lo}–{hi}: **{'held' if on_line is not None and lo <= on_line <= hi else 'missed'}**)."
+                 if on_line is not None else "Step 09: not in the tour.")
+    early = [k for k in named if int(k[0]) <= 12]
+    near = [k for k in early if abs(got[k] / queued[k] - 1) <= 0.10]
+    lines.append(f"Passes of steps 01–12 within 10 % of their queued ratio: **{len(near)} of {len(early)}** (predicted "
+                 f"all: **{'held' if len(near) == len(early) else 'missed'}**)"
+                 + ("; outside: " + "; ".join(f"{name(k)} {_pct(got[k] / queued[k] - 1)}" for k in early if k not in near)
+                    if len(near) < len(early) else "") + ".")
+    wmma = ("01", "gemm=wmma", "fwd")
+    if wmma in got and wmma in queued:
+        off = got[wmma] / queued[wmma] - 1
+        lines.append(f"Refuter 1, step 01 `gemm=wmma` more than 10 % from its queued ratio: {_pct(off)}: "
+                     f"**{'fired' if abs(off) > 0.10 else 'did not fire'}**.")
+    bound = [k for k in named if moved.get(k) and k in idle]
+    wrong = [k for k in bound if got[k] > idle[k]]
+    lines.append(f"Refuter 2, a pass the bound moved ({len(bound)}) with its ratio now above its idle ratio: "
+                 f"**{'fired' if wrong else 'did not fire'}**" + (" (" + "; ".join(name(k) for k in wrong) + ")" if wrong else "") + ".")
+    still = [got[k] / idle[k] - 1 for k in named if int(k[0]) <= 12 and k in idle and not moved.get(k)]
+    if wrong and still:
+        lines.append(f"For scale, the passes of steps 01–12 the bound did not move changed by {_pct(min(still))} to "
+                     f"{_pct(max(still))} between the two runs; the passes above moved " + "; ".join(
+                         f"{name(k)} {_pct(got[k] / idle[k] - 1)} (the bound: {_pct(queued[k] / idle[k] - 1)})" for k in wrong) + ".")
+    extra = [k for k in got if k not in queued]
+    if extra:
+        lines.append("Passes the prediction does not name (outside its count): " + "; ".join(
+            f"{name(k)} {got[k]:.3f}" for k in extra) + ".")
+    text = provenance(rs, LATVAL_HOW) + (
+        " _An H200's tour, the model as the run computed it (its own `bench --peaks` latencies and ceilings, its own "
+        "`cuobjdump` listings through `scripts/sass_profile.py`, the queueing bound in the tree), beside the earlier "
+        "H200 tour's ratios (fa39398) with the idle latency term (`model_latval_h200.csv`) and with the bound "
+        "(`model_refined_h200.csv`). Ratio = measured / model; change = this run's ratio over the queued one._\n\n") + table(
+        ["step", "variant", "pass", "measured ms", "model ms", "ratio", "ratio (idle, fa39398)", "ratio (queued, fa39398)",
+         "change", "within 1.5×", "bound by"], body)
+    return text + "\n\n" + " ".join(lines)
