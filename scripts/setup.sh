@@ -3,7 +3,8 @@
 #   1. make sure the dependencies are there — Debian packages, or the carried .deps/ folder on an
 #      offline GPU machine (scripts/fetch_deps.sh makes it);
 #   2. configure CMake into build/ (the default Makefile generator, so `make step06` works there), or
-#      into FA_BUILD; FA_CMAKE_EXTRA (a bash array set before sourcing) adds CMake arguments.
+#      into FA_BUILD; FA_CMAKE_EXTRA (a bash array set before sourcing) adds CMake arguments;
+#   3. touch the sources whose content changed since that folder's last set-up (scripts/fresh.sh).
 # Exits with a message (status 1) when something is missing that it may not install itself.
 
 FA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -54,7 +55,11 @@ fa_configure() {
   fi
 }
 
+# shellcheck source=fresh.sh
+source "$FA_ROOT/scripts/fresh.sh"
+
 FA_CMAKE_ARGS=("${FA_CMAKE_EXTRA[@]}")
 fa_deps
 fa_configure
+fa_fresh "$FA_ROOT" "$FA_BUILD"
 FA_JOBS="${FA_JOBS:-$(nproc 2>/dev/null || echo 2)}"
