@@ -13,7 +13,7 @@ from .model import (ceilings, io_complexity, model_latencies, model_latency, mod
 from .python_pkg import python_gpt, python_gpt_host, python_host_cost, python_peers
 from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_exp2_noconv, step20_h200_default, step20_mufu, step20_target, step20_units
 from .step19_clocks import step19_clocks
-from .step21 import step21_accuracy, step21_amax_bursts, step21_slices, step21_banks, step21_d64, step21_d64_accuracy, step21_d64_samples, step21_defaults, step21_quantize_loads, step21_lean_ops, step21_pv_order, step21_sass_units, step21_staged, step21_stepped, step21_target
+from .step21 import step21_accuracy, step21_amax_bursts, step21_half_rows, step21_slices, step21_banks, step21_d64, step21_d64_accuracy, step21_d64_samples, step21_defaults, step21_quantize_loads, step21_lean_ops, step21_pv_order, step21_sass_units, step21_staged, step21_stepped, step21_target
 from .peers import bwd19_deterministic, bwd19_point, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
 from .steps import (ablation, bwd_dropout, bwd_first, dropout_why, bwd_model, dq_centered_cost, dq_centered_why, dq_kernels, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
@@ -140,6 +140,7 @@ TABLES = {
     "step21-quantize-loads": step21_quantize_loads,
     "step21-amax-bursts": step21_amax_bursts,
     "step21-slices": step21_slices,
+    "step21-half-rows": step21_half_rows,
     "step21-sass": lambda: sass_stalls("21"),
     # The Python package (docs/python.md): the small GPT both ways, the package beside the steps and SDPA.
     "python-gpt": python_gpt,

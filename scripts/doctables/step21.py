@@ -841,3 +841,61 @@ def step21_slices():
             + table(["d", "N", "amax share without", "rolled", "unrolled", "quantize µs without", "rolled", "unrolled",
                      "quantize share without", "rolled", "unrolled", "call speed-up rolled", "unrolled", "check"], body)
             + "\n\n" + " ".join(lines))
+
+
+HALF_HOW = ("FA_PHASES=loads " + HOW + " with [half-rows] (its files renamed fp8halfrows and fp8halfrowspeaks), beside "
+            "the same phase without it (fp8halfbase, or the [slices] run's fp8slicesbase where there is none)")
+
+
+def step21_half_rows():
+    """[half-rows] At d = 64 a warp takes two rows at once, 16 lanes each (fp8_target.sh's loads phase, its files
+    renamed fp8halfrows_<gpu>.csv and fp8halfrowspeaks_<gpu>.csv), beside the phase without it: fp8halfbase_<gpu>.csv
+    when a run on the same machine made one, else the [slices] run's fp8slicesbase_<gpu>.csv (an earlier machine of
+    the same kind; the caption says which). Shares use the half-rows run's own ceilings. Closing lines: docs/21's
+    prediction written before the run — at d = 64 quantize at ≥ 0.70 of its bytes' time and amax at ≥ 0.80;
+    d = 128 and 256 and the forward within 2 % (the controls); falsified if quantize at d = 64 gains less than 10 %
+    of its time."""
+    after = [r for r in common.rows("fp8halfrows_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+    if not after:
+        return provenance([], HALF_HOW)
+    slug = _one_gpu(after, "step21-half-rows", "half-rows")
+    R, W = _ceilings(slug, "fp8halfrowspeaks")
+    base_file = f"fp8halfbase_{slug}.csv" if common.rows(f"fp8halfbase_{slug}.csv") else f"fp8slicesbase_{slug}.csv"
+    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(base_file) if r["step"] == "21" and kms(r)}
+    body, qs, amaxs, gains, ctrl = [], [], [], [], []
+    for k, r, (p, a, q), (pb, ab, qb), up in _pairs(after, before, R, W):
+        if k[0] == 64:
+            qs.append(q), amaxs.append(a)
+            if "quantize" in p and "quantize" in pb:
+                gains.append(1 - p["quantize"] / pb["quantize"])
+        ctrl += [p[part] / pb[part] for part in ("amax", "quantize", ATTENTION_KERNEL)
+                 if (k[0] != 64 or part == ATTENTION_KERNEL) and part in p and part in pb]
+        body.append([k[0], k[1], _f2(_shares(before[k], R, W)[1]) if k in before else "–", _f2(a), _us(pb, "quantize"),
+                     _us(p, "quantize"), _f2(_shares(before[k], R, W)[2]) if k in before else "–", _f2(q),
+                     f"{up:.3f}" if up is not None else "–", "PASS" if r["pass"] == "1" else "FAIL"])
+    lines = []
+    if qs:
+        nq = sum(x is not None and x >= 0.70 for x in qs)
+        na = sum(x is not None and x >= 0.80 for x in amaxs)
+        lines.append(f"At d = 64, quantize at or above 0.70 of its bytes' time at the ceilings: **{nq} of {len(qs)}**; amax "
+                     f"at or above 0.80 of the read ceiling: **{na} of {len(amaxs)}** (predicted all: "
+                     f"**{'held' if nq == na == len(qs) else 'missed'}**).")
+    if gains:
+        fired = min(gains) < 0.10
+        lines.append(f"The falsifier, quantize at d = 64 gaining less than 10 % of its time: gains "
+                     f"{', '.join(f'{100 * g:.0f} %' for g in gains)}: **{'fired' if fired else 'did not fire'}**.")
+    if ctrl:
+        lines.append(_control("The controls (amax and quantize at d = 128 and 256, the forward kernel everywhere), "
+                              "with / without", ctrl))
+    same = base_file.startswith("fp8halfbase")
+    rs, ceil = _used_and_ceilings(after, before, R, W, "the half-rows run", "`fp8halfrowspeaks`")
+    return (provenance(rs, HALF_HOW) + " _Kernel time (CUPTI, cold L2), step 21 at its defaults, B·N = 16k, no mask; "
+            "'with' is `[half-rows]` (two rows a warp at d = 64), 'without' one row a warp, "
+            + ("the two runs minutes apart on one machine" if same else
+               f"from `{base_file}`, an earlier run on another machine of the same kind, so the controls also hold "
+               "the difference between two machines")
+            + "; a share is the time a kernel's bytes take at the GPU's streaming rates over its own time; the speed-up "
+            "is the whole call's, without over with._" + ceil + "\n\n"
+            + table(["d", "N", "amax share without", "amax share with", "quantize µs without", "quantize µs with",
+                     "quantize share without", "quantize share with", "call speed-up", "check"], body)
+            + "\n\n" + " ".join(lines))
