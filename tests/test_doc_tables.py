@@ -309,30 +309,6 @@ class PythonPackage(unittest.TestCase):
         runs[1].update(step_ms_median="10.5")
         self.assertIn("**1.05** (prediction ≤ 1.10: **met**)", with_rows("python-gpt-host", {"gpthost_": runs}))
 
-    def test_the_half_rows_table_reads_its_prediction_and_names_its_baseline(self):
-        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "64",
-                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
-                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
-        peaks = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"}]
-        d128 = dict(base, d="128", kernels_ms="memset:0.001;amax:0.0530;quantize:0.0888;fp8:0.9")
-        without = [dict(base, kernels_ms="memset:0.001;amax:0.0330;quantize:0.0680;fp8:0.5"), d128]
-        half = [dict(base, commit="abc1234+h", kernels_ms="memset:0.001;amax:0.0300;quantize:0.0520;fp8:0.5"), d128]
-        files = {"fp8halfrows_": half, "fp8halfrowspeaks_a_gpu": peaks, "fp8slicesbase_a_gpu": without}
-        text = with_rows("step21-half-rows", files)
-        self.assertIn("| 64 | 16384 | 0.76 | 0.84 | 68 | 52 | 0.56 | 0.73 |", text)
-        self.assertIn("quantize at or above 0.70 of its bytes' time at the ceilings: **1 of 1**; amax at or above 0.80 "
-                      "of the read ceiling: **1 of 1** (predicted all: **held**)", text)
-        self.assertIn("gains 24 %: **did not fire**", text)
-        self.assertIn("(predicted within 0.98–1.02: **held**)", text)
-        self.assertIn("from `fp8slicesbase_a_gpu.csv`, an earlier run on another machine", text)
-        small = [dict(half[0], kernels_ms="memset:0.001;amax:0.0300;quantize:0.0640;fp8:0.5"), d128]
-        text = with_rows("step21-half-rows", dict(files, fp8halfrows_=small, fp8halfbase_a_gpu=without))
-        self.assertIn("**0 of 1**; amax", text)
-        self.assertIn("gains 6 %: **fired**", text)
-        self.assertIn("the two runs minutes apart on one machine", text)
-        with self.assertRaises(ValueError):
-            with_rows("step21-half-rows", dict(files, fp8halfrows_=half + [dict(half[0], device="another GPU")]))
-
     def test_no_rows_give_one_sentence(self):
         for table in ("python-gpt", "python-gpt-host", "python-peers"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
@@ -351,6 +327,11 @@ class PythonPackage(unittest.TestCase):
 
 class Step21(unittest.TestCase):
     """docs/21_fp8.md's tables on made-up rows: the ratios, the verdicts, the emulation beside."""
+    # A loads-style run's row (fp8_target.sh's loads phase) and a GPU's two streaming ceilings.
+    LOADS = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
+             "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
+             "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
+    PEAKS = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"}]
 
     def test_the_target_counts_the_quantize_kernels_and_gives_the_forward_alone(self):
         base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
@@ -377,9 +358,7 @@ class Step21(unittest.TestCase):
         self.assertIn("within 1.5× at **1 of 1** points, at or above it at 1", text)
 
     def test_the_loads_table_gives_each_kernel_its_share_of_the_ceilings_and_the_call_its_speed_up(self):
-        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
-                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
-                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
+        base = self.LOADS
         # 3 · 16 · 16384 · 128 elements: amax's 2 bytes each take 50.33 µs at 4 TB/s, quantize's 3 bytes 75.50 µs
         before = [dict(base, kernels_ms="memset:0.001;amax:0.0719;quantize:0.1510;fp8:0.9")]
         after = [dict(base, kernels_ms="memset:0.001;amax:0.0559;quantize:0.0888;fp8:0.9")]
@@ -400,10 +379,8 @@ class Step21(unittest.TestCase):
             with_rows("step21-quantize-loads", {"fp8loads_": two, "fp8peaks_a_gpu": peaks})
 
     def test_the_bursts_table_sets_amax_beside_the_run_without(self):
-        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "128",
-                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
-                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
-        peaks = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"}]
+        base = self.LOADS
+        peaks = self.PEAKS
         without = [dict(base, kernels_ms="memset:0.001;amax:0.0592;quantize:0.0888;fp8:0.9")]  # 50.33 µs of bytes: 0.85
         bursts = [dict(base, commit="abc1234+x", kernels_ms="memset:0.001;amax:0.0530;quantize:0.0888;fp8:0.9")]  # 0.95
         files = {"fp8bursts_": bursts, "fp8burstsbase_a_gpu": without, "fp8burstspeaks_a_gpu": peaks}
@@ -422,10 +399,8 @@ class Step21(unittest.TestCase):
             with_rows("step21-amax-bursts", dict(files, fp8bursts_=two))
 
     def test_the_slices_table_sets_both_builds_beside_the_run_without(self):
-        base = {"date": "2026-01-01T00:00Z", "commit": "abc1234", "device": "a GPU", "cuda": "13.0", "d": "64",
-                "causal": "0", "N": "16384", "Nk": "16384", "B": "1", "H": "16", "pass": "1", "step": "21",
-                "dtype": "e4m3", "variant": "-", "kernel_ms": "1", **OURS}
-        peaks = [{"peak": "hbm-read", "unit": "bytes/s", "value": "4e12"}, {"peak": "hbm-write", "unit": "bytes/s", "value": "4e12"}]
+        base = dict(self.LOADS, d="64")
+        peaks = self.PEAKS
         # d = 64: amax's bytes take 25.17 µs at 4 TB/s, quantize's 37.75 µs; d = 128 twice that
         d128 = dict(base, d="128", kernels_ms="memset:0.001;amax:0.0530;quantize:0.0888;fp8:0.9")
         without = [dict(base, kernels_ms="memset:0.001;amax:0.0296;quantize:0.0539;fp8:0.5"), d128]
@@ -450,6 +425,28 @@ class Step21(unittest.TestCase):
         self.assertIn("No `fp8slicespeaks` file", with_rows("step21-slices", dict(files, fp8slicespeaks_a_gpu=[])))
         with self.assertRaises(ValueError):
             with_rows("step21-slices", dict(files, fp8slicesunrolled_=[dict(unrolled[0], device="another GPU")]))
+
+    def test_the_half_rows_table_reads_its_prediction_and_names_its_baseline(self):
+        base = dict(self.LOADS, d="64")
+        peaks = self.PEAKS
+        d128 = dict(base, d="128", kernels_ms="memset:0.001;amax:0.0530;quantize:0.0888;fp8:0.9")
+        without = [dict(base, kernels_ms="memset:0.001;amax:0.0330;quantize:0.0680;fp8:0.5"), d128]
+        half = [dict(base, commit="abc1234+h", kernels_ms="memset:0.001;amax:0.0300;quantize:0.0520;fp8:0.5"), d128]
+        files = {"fp8halfrows_": half, "fp8halfrowspeaks_a_gpu": peaks, "fp8slicesbase_a_gpu": without}
+        text = with_rows("step21-half-rows", files)
+        self.assertIn("| 64 | 16384 | 0.76 | 0.84 | 68 | 52 | 0.56 | 0.73 |", text)
+        self.assertIn("quantize at or above 0.70 of its bytes' time at the ceilings: **1 of 1**; amax at or above 0.80 "
+                      "of the read ceiling: **1 of 1** (predicted all: **held**)", text)
+        self.assertIn("gains 24 %: **did not fire**", text)
+        self.assertIn("(predicted within 0.98–1.02: **held**)", text)
+        self.assertIn("from `fp8slicesbase_a_gpu.csv`, an earlier run on another machine", text)
+        small = [dict(half[0], kernels_ms="memset:0.001;amax:0.0300;quantize:0.0640;fp8:0.5"), d128]
+        text = with_rows("step21-half-rows", dict(files, fp8halfrows_=small, fp8halfbase_a_gpu=without))
+        self.assertIn("**0 of 1**; amax", text)
+        self.assertIn("gains 6 %: **fired**", text)
+        self.assertIn("the two runs minutes apart on one machine", text)
+        with self.assertRaises(ValueError):
+            with_rows("step21-half-rows", dict(files, fp8halfrows_=half + [dict(half[0], device="another GPU")]))
 
     def test_no_rows_give_one_sentence(self):
         for table in ("step21-target", "step21-accuracy", "step21-quantize-loads", "step21-amax-bursts", "step21-slices", "step21-half-rows"):

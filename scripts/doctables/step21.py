@@ -646,6 +646,16 @@ def _us(p, k):
     return f"{1e3 * p[k]:.0f}" if k in p else "–"
 
 
+def _loads_after(pattern):
+    """A loads-style run's step 21 rows: checked (passed or failed) and with a kernel time."""
+    return [r for r in common.rows(pattern) if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+
+
+def _loads_before(name):
+    """The run without a change: its step 21 rows with a kernel time, by (d, N)."""
+    return {(int(r["d"]), int(r["N"])): r for r in common.rows(name) if r["step"] == "21" and kms(r)}
+
+
 def _one_gpu(rows, name, what):
     """The one GPU slug of a loads-style table's rows; rows from two GPUs are refused."""
     slugs = sorted({re.sub(r"[^a-z0-9]+", "_", r["device"].lower().replace("nvidia ", "")).strip("_") for r in rows})
@@ -686,7 +696,7 @@ def step21_quantize_loads():
     prediction written before the run — amax at ≥ 0.85 of the ceiling and quantize at ≥ 0.80 at every point; the
     falsifier, quantize below 0.60 at d = 64; the call's speed-up in LOADS_BANDS; the forward kernel (unchanged)
     within 2 % of its time before."""
-    after = [r for r in common.rows("fp8loads_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+    after = _loads_after("fp8loads_*.csv")
     if not after:
         return provenance([], LOADS_HOW)
     slug = _one_gpu(after, "step21-quantize-loads", "loads")
@@ -742,12 +752,12 @@ def step21_amax_bursts():
     (fp8burstsbase_<gpu>.csv), with that run's ceilings (fp8burstspeaks_<gpu>.csv). Closing lines: docs/21's prediction
     written before the run — amax at ≥ 0.93 of the read ceiling at d = 128 and 256 and ≥ 0.84 at d = 64; quantize and
     the forward, unchanged, within 2 % (the controls)."""
-    after = [r for r in common.rows("fp8bursts_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+    after = _loads_after("fp8bursts_*.csv")
     if not after:
         return provenance([], BURSTS_HOW)
     slug = _one_gpu(after, "step21-amax-bursts", "bursts")
     R, W = _ceilings(slug, "fp8burstspeaks")
-    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(f"fp8burstsbase_{slug}.csv") if r["step"] == "21" and kms(r)}
+    before = _loads_before(f"fp8burstsbase_{slug}.csv")
     body, hi, lo, ctrl = [], [], [], []
     for k, r, (p, a, q), (pb, ab, qb), up in _pairs(after, before, R, W):
         (lo if k[0] == 64 else hi).append(a)
@@ -788,14 +798,13 @@ def step21_slices():
     of its bytes' time, each build; falsified if quantize stays below 0.80 there; d = 128 and 256 and the forward
     kernel unchanged within 2 % (the controls); the rolled build at least as fast as the unrolled one in quantize at
     d = 64."""
-    got = {b: [r for r in common.rows(f"fp8slices{b}_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
-           for b in SLICES_BUILDS}
+    got = {b: _loads_after(f"fp8slices{b}_*.csv") for b in SLICES_BUILDS}
     every = got["rolled"] + got["unrolled"]
     if not every:
         return provenance([], SLICES_HOW)
     slug = _one_gpu(every, "step21-slices", "slices")
     R, W = _ceilings(slug, "fp8slicespeaks")
-    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(f"fp8slicesbase_{slug}.csv") if r["step"] == "21" and kms(r)}
+    before = _loads_before(f"fp8slicesbase_{slug}.csv")
     per = {b: {k: (r, pa, pb, up) for k, r, pa, pb, up in _pairs(got[b], before, R, W)} for b in SLICES_BUILDS}
     keys = sorted(set(per["rolled"]) | set(per["unrolled"]))
     body, lines = [], []
@@ -806,7 +815,7 @@ def step21_slices():
             cells.append((p, a, q, up))
             if r is not None:
                 ok.append("PASS" if r["pass"] == "1" else "FAIL")
-        pb, ab, qb = _shares(before[k], R, W) if k in before else ({}, None, None)
+        pb, ab, qb = next((per[b][k][2] for b in SLICES_BUILDS if k in per[b]), ({}, None, None))
         body.append([k[0], k[1], _f2(ab)] + [_f2(c[1]) for c in cells] + [_us(pb, "quantize")] + [_us(c[0], "quantize") for c in cells]
                     + [_f2(qb)] + [_f2(c[2]) for c in cells] + [f"{c[3]:.3f}" if c[3] is not None else "–" for c in cells]
                     + [" / ".join(ok)])
@@ -855,13 +864,13 @@ def step21_half_rows():
     prediction written before the run — at d = 64 quantize at ≥ 0.70 of its bytes' time and amax at ≥ 0.80;
     d = 128 and 256 and the forward within 2 % (the controls); falsified if quantize at d = 64 gains less than 10 %
     of its time."""
-    after = [r for r in common.rows("fp8halfrows_*.csv") if r["step"] == "21" and r.get("pass") in ("1", "0") and kms(r)]
+    after = _loads_after("fp8halfrows_*.csv")
     if not after:
         return provenance([], HALF_HOW)
     slug = _one_gpu(after, "step21-half-rows", "half-rows")
     R, W = _ceilings(slug, "fp8halfrowspeaks")
     base_file = f"fp8halfbase_{slug}.csv" if common.rows(f"fp8halfbase_{slug}.csv") else f"fp8slicesbase_{slug}.csv"
-    before = {(int(r["d"]), int(r["N"])): r for r in common.rows(base_file) if r["step"] == "21" and kms(r)}
+    before = _loads_before(base_file)
     body, qs, amaxs, gains, ctrl = [], [], [], [], []
     for k, r, (p, a, q), (pb, ab, qb), up in _pairs(after, before, R, W):
         if k[0] == 64:
@@ -870,8 +879,7 @@ def step21_half_rows():
                 gains.append(1 - p["quantize"] / pb["quantize"])
         ctrl += [p[part] / pb[part] for part in ("amax", "quantize", ATTENTION_KERNEL)
                  if (k[0] != 64 or part == ATTENTION_KERNEL) and part in p and part in pb]
-        body.append([k[0], k[1], _f2(_shares(before[k], R, W)[1]) if k in before else "–", _f2(a), _us(pb, "quantize"),
-                     _us(p, "quantize"), _f2(_shares(before[k], R, W)[2]) if k in before else "–", _f2(q),
+        body.append([k[0], k[1], _f2(ab), _f2(a), _us(pb, "quantize"), _us(p, "quantize"), _f2(qb), _f2(q),
                      f"{up:.3f}" if up is not None else "–", "PASS" if r["pass"] == "1" else "FAIL"])
     lines = []
     if qs:
