@@ -453,6 +453,34 @@ class Step21(unittest.TestCase):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 
+class Step19(unittest.TestCase):
+    """docs/19_hopper_backward.md's producer table on made-up rows: the kernel clock, the prediction's verdict."""
+    ROW = {"device": "a GPU", "cuda": "13.0", "step": "19", "d": "128", "causal": "0", "N": "16384", "B": "1", "H": "16",
+           "bwd_pass": "1", "bwd_ms": "9.0", **OURS}
+
+    def rows(self, producer_ms, atomics_ms=10.5):
+        base = [dict(self.ROW, variant="-", bwd_kernel_ms="10.0"), dict(self.ROW, variant="ablate=atomics", bwd_kernel_ms=str(atomics_ms))]
+        return base + [dict(self.ROW, variant="ablate=producer", bwd_kernel_ms=str(producer_ms))]
+
+    def test_the_producer_column_by_the_kernel_clock_and_its_verdict(self):
+        text = with_rows("step19-producer", {"abl19_": self.rows(10.3)})
+        self.assertIn("| 128 | no | 16384 | 10.000 | 1.05 | 1.03 |", text)  # bwd_kernel_ms, not bwd_ms
+        self.assertIn("Kernel time (CUPTI activity records, every kernel of the backward summed, cold L2)", text)
+        self.assertIn("**1 of 1** (held); its falsifier, a point below 1.00 or above 1.10: **did not fire**", text)
+        text = with_rows("step19-producer", {"abl19_": self.rows(9.9)})
+        self.assertIn("**0 of 1** (missed); its falsifier, a point below 1.00 or above 1.10: **fired** (0.990)", text)
+        text = with_rows("step19-producer", {"abl19_": self.rows(10.05)})
+        self.assertIn("**0 of 1** (missed); its falsifier, a point below 1.00 or above 1.10: **did not fire**", text)
+        failed = self.rows(10.3)
+        failed[-1]["bwd_pass"] = "0"
+        text = with_rows("step19-producer", {"abl19_": failed})
+        self.assertIn("FAIL", text)
+        self.assertNotIn("The prediction", text)  # a run that failed its check is not read
+
+    def test_no_rows_give_one_sentence(self):
+        self.assertTrue(with_rows("step19-producer", {}).startswith("_no measurements yet"))
+
+
 class Tables(unittest.TestCase):
     def test_a_row_of_the_wrong_width_is_refused(self):
         # step20-target's "not measured" rows had one cell too many: Markdown shows such a row shifted

@@ -173,14 +173,17 @@ def ncu_on_chip(steps, ns=("1024", "4096")):
          "shared memory / block (B)"], body)
 
 
-def ablation(step, label="without", only=None, pass_="fwd", pattern=None):
+def ablation(step, label="without", only=None, pass_="fwd", pattern=None, kernel=False):
     """The step with each of its changes taken out alone (bench --variants ablations -> ablation_*_stepNN.csv):
     per (d, causal, N), the full step's time and, per ablation, its time over the full step's (above 1:
     the change helped). Closing line: per ablation, the geometric mean of that ratio over the points
     and its range. `label` heads each column ("without" a change; "--tiles" for a step whose only
     experiment is another tile: above 1, the default tile is faster). pass_ "bwd": the backward's times and
-    its gradient check (a backward step's ablations)."""
+    its gradient check (a backward step's ablations). kernel: the kernel clock (CUPTI, every kernel of the pass
+    summed, cold L2: `kernel_ms`, `bwd_kernel_ms`) instead of the harness's own timing, and the table says so."""
     ms, ok = ("ms", "pass") if pass_ == "fwd" else ("bwd_ms", "bwd_pass")
+    if kernel:
+        ms = "kernel_ms" if pass_ == "fwd" else "bwd_kernel_ms"
     rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(pattern or f"ablation_*_step{step}.csv") if r["step"] == step]
     if only:  # the default and the variants of one flag ("tiles", "ablate")
         rs = [r for r in rs if r["variant"] == "-" or r["variant"].startswith(only + "=")]
@@ -210,7 +213,30 @@ def ablation(step, label="without", only=None, pass_="fwd", pattern=None):
         f"`{v.split('=')[-1]}` **{geomean(x):.2f}** ({min(x):.2f}–{max(x):.2f})"
         for v, x in ratios.items() if x) + (f". {fails} run(s) FAILED the check." if fails else
                                             ". Every run passed its check against the reference.")
+    if kernel:
+        summary = (f"Kernel time (CUPTI activity records, every kernel of the {'forward' if pass_ == 'fwd' else 'backward'} "
+                   f"summed, cold L2). ") + summary
     return provenance(rs) + "\n\n" + table(header, body) + "\n\n" + summary
+
+
+def step19_producer(pattern="abl19_*_step19.csv", lo=1.01, hi=1.08, floor=1.00, ceiling=1.10):
+    """Step 19's ablations rerun with `producer` (no producer warp, [no-producer]) among them
+    (abl19_*_step19.csv), by kernel time; then docs/19's prediction read from the `producer` column: the
+    ablation's time over the default's within lo–hi at every point, falsified by any point below `floor`
+    (as fast without the producer warp) or above `ceiling`."""
+    text = ablation("19", pass_="bwd", pattern=pattern, kernel=True)
+    rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(pattern) if r["step"] == "19"]
+    by = {(r["d"], r["causal"], r["N"], r["variant"]): r for r in rs if r.get("bwd_pass") == "1"}
+    x = [float(r["bwd_kernel_ms"]) / float(by[k[:3] + ("-",)]["bwd_kernel_ms"])
+         for k, r in by.items() if k[3] == "ablate=producer" and k[:3] + ("-",) in by]
+    if not x:
+        return text
+    inside = sum(lo <= v <= hi for v in x)
+    fired = [v for v in x if v < floor or v > ceiling]
+    return text + (f"\n\nThe prediction (`producer` between {lo:.2f} and {hi:.2f} at every point): **{inside} of {len(x)}** "
+                   f"({'held' if inside == len(x) else 'missed'}); its falsifier, a point below {floor:.2f} or above "
+                   f"{ceiling:.2f}: **{'fired' if fired else 'did not fire'}**"
+                   + (f" ({', '.join(f'{v:.3f}' for v in sorted(fired))})" if fired else "") + ".")
 
 
 def ncu_stalls(steps, n="4096", pattern="ncu_*_step*.csv"):

@@ -489,7 +489,7 @@ const StepInfo& info() {
     i.teaches = "warp-specialized backward; Pᵀ and dSᵀ as register operands; dQ by bulk reduce-add";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK) (docs/19_hopper_backward.md)"};
+      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK); producer (no producer warp: a consumer thread issues the loads in line) (docs/19_hopper_backward.md)"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;
       const StepFlag det{"deterministic", {"off", "on"},

@@ -224,8 +224,8 @@ struct Maps {
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
 // overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
 // dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]),
-// Drop ([dropout]; --dropout with --dropout-kernel run).
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop>
+// Drop ([dropout]; --dropout with --dropout-kernel run), Prod ([producer]; false: --ablate producer).
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop, bool Prod>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
@@ -235,6 +235,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
   static_assert(!Det || !Cent, "--dq centered adds its row sums in no fixed order");
   static_assert(!Drop || (!Cent && Bulk && OV && DkFirst && Split == default_split(D, C)), "--dropout: the default kernel alone");
+  static_assert(Prod || (!Drop && !Cent && !Det && Bulk && OV && DkFirst && Split == default_split(D, C)),
+                "--ablate producer: the default kernel otherwise (its loads wait where [dk-first]'s order releases a stage)");
   // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
   // stages' L·log2 e and D, the mbarriers.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -287,28 +289,37 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   }
   __syncthreads();
 
+  // [producer] The loads, one thread's: K_j and V_j once; item t's Q_i, dO_i, L·log2 e and D into
+  // stage t % St, once every consumer thread has released the stage's previous use.
+  auto load_kv = [&] {
+    mbar_arrive_expect(kv_full, 2 * kTileKV);
+    for (int pn = 0; pn < kPanels; ++pn) {
+      tma_load(k_s + pn * Bc * wgmma::kRowBytes, &maps.k, 64 * pn, j0, hkv, b, kv_full);
+      tma_load(v_s + pn * Bc * wgmma::kRowBytes, &maps.v, 64 * pn, j0, hkv, b, kv_full);
+    }
+  };
+  auto load_item = [&](int t) {
+    const int st = t % St, h = head_of(t), i0 = row_of(t);
+    const int64_t r0 = (int64_t(b) * f.H + h) * ws.Np + i0;
+    if (t >= St) mbar_wait(empty(st), empty_parity(t, St));
+    mbar_arrive_expect(full(st), 2 * kTileQ + 2 * Br * 4);
+    for (int pn = 0; pn < kPanels; ++pn) {
+      tma_load(q_at(st) + pn * Br * wgmma::kRowBytes, &maps.q, 64 * pn, i0, h, b, full(st));
+      tma_load(do_at(st) + pn * Br * wgmma::kRowBytes, &maps.dout, 64 * pn, i0, h, b, full(st));
+    }
+    bulk_load(l2_at(st), ws.l2 + r0, Br * 4, full(st));
+    bulk_load(dd_at(st), ws.dd + r0, Br * 4, full(st));
+  };
+
   // [roles] Warpgroup 0: warp 0 the producer, warp 1 the writer (warps 2 and 3 idle); 1 and 2 the consumers.
   if (wg == 0) {
     regs_dec<kProducerRegs>();
     if (items == 0 || lane != 0) return;
     if (warp == 0) {
       // ---- [producer] ------------------------------------------------------------------------
-      mbar_arrive_expect(kv_full, 2 * kTileKV);
-      for (int pn = 0; pn < kPanels; ++pn) {
-        tma_load(k_s + pn * Bc * wgmma::kRowBytes, &maps.k, 64 * pn, j0, hkv, b, kv_full);
-        tma_load(v_s + pn * Bc * wgmma::kRowBytes, &maps.v, 64 * pn, j0, hkv, b, kv_full);
-      }
-      for (int t = 0; t < items; ++t) {
-        const int st = t % St, h = head_of(t), i0 = row_of(t);
-        const int64_t r0 = (int64_t(b) * f.H + h) * ws.Np + i0;
-        if (t >= St) mbar_wait(empty(st), empty_parity(t, St));
-        mbar_arrive_expect(full(st), 2 * kTileQ + 2 * Br * 4);
-        for (int pn = 0; pn < kPanels; ++pn) {
-          tma_load(q_at(st) + pn * Br * wgmma::kRowBytes, &maps.q, 64 * pn, i0, h, b, full(st));
-          tma_load(do_at(st) + pn * Br * wgmma::kRowBytes, &maps.dout, 64 * pn, i0, h, b, full(st));
-        }
-        bulk_load(l2_at(st), ws.l2 + r0, Br * 4, full(st));
-        bulk_load(dd_at(st), ws.dd + r0, Br * 4, full(st));
+      if constexpr (Prod) {
+        load_kv();
+        for (int t = 0; t < items; ++t) load_item(t);
       }
     } else if (warp == 1 && Bulk) {
       // ---- [dq-writer] -----------------------------------------------------------------------
@@ -367,9 +378,20 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   // wgmma_layout.hpp), from warp-uniform values alone, so that ptxas can keep it in a uniform register:
   // no mask, shift and move per product. kc: the offset of the consumer's 64 keys in K_j and V_j.
   const uint32_t lo0 = wgmma::desc_lo(sbase), kc = wgmma::kmajor_offset(64 * c, 0, Bc);
+  // [no-producer] (--ablate producer) No producer warp: the consumers' first thread issues the loads
+  // itself, the first St items' before its first wait, item t + St − 1's as item t begins (into item
+  // t − 1's stage: it waits there, in line, for the other consumer's release). Issued instead at the
+  // end of item t, ptxas serialized the d = 64 kernel's wgmmas (C7520: a warpgroup arrive it had to
+  // insert in a divergent path); here it does not (tests/ptxas_serialization.py lists it).
+  const bool issuer = !Prod && c == 0 && tid == 0;
+  if (issuer && items > 0) {
+    load_kv();
+    for (int u = 0; u < St && u < items; ++u) load_item(u);
+  }
   if (items > 0) mbar_wait(kv_full, 0);
   for (int t = 0; t < items; ++t) {
     const int st = t % St, h = head_of(t), i0 = row_of(t);
+    if (issuer && t > 0 && t + St - 1 < items) load_item(t + St - 1);  // [no-producer]
     mbar_wait(full(st), full_parity(t, St));
     // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ (64 keys × 64 queries each, both operands K-major),
     // one group each.
@@ -682,7 +704,8 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
   return m;
 }
 
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false, bool Drop = false>
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false, bool Drop = false,
+          bool Prod = true>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -695,11 +718,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Prod>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Prod>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -710,7 +733,7 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Prod><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
@@ -733,6 +756,7 @@ void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cuda
     if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kSplit>(p, st);
     if (ablation == kDkFirst) return launch_kv<T, D, true, true, kSplit, false>(p, st);
     if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
+    if (ablation == kNoProducer) return launch_kv<T, D, true, true, kSplit, true, false, false, false, false>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }

@@ -209,10 +209,12 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //             (d = 128: two chunks, 32 more registers) or by turns (d = 64): the consumers no longer
 //             meet every Q tile, and each Q tile's dQ is added twice;
 //   dk-first  FlashAttention-3's order: dQ issued before dK and staged while dK runs, the Q/dO stage
-//             released at the next item's first wait — instead of dK issued before the consumers meet.
+//             released at the next item's first wait — instead of dK issued before the consumers meet;
+//   producer  no producer warp: consumer 0's first thread issues every load itself ([no-producer]),
+//             item t + stages − 1's as item t begins, after waiting for the other consumer's release.
 // Compiled for fp16 only (refusal()), without --deterministic.
-enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kAblations };
-inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first"};
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kAblations };
+inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "producer"};
 int ablation_of(const StepOptions& o);
 // [dq-split] How a run splits dQ.
 FA_HD constexpr int split_of(int d, int ablation) {
