@@ -197,7 +197,7 @@ TEST_CASE("step 21 [transpose-addr]: the stepped addresses are sw8_offset's, uni
 TEST_CASE("step 21 [v-transpose] pretransposed: the quantize kernel's staging tile gives each dim its 32 slots in order") {
   for (int d : step21::kHeadDims) {
     CAPTURE(d);
-    const int E = d / 32;  // a lane's dims (load_row): E·lane .. E·lane + E − 1
+    const int L = step21::row_lanes(d), E = d / L;  // a lane's dims: E·(lane % L) .. + E − 1 ([half-rows])
     std::vector<int> tile(size_t(32 * d), -1);
     auto code = [&](int slot, int dim) { return (slot * 7 + dim * 13) % 256; };
     for (int slot = 0; slot < 32; ++slot)
@@ -212,18 +212,20 @@ TEST_CASE("step 21 [v-transpose] pretransposed: the quantize kernel's staging ti
     for (int n = 0; n < d; ++n)
       for (int i = 0; i < 8; ++i)
         for (int b = 0; b < 4; ++b) CHECK(tile[size_t(4 * (i * d + n) + b)] == code(4 * i + b, n));
-    // a warp's byte store (one key, so one slot; dim E·lane + e): words per bank, at most
+    // a warp's byte store (a key for each L lanes: keys r and r + 4 at d = 64, the half-warps' turns two
+    // dims apart; dim E·(lane % L) + e): words per bank, at most
     int worst = 0;
-    for (int slot = 0; slot < 32; ++slot)
-      for (int e = 0; e < E; ++e) {
+    for (int key = 0; key < 32; ++key)
+      for (int e0 = 0; e0 < E; ++e0) {
         std::vector<std::set<int>> bank(32);
         for (int l = 0; l < 32; ++l) {
-          const int w = step21::vt_stage_byte(slot, E * l + e, d) / 4;
+          const int half = l / L, slot = step21::slot_of_key((key + 4 * half) % 32), e = (e0 + 2 * half) % E;
+          const int w = step21::vt_stage_byte(slot, E * (l % L) + e, d) / 4;
           bank[size_t(w % 32)].insert(w);
         }
         for (const auto& b : bank) worst = std::max(worst, int(b.size()));
       }
-    CHECK(worst == E);  // the lanes' words are E apart: 32 / E banks between 32 lanes
+    CHECK(worst == d / 32);  // 32 lanes over d words a slot quartet: d / 32 words a bank
   }
 }
 

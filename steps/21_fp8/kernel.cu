@@ -97,23 +97,31 @@ __device__ inline Source source(const AttnParams& p, const Fp8Buffers& f, int t)
   return {static_cast<const __nv_bfloat16*>(p.v), p.v_sb, p.v_sh, p.v_sn, p.Hkv, p.Nk, f.gk, q_groups(p, f) + k_groups(p, f)};
 }
 
-// [quantize-loads] A lane's E = D / 32 bf16 of a row, columns E·l .. E·l + E − 1, as raw bits: one
-// load of 2E bytes (4, 8 or 16: launch() has checked that rows start 16-byte aligned). A warp fetches
-// every row of its share before it uses any, so that 8 rows' loads are in flight at once, not one.
+// [quantize-loads] A lane's E = D / row_lanes bf16 of a row, columns E·l .. E·l + E − 1 (l: the lane
+// within its row), as raw bits: one load of 2E bytes (8 or 16: launch() has checked that rows start
+// 16-byte aligned). A warp fetches every row of its share before it uses any, so that its rows' loads
+// are in flight at once, not one.
 template <int D>
-struct alignas(D / 16) RowBits {  // 2E bytes, aligned as one load of them
-  uint32_t w[D / 64];
+struct alignas(2 * D / row_lanes(D)) RowBits {  // 2E bytes, aligned as one load of them
+  uint32_t w[D / row_lanes(D) / 2];
 };
 template <int D>
 __device__ inline RowBits<D> fetch_row(const __nv_bfloat16* row, int lane) {
-  return *reinterpret_cast<const RowBits<D>*>(row + D / 32 * lane);
+  return *reinterpret_cast<const RowBits<D>*>(row + D / row_lanes(D) * (lane % row_lanes(D)));
 }
-// The warp's share of a block's kQuantRows rows, r0 + warp + 4i (i < R), each fetched while row < rows.
+// The row of the warp's entry i: r0 + warp + 4(P·i + lane / row_lanes), P = 32 / row_lanes rows an entry.
+template <int D>
+__device__ inline int share_row(int r0, int warp, int lane, int i) {
+  return r0 + warp + 4 * (32 / row_lanes(D) * i + lane / row_lanes(D));
+}
+// The warp's share of a block's kQuantRows rows, entries i < R, each fetched while its row < rows.
 template <int D, int R>
 __device__ inline void fetch_share(const __nv_bfloat16* x, int64_t sn, int rows, int r0, int warp, int lane, RowBits<D> (&bits)[R]) {
 #pragma unroll
-  for (int i = 0; i < R; ++i)
-    if (r0 + warp + 4 * i < rows) bits[i] = fetch_row<D>(x + (r0 + warp + 4 * i) * sn, lane);
+  for (int i = 0; i < R; ++i) {
+    const int r = share_row<D>(r0, warp, lane, i);
+    if (r < rows) bits[i] = fetch_row<D>(x + r * sn, lane);
+  }
 }
 
 // One row of D values in a warp: lane l's fetched bits as floats, and [incoherent] runs the transform
@@ -121,8 +129,8 @@ __device__ inline void fetch_share(const __nv_bfloat16* x, int64_t sn, int rows,
 // others between lanes l and l ^ (h / E) — the lower position takes a + b, the upper a − b, as on the
 // host.
 template <int D>
-__device__ inline void widen_row(const RowBits<D>& b, int lane, bool transform, float (&y)[D / 32]) {
-  constexpr int E = D / 32;
+__device__ inline void widen_row(const RowBits<D>& b, int lane, bool transform, float (&y)[D / row_lanes(D)]) {
+  constexpr int E = D / row_lanes(D), L = row_lanes(D);
 #pragma unroll
   for (int e = 0; e < E; e += 2) {
     const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&b.w[e / 2]);
@@ -130,7 +138,7 @@ __device__ inline void widen_row(const RowBits<D>& b, int lane, bool transform, 
   }
   if (!transform) return;
 #pragma unroll
-  for (int e = 0; e < E; ++e) y[e] *= fp8::hadamard_sign(E * lane + e);
+  for (int e = 0; e < E; ++e) y[e] *= fp8::hadamard_sign(E * (lane % L) + e);
 #pragma unroll
   for (int h = 1; h < E; h *= 2)
 #pragma unroll
@@ -140,7 +148,7 @@ __device__ inline void widen_row(const RowBits<D>& b, int lane, bool transform, 
         y[e] = a + b, y[e + h] = a - b;
       }
 #pragma unroll
-  for (int m = 1; m < 32; m *= 2)
+  for (int m = 1; m < L; m *= 2)  // [half-rows] inside the row's lanes
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const float other = __shfl_xor_sync(0xffffffffu, y[e], m);
@@ -161,19 +169,20 @@ __global__ void __launch_bounds__(128, 16) step21_amax(const AttnParams p, Fp8Bu
   const int bh = blockIdx.y, r0 = blockIdx.x * kQuantRows, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (bh >= p.B * s.heads || r0 >= s.rows) return;
   const __nv_bfloat16* x = s.x + (bh / s.heads) * s.sb + (bh % s.heads) * s.sh;
-  constexpr int R = kQuantRows / 4, G = amax_burst(D);  // [quantize-loads] the warp's rows r0 + warp + 4i
+  // [quantize-loads] the warp's entries (share_row); [half-rows] P rows an entry, bursts of the same bytes
+  constexpr int P = 32 / row_lanes(D), E = D / row_lanes(D), R = kQuantRows / 4 / P, G = amax_burst(D) / P;
   float m = 0.0f;
 #pragma unroll
   for (int i0 = 0; i0 < R; i0 += G) {
-    RowBits<D> bits[G];  // read only where fetched (the same row test)
-    fetch_share<D>(x, s.sn, s.rows, r0 + 4 * i0, warp, lane, bits);
+    RowBits<D> bits[G] = {};  // zeros where not fetched: |0| leaves the max alone
+    fetch_share<D>(x, s.sn, s.rows, r0 + 4 * P * i0, warp, lane, bits);
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-      if (r0 + warp + 4 * (i0 + i) >= s.rows) break;
-      float y[D / 32];
+      if (r0 + warp + 4 * P * (i0 + i) >= s.rows) break;  // the entry's first row, the same for the warp
+      float y[E];
       widen_row<D>(bits[i], lane, p.incoherent && blockIdx.z < 2, y);
 #pragma unroll
-      for (int e = 0; e < D / 32; ++e) m = fmaxf(m, fabsf(y[e]));
+      for (int e = 0; e < E; ++e) m = fmaxf(m, fabsf(y[e]));
     }
   }
 #pragma unroll
@@ -186,9 +195,9 @@ __global__ void __launch_bounds__(128, 16) step21_amax(const AttnParams p, Fp8Bu
               __float_as_uint(fmaxf(fmaxf(wmax[0], wmax[1]), fmaxf(wmax[2], wmax[3]))));
 }
 
-template <int D>
-__global__ void __launch_bounds__(128) step21_quantize(const AttnParams p, Fp8Buffers f) {
-  constexpr int E = D / 32;
+template <int D>  // [half-rows] 40 registers at d = 64 (12 blocks an SM, as before; 46 unbounded)
+__global__ void __launch_bounds__(128, D == 64 ? 12 : 0) step21_quantize(const AttnParams p, Fp8Buffers f) {
+  constexpr int E = D / row_lanes(D), P = 32 / row_lanes(D);  // [half-rows] P rows a warp at a time
   const Source s = source(p, f, blockIdx.z);
   const bool vt = blockIdx.z == 2 && f.vt;
   const int rows = vt ? f.nk32 : s.rows;  // Vᵀ's keys past Nk up to the slice's end: zeros
@@ -202,35 +211,37 @@ __global__ void __launch_bounds__(128) step21_quantize(const AttnParams p, Fp8Bu
   uint8_t* out = blockIdx.z == 0 ? f.q8 : blockIdx.z == 1 ? f.k8 : f.v8;
   // [v-transpose] (pretransposed) Vᵀ's codes of this block's 32-key slice (vt_stage_byte's layout).
   __shared__ alignas(16) uint32_t vt_tile[8 * D];
-  constexpr int R = kQuantRows / 4;  // [quantize-loads] the warp's rows r0 + warp + 4i, all fetched first
-  RowBits<D> bits[R] = {};
+  constexpr int R = kQuantRows / 4 / P;  // [quantize-loads] the warp's entries (share_row), all fetched first
+  RowBits<D> bits[R] = {};  // zeros where not fetched: Vᵀ's keys past Nk
   fetch_share<D>(x, s.sn, s.rows, r0, warp, lane, bits);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const int r = r0 + warp + 4 * i;
-    if (r >= rows) break;
+    if (r0 + warp + 4 * P * i >= rows) break;  // the entry's first row, the same for the warp
+    const int r = share_row<D>(r0, warp, lane, i);
     float y[E];
-    if (r < s.rows) widen_row<D>(bits[i], lane, p.incoherent && blockIdx.z < 2, y);
-    else
+    widen_row<D>(bits[i], lane, p.incoherent && blockIdx.z < 2, y);  // every lane: the shuffles
+    if (r >= rows) continue;
+    uint32_t c[E / 4];
 #pragma unroll
-      for (int e = 0; e < E; ++e) y[e] = 0.0f;
-    uint32_t c[(E + 3) / 4];
-    if constexpr (E == 2) c[0] = e4m3x2(y[0] * k, y[1] * k);  // [sw64] d = 64: two codes a lane
-    else
-#pragma unroll
-      for (int w = 0; w < E / 4; ++w) c[w] = e4m3x4(y[4 * w] * k, y[4 * w + 1] * k, y[4 * w + 2] * k, y[4 * w + 3] * k);
+    for (int w = 0; w < E / 4; ++w) c[w] = e4m3x4(y[4 * w] * k, y[4 * w + 1] * k, y[4 * w + 2] * k, y[4 * w + 3] * k);
+    const int l = lane % row_lanes(D);  // [half-rows] the lane within its row
     if (!vt) {
-      uint8_t* row = out + (int64_t(bh) * s.rows + r) * D + E * lane;
-      if constexpr (E == 2) *reinterpret_cast<uint16_t*>(row) = uint16_t(c[0]);
-      else if constexpr (E == 4) *reinterpret_cast<uint32_t*>(row) = c[0];
+      uint8_t* row = out + (int64_t(bh) * s.rows + r) * D + E * l;
+      if constexpr (E == 4) *reinterpret_cast<uint32_t*>(row) = c[0];
       else *reinterpret_cast<uint2*>(row) = make_uint2(c[0], c[1]);
     } else {
       // [v-transpose] Vᵀ [d][key], each 32-key slice in the A fragment's key order ([key-order]).
       // A byte a dim into shared memory first (a byte store straight to Vᵀ was a sector each).
       const int slot = slot_of_key(r % 32);
       uint8_t* tile = reinterpret_cast<uint8_t*>(vt_tile);
+      // [half-rows] A dim's words share a bank whatever the slot (d = 64: 64 words a slot quartet), so the
+      // two halves, on the same dims, store them in turns two apart: 2 words a bank, as with a row a warp.
+      const int turn = P == 2 ? 2 * (lane / 16) : 0;
 #pragma unroll
-      for (int e = 0; e < E; ++e) tile[vt_stage_byte(slot, E * lane + e, D)] = uint8_t(c[e / 4] >> (8 * (e % 4)));
+      for (int e0 = 0; e0 < E; ++e0) {
+        const int e = (e0 + turn) % E;
+        tile[vt_stage_byte(slot, E * l + e, D)] = uint8_t(c[e / 4] >> (8 * (e % 4)));
+      }
     }
   }
   if (vt) {  // then each dim's 32 slots as two 16-byte stores (r0 is the slice's first key)

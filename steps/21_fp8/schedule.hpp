@@ -225,8 +225,9 @@ FA_HD constexpr uint32_t transpose_store(uint32_t a0, int i) { return (a0 ^ (uin
 
 // [v-transpose] (pretransposed) The quantize kernel's staging tile for one 32-key slice: 8·d words, word
 // (slot / 4)·d + dim holding that dim's slots 4(slot / 4) .. 4(slot / 4) + 3, byte slot % 4. Dim n's row
-// of Vᵀ is words n, d + n, …, 7d + n, in order: two 16-byte stores. A lane's dims are d/32 apart in
-// words, so a byte store of a warp meets d/32 words on a bank (tests/test_step21.cpp counts them).
+// of Vᵀ is words n, d + n, …, 7d + n, in order: two 16-byte stores. A lane's dims are E = d / row_lanes
+// apart in words; at d = 64 the two half-warps' rows take turns two dims apart, so a byte store of a
+// warp meets d/32 words on a bank at every d (tests/test_step21.cpp counts them).
 FA_HD constexpr int vt_stage_byte(int slot, int dim, int d) { return 4 * ((slot / 4) * d + dim) + slot % 4; }
 
 // [handshake] step 16's parities (the ring counts tiles j from 0; stage j % stages).
@@ -239,6 +240,9 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 // [quantize] The quantize kernels' blocks: 4 warps, a row per warp at a time, 32 rows per block (a
 // block never straddles a scale group: 32 divides 128).
 inline constexpr int kQuantRows = 32;
+// [half-rows] The lanes that share a row: 32, or 16 at d = 64, where a warp takes two rows at once so
+// that a lane loads 8 bytes and stores 4 codes, as at d = 128 (a whole warp a row: 4 and 2).
+FA_HD constexpr int row_lanes(int d) { return d == 64 ? 16 : 32; }
 
 // [quantize] The workspace: the codes of Q, K and V (or Vᵀ [B, Hkv, d, nk32]), then every scale
 // group's amax and descale (Q's, K's, V's), each part 256-byte aligned.
