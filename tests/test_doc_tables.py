@@ -460,11 +460,12 @@ class Step19(unittest.TestCase):
 
     def rows(self, producer_ms, atomics_ms=10.5):
         base = [dict(self.ROW, variant="-", bwd_kernel_ms="10.0"), dict(self.ROW, variant="ablate=atomics", bwd_kernel_ms=str(atomics_ms))]
-        return base + [dict(self.ROW, variant="ablate=producer", bwd_kernel_ms=str(producer_ms))]
+        other = dict(self.ROW, variant="dq=centered", bwd_kernel_ms="11.0")  # another flag's value: not an ablation
+        return base + [other, dict(self.ROW, variant="ablate=producer", bwd_kernel_ms=str(producer_ms))]
 
     def test_the_producer_column_by_the_kernel_clock_and_its_verdict(self):
         text = with_rows("step19-producer", {"abl19_": self.rows(10.3)})
-        self.assertIn("| 128 | no | 16384 | 10.000 | 1.05 | 1.03 |", text)  # bwd_kernel_ms, not bwd_ms
+        self.assertIn("| 128 | no | 16384 | 10.000 | 1.05 | 1.03 |", text)  # bwd_kernel_ms, not bwd_ms; no `centered` column
         self.assertIn("Kernel time (CUPTI activity records, every kernel of the backward summed, cold L2)", text)
         self.assertIn("**1 of 1** (held); its falsifier, a point below 1.00 or above 1.10: **did not fire**", text)
         text = with_rows("step19-producer", {"abl19_": self.rows(9.9)})

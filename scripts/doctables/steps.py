@@ -224,7 +224,7 @@ def step19_producer(pattern="abl19_*_step19.csv", lo=1.01, hi=1.08, floor=1.00, 
     (abl19_*_step19.csv), by kernel time; then docs/19's prediction read from the `producer` column: the
     ablation's time over the default's within lo–hi at every point, falsified by any point below `floor`
     (as fast without the producer warp) or above `ceiling`."""
-    text = ablation("19", pass_="bwd", pattern=pattern, kernel=True)
+    text = ablation("19", only="ablate", pass_="bwd", pattern=pattern, kernel=True)  # --ablate's values alone (not --dq)
     rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(pattern) if r["step"] == "19"]
     by = {(r["d"], r["causal"], r["N"], r["variant"]): r for r in rs if r.get("bwd_pass") == "1"}
     x = [float(r["bwd_kernel_ms"]) / float(by[k[:3] + ("-",)]["bwd_kernel_ms"])
