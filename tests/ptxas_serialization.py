@@ -137,6 +137,7 @@ def main():
     sched = open(os.path.join(step, "schedule.hpp")).read()
     dims = [int(x) for x in re.search(r"kHeadDims\[\] = \{([^}]*)\}", sched).group(1).split(",")]
     splits = [x.split("=")[0].strip() for x in re.search(r"enum DqSplit : int \{([^}]*)\}", sched).group(1).split(",")]
+    issuers = [x.split("=")[0].strip() for x in re.search(r"enum LoadIssuer : int \{([^}]*)\}", sched).group(1).split(",")]
     layout = open(os.path.join(root, "common", "kernel", "wgmma_layout.hpp")).read()
     panel = int(re.search(r"constexpr int kPanel = (\d+);", layout).group(1))  # default_split: by columns where half of d is whole panels
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,18 +155,18 @@ def main():
     warned = {}
     for code, fn in re.findall(r"\((C75\d\d)\) Potential Performance Loss: wgmma[^']*function '([^']+)'", out):
         warned.setdefault(fn, []).append(code)
-    pat = re.compile(r"step19_bwd_kvI(6__half|13__nv_bfloat16)Li(\d+)ELb([01])ELb([01])ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])E")
+    pat = re.compile(r"step19_bwd_kvI(6__half|13__nv_bfloat16)Li(\d+)ELb([01])ELb([01])ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELi(\d)E")
     found, bad = {}, []
     for fn in sorted(entries):
         m = pat.search(fn)
         if not m:
             continue
-        t, d, bulk, ov, split, dkfirst, det, cent, drop, prod = m.groups()
+        t, d, bulk, ov, split, dkfirst, det, cent, drop, issue = m.groups()
         d = int(d)
         default_split = splits.index("kByColumns" if (d // 2) % panel == 0 else "kByTurns")
-        is_default = (bulk, ov, dkfirst, prod) == ("1", "1", "1", "1") and int(split) == default_split
+        is_default = (bulk, ov, dkfirst, issue) == ("1", "1", "1", "0") and int(split) == default_split
         name = (f"{'fp16' if 'half' in t else 'bf16'} d={d} bulk={bulk} overlap={ov} split={splits[int(split)]} dk-first={dkfirst} "
-                f"det={det} centered={cent} dropout={drop} producer={prod}")
+                f"det={det} centered={cent} dropout={drop} loads={issuers[int(issue)]}")
         w = ",".join(warned.get(fn, [])) or "none"
         print(f"{'default ' if is_default else 'ablation'}  {name}: wgmma serialization warnings {w}, {spills.get(fn, '?')} bytes spilled")
         if is_default:

@@ -478,8 +478,22 @@ class Step19(unittest.TestCase):
         self.assertIn("FAIL", text)
         self.assertNotIn("The prediction", text)  # a run that failed its check is not read
 
+    def test_the_reading_tested_beside_consumer_0(self):
+        row = dict(self.ROW, d="64")
+        def rows(last_ms, cons0_ms=11.5):
+            return [dict(row, variant="-", bwd_kernel_ms="10.0"), dict(row, variant="ablate=producer", bwd_kernel_ms=str(cons0_ms)),
+                    dict(row, variant="ablate=producer-last", bwd_kernel_ms=str(last_ms))]
+        text = with_rows("step19-producer-last", {"ablast_": rows(10.5)})
+        self.assertIn("| 64 | no | 16384 | 10.000 | 1.15 | 1.05 |", text)
+        self.assertIn("**1 of 1** (held); its falsifier, `producer-last` within 0.02 of `producer` at a point: **did not fire**", text)
+        text = with_rows("step19-producer-last", {"ablast_": rows(11.0)})  # 0.05 below, but above 1.08
+        self.assertIn("**0 of 1** (missed); its falsifier, `producer-last` within 0.02 of `producer` at a point: **did not fire**", text)
+        text = with_rows("step19-producer-last", {"ablast_": rows(11.4)})
+        self.assertIn("**0 of 1** (missed); its falsifier, `producer-last` within 0.02 of `producer` at a point: **fired**", text)
+
     def test_no_rows_give_one_sentence(self):
-        self.assertTrue(with_rows("step19-producer", {}).startswith("_no measurements yet"))
+        for table in ("step19-producer", "step19-producer-last"):
+            self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 
 class Tables(unittest.TestCase):

@@ -219,16 +219,40 @@ def ablation(step, label="without", only=None, pass_="fwd", pattern=None, kernel
     return provenance(rs) + "\n\n" + table(header, body) + "\n\n" + summary
 
 
+def _over_default(pattern, variant):
+    """Step 19's rows of `pattern`: per (d, causal, N), `variant`'s backward kernel time over the default's,
+    where both passed their checks."""
+    rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(pattern) if r["step"] == "19"]
+    by = {(r["d"], r["causal"], r["N"], r["variant"]): r for r in rs if r.get("bwd_pass") == "1"}
+    return {k[:3]: float(r["bwd_kernel_ms"]) / float(by[k[:3] + ("-",)]["bwd_kernel_ms"])
+            for k, r in by.items() if k[3] == variant and k[:3] + ("-",) in by}
+
+
+def step19_producer_last(pattern="ablast_*_step19.csv", most=1.08, gain=0.04, same=0.02):
+    """The test of docs/19's reading of the producer table: at d = 64, the loads issued in line by the
+    consumer that released the stage last (`--ablate producer-last`) beside consumer 0 (`producer`) and
+    the default, one run (ablast_*_step19.csv), kernel time. Predicted: producer-last at most `most` over
+    the default and at least `gain` below producer at every point; falsified (the reading wrong) where it
+    is within `same` of producer."""
+    text = ablation("19", only="ablate", pass_="bwd", pattern=pattern, kernel=True)
+    last, cons0 = _over_default(pattern, "ablate=producer-last"), _over_default(pattern, "ablate=producer")
+    both = [k for k in last if k in cons0]
+    if not both:
+        return text
+    ok = sum(last[k] <= most and cons0[k] - last[k] >= gain for k in both)
+    fired = [k for k in both if abs(cons0[k] - last[k]) < same]
+    return text + (f"\n\nThe prediction (`producer-last` at most {most:.2f} over the default and at least {gain:.2f} below "
+                   f"`producer`): **{ok} of {len(both)}** ({'held' if ok == len(both) else 'missed'}); its falsifier, "
+                   f"`producer-last` within {same:.2f} of `producer` at a point: **{'fired' if fired else 'did not fire'}**.")
+
+
 def step19_producer(pattern="abl19_*_step19.csv", lo=1.01, hi=1.08, floor=1.00, ceiling=1.10):
     """Step 19's ablations rerun with `producer` (no producer warp, [no-producer]) among them
     (abl19_*_step19.csv), by kernel time; then docs/19's prediction read from the `producer` column: the
     ablation's time over the default's within lo–hi at every point, falsified by any point below `floor`
     (as fast without the producer warp) or above `ceiling`."""
     text = ablation("19", only="ablate", pass_="bwd", pattern=pattern, kernel=True)  # --ablate's values alone (not --dq)
-    rs = [dict(r, variant=plain_variant(r["variant"])) for r in common.rows(pattern) if r["step"] == "19"]
-    by = {(r["d"], r["causal"], r["N"], r["variant"]): r for r in rs if r.get("bwd_pass") == "1"}
-    x = [float(r["bwd_kernel_ms"]) / float(by[k[:3] + ("-",)]["bwd_kernel_ms"])
-         for k, r in by.items() if k[3] == "ablate=producer" and k[:3] + ("-",) in by]
+    x = list(_over_default(pattern, "ablate=producer").values())
     if not x:
         return text
     inside = sum(lo <= v <= hi for v in x)

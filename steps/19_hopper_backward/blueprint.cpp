@@ -60,6 +60,8 @@ std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepO
   if (centered && a != kFull) return std::string("step19: --dq centered is compiled without --ablate (") + kAblationNames[a] + ")";
   if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
+  if (a == kNoProducerLast && default_split(d, 2) != kByTurns)
+    return "step19: --ablate producer-last is built where dQ is split by turns (d = 64): by columns both consumers release together";
   return "";
 }
 
@@ -93,6 +95,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const std::string why = refusal(s.dtype == DType::bf16, int(d), false, {});  // dropout's combinations: below
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
+  if (ablation == kNoProducerLast && default_split(int(d), 2) != kByTurns)  // refusal()'s words
+    throw Unsupported(refusal(false, int(d), false, {{"ablate", kAblationNames[ablation]}}));
   if (det && centered) throw Unsupported("step19: --dq centered is not compiled with --deterministic");
   const bool drop = float(s.dropout) > 0.0f;  // [dropout] P as the kernel gets it (a float)
   if (drop && (centered || ablation != kFull)) throw Unsupported("step19: --dropout is compiled without --dq centered and --ablate");
@@ -489,7 +493,7 @@ const StepInfo& info() {
     i.teaches = "warp-specialized backward; Pᵀ and dSᵀ as register operands; dQ by bulk reduce-add";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK); producer (no producer warp: a consumer thread issues the loads in line) (docs/19_hopper_backward.md)"};
+      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK); producer (no producer warp: a consumer thread issues the loads in line); producer-last (d = 64: the same, issued by the consumer that releases the stage last) (docs/19_hopper_backward.md)"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;
       const StepFlag det{"deterministic", {"off", "on"},

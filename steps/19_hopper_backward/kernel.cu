@@ -224,8 +224,9 @@ struct Maps {
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
 // overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
 // dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]),
-// Drop ([dropout]; --dropout with --dropout-kernel run), Prod ([producer]; false: --ablate producer).
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop, bool Prod>
+// Drop ([dropout]; --dropout with --dropout-kernel run), Issue (who issues the loads: kByProducer, the
+// producer warp ([producer]); kByConsumer0 or kByLastRelease, --ablate producer or producer-last ([no-producer])).
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop, int Issue>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D);
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
@@ -235,7 +236,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
   static_assert(!Det || !Cent, "--dq centered adds its row sums in no fixed order");
   static_assert(!Drop || (!Cent && Bulk && OV && DkFirst && Split == default_split(D, C)), "--dropout: the default kernel alone");
-  static_assert(Prod || (!Drop && !Cent && !Det && Bulk && OV && DkFirst && Split == default_split(D, C)),
+  static_assert(Issue == kByProducer || (!Drop && !Cent && !Det && Bulk && OV && DkFirst && Split == default_split(D, C)),
                 "--ablate producer: the default kernel otherwise (its loads wait where [dk-first]'s order releases a stage)");
   // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
   // stages' L·log2 e and D, the mbarriers.
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     if (items == 0 || lane != 0) return;
     if (warp == 0) {
       // ---- [producer] ------------------------------------------------------------------------
-      if constexpr (Prod) {
+      if constexpr (Issue == kByProducer) {
         load_kv();
         for (int t = 0; t < items; ++t) load_item(t);
       }
@@ -383,15 +384,21 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   // t − 1's stage: it waits there, in line, for the other consumer's release). Issued instead at the
   // end of item t, ptxas serialized the d = 64 kernel's wgmmas (C7520: a warpgroup arrive it had to
   // insert in a divergent path); here it does not (tests/ptxas_serialization.py lists it).
-  const bool issuer = !Prod && c == 0 && tid == 0;
-  if (issuer && items > 0) {
+  // (--ablate producer-last, d = 64) By turns, the consumer that computed item t − 1's dQ releases its
+  // stage last: its first thread issues item t + St − 1's loads, so that its wait finds the other's
+  // release already done.
+  auto issues = [&](int t) {
+    if (Issue == kByProducer || tid != 0) return false;
+    return Issue == kByLastRelease && t > 0 ? dq_computes(Split, c, t - 1) : c == 0;
+  };
+  if (issues(0) && items > 0) {
     load_kv();
     for (int u = 0; u < St && u < items; ++u) load_item(u);
   }
   if (items > 0) mbar_wait(kv_full, 0);
   for (int t = 0; t < items; ++t) {
     const int st = t % St, h = head_of(t), i0 = row_of(t);
-    if (issuer && t > 0 && t + St - 1 < items) load_item(t + St - 1);  // [no-producer]
+    if (t > 0 && t + St - 1 < items && issues(t)) load_item(t + St - 1);  // [no-producer]
     mbar_wait(full(st), full_parity(t, St));
     // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ (64 keys × 64 queries each, both operands K-major),
     // one group each.
@@ -705,7 +712,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
 }
 
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false, bool Drop = false,
-          bool Prod = true>
+          int Issue = kByProducer>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -718,11 +725,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Prod>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Prod>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -733,7 +740,7 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Prod><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
@@ -756,7 +763,9 @@ void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cuda
     if (ablation == kNoOverlap) return launch_kv<T, D, true, false, kSplit>(p, st);
     if (ablation == kDkFirst) return launch_kv<T, D, true, true, kSplit, false>(p, st);
     if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
-    if (ablation == kNoProducer) return launch_kv<T, D, true, true, kSplit, true, false, false, false, false>(p, st);
+    if (ablation == kNoProducer) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByConsumer0>(p, st);
+    if constexpr (kSplit == kByTurns)
+      if (ablation == kNoProducerLast) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByLastRelease>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }

@@ -211,10 +211,16 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //   dk-first  FlashAttention-3's order: dQ issued before dK and staged while dK runs, the Q/dO stage
 //             released at the next item's first wait — instead of dK issued before the consumers meet;
 //   producer  no producer warp: consumer 0's first thread issues every load itself ([no-producer]),
-//             item t + stages − 1's as item t begins, after waiting for the other consumer's release.
+//             item t + stages − 1's as item t begins, after waiting for the other consumer's release;
+//   producer-last  (d = 64, dQ by turns) the same, but item t + stages − 1's loads issued by the consumer
+//             that computed item t − 1's dQ, the one that releases that stage last: no wait in line.
 // Compiled for fp16 only (refusal()), without --deterministic.
-enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kAblations };
-inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "producer"};
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kNoProducerLast, kAblations };
+inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "producer",
+                                                           "producer-last"};
+// [no-producer] Who issues a block's loads: the producer warp (the default), consumer 0's first thread,
+// or the first thread of the consumer that released the stage last.
+enum LoadIssuer : int { kByProducer = 0, kByConsumer0, kByLastRelease };
 int ablation_of(const StepOptions& o);
 // [dq-split] How a run splits dQ.
 FA_HD constexpr int split_of(int d, int ablation) {
