@@ -491,8 +491,29 @@ class Step19(unittest.TestCase):
         text = with_rows("step19-producer-last", {"ablast_": rows(11.4)})
         self.assertIn("**0 of 1** (missed); its falsifier, `producer-last` within 0.02 of `producer` at a point: **fired**", text)
 
+    def test_the_tile_shape_against_the_default(self):
+        row = dict(self.ROW, d="64")
+        def rows(*tiles_ms):
+            out = []
+            for n, ms in zip(("4096", "16384"), tiles_ms):
+                out += [dict(row, N=n, variant="-", bwd_kernel_ms="10.0"), dict(row, N=n, variant="ablate=tiles", bwd_kernel_ms=str(ms))]
+            return out
+        text = with_rows("step19-tiles", {"tiles19_": rows(9.5, 9.9)})
+        self.assertIn("| 64 | no | 16384 | 10.000 | 0.99 |", text)
+        self.assertIn("| with `tiles` |", text)
+        self.assertIn("**2 of 2** (held); its falsifier, a point above 1.03: **did not fire**.", text)
+        text = with_rows("step19-tiles", {"tiles19_": rows(8.5, 10.2)})  # one below the band, one above it but under the falsifier
+        self.assertIn("**0 of 2** (missed); its falsifier, a point above 1.03: **did not fire**.", text)
+        text = with_rows("step19-tiles", {"tiles19_": rows(9.5, 10.4)})
+        self.assertIn("**1 of 2** (missed); its falsifier, a point above 1.03: **fired** (1.040).", text)
+        failed = rows(9.5, 9.9)
+        failed[-1]["bwd_pass"] = "0"
+        text = with_rows("step19-tiles", {"tiles19_": failed})
+        self.assertIn("FAIL", text)
+        self.assertIn("**1 of 1** (held)", text)  # the failed point is not read
+
     def test_no_rows_give_one_sentence(self):
-        for table in ("step19-producer", "step19-producer-last"):
+        for table in ("step19-producer", "step19-producer-last", "step19-tiles"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))
 
 

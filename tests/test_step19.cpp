@@ -173,16 +173,18 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
     if (c.shape.dtype != DType::f16 || (c.shape.d != 64 && c.shape.d != 128) || n++ % 3 != 0) continue;  // a third of the fp16 cases
     CAPTURE(c.name());
     const Prepared p = prepare(c.shape, c.inputs);
-    const step19::Schedule sc = step19::schedule_for(int(c.shape.d));
-    const BackwardBlueprintResult base = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, step19::kFull);
+    const step19::Schedule sc0 = step19::schedule_for(int(c.shape.d));
+    const BackwardBlueprintResult base = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc0, step19::kFull);
     for (int a = 0; a < step19::kAblations; ++a) {
       CAPTURE(step19::kAblationNames[a]);
+      const step19::Schedule sc = step19::schedule_for(int(c.shape.d), a);
       if (!step19::refusal(false, int(c.shape.d), false, {{"ablate", step19::kAblationNames[a]}}).empty()) {
-        CHECK(a == step19::kNoProducerLast);  // built where dQ is split by turns alone
+        CHECK((a == step19::kNoProducerLast || a == step19::kTiles));  // by turns alone; 128 × 128 at d = 64 alone
         CHECK(c.shape.d == 128);
         CHECK_THROWS_AS(step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, a), Unsupported);
         continue;
       }
+      CHECK(sc.Br == (a == step19::kTiles ? 128 : 64));
       const BackwardBlueprintResult r = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, a);
       const BackwardCheck chk = check_backward(c.shape, p.in, p.dO, p.ref, r.grads);
       INFO(chk.summary());
@@ -191,6 +193,9 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
       INFO(diff);
       CHECK(diff.empty());
       const Ledger kv = r.ledger.kernels[1].second, kv0 = base.ledger.kernels[1].second;
+      // 128-query tiles cover other padded rows than 64-query ones unless N fills its last 128 rows'
+      // tile as far as 64-row tiles do, and no mask or Nk ≠ N moves the first tile (the next case).
+      if (a == step19::kTiles && (c.shape.causal || num_tiles(c.shape.N, 64) * 64 != num_tiles(c.shape.N, 128) * 128)) continue;
       CHECK(kv.matmul_flops == kv0.matmul_flops);  // the same products in every variant
       CHECK(kv.gmem_read == kv0.gmem_read);
       if (a == step19::kAtomics) {  // the staging's write and the writer's read of every chunk gone
@@ -278,6 +283,22 @@ TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products 
       const Ledger keys = step19::closed_form(s, step19::schedule_for(int(d)), step19::kDqKeys).kernels[1].second;
       CHECK(keys.gmem_atomic == 2 * kv13.gmem_atomic);  // by keys (--ablate dq-keys): twice, one partial sum per consumer
       CHECK(keys.matmul_flops == kv.matmul_flops);
+      // --ablate tiles (128 × 128, dQ by rows): with or without the mask, the same products, the same
+      // HBM bytes and adds (Q, dO, L and D once per K/V tile either way) and exponentials; more shared
+      // memory (two 128 × 128 dSᵀ buffers, 32 KB stages) and half the items, so half the barrier meetings.
+      for (bool causal : {false, true}) {
+        CAPTURE(causal);
+        Shape m = s;
+        m.causal = causal;
+        const Ledger base = step19::closed_form(m, step19::schedule_for(int(d)), step19::kFull).kernels[1].second;
+        const Ledger tiles = step19::closed_form(m, step19::schedule_for(int(d), step19::kTiles), step19::kTiles).kernels[1].second;
+        CHECK(tiles.matmul_flops == base.matmul_flops);
+        CHECK(tiles.gmem_read == base.gmem_read);
+        CHECK(tiles.gmem_atomic == base.gmem_atomic);
+        CHECK(tiles.exps == base.exps);
+        CHECK(2 * tiles.tiles_computed == base.tiles_computed);
+        CHECK(tiles.smem_peak > base.smem_peak);
+      }
     }
     CHECK(kv.barriers == num_tiles(N, step19::schedule_for(int(d)).Bc));  // one __syncthreads per block (a K/V tile each); the rest are mbarriers and named barriers
   }

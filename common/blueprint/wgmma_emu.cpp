@@ -58,7 +58,7 @@ void mma_rs(Acc& d, const std::vector<mf::AFrag>& a, const SmemTile& b, int64_t 
   }
 }
 
-void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t n0, bool accumulate, Ledger& led) {
+void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t n0, bool accumulate, Ledger& led, int64_t m0) {
   check_n(d);
   if (!accumulate) clear(d);
   std::vector<mf::BFrag> bf(size_t(d.n / 8), mf::BFrag(32));
@@ -73,7 +73,7 @@ void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t
     for (int lane = 0; lane < 32; ++lane)
       for (int i = 0; i < 8; ++i) {
         const mf::Coord c = mf::a_elem(lane, i);  // (m, k)
-        af[size_t(lane)][size_t(i)] = a.read(16 * kk + c.col, 16 * w + c.row);
+        af[size_t(lane)][size_t(i)] = a.read(16 * kk + c.col, m0 + 16 * w + c.row);
       }
     for (int nb = 0; nb < d.n / 8; ++nb) mf::mma(d.tiles[size_t(w * (d.n / 8) + nb)], af, bf[size_t(nb)], led);
   }

@@ -246,6 +246,23 @@ def step19_producer_last(pattern="ablast_*_step19.csv", most=1.08, gain=0.04, sa
                    f"`producer-last` within {same:.2f} of `producer` at a point: **{'fired' if fired else 'did not fire'}**.")
 
 
+def step19_tiles(pattern="tiles19_*_step19.csv", lo=0.88, hi=1.00, ceiling=1.03):
+    """docs/19's tile-shape ablation: at d = 64, 128 × 128 tiles (`--ablate tiles`, dQ by rows) beside the
+    default 64 × 128, one run (tiles19_*_step19.csv), kernel time. Predicted: the ablation's time over the
+    default's within lo–hi at every point; falsified (per-item costs are not what 64 × 128 pays at d = 64)
+    by any point above `ceiling`."""
+    text = ablation("19", only="ablate", pass_="bwd", pattern=pattern, kernel=True, label="with")
+    x = _over_default(pattern, "ablate=tiles")
+    if not x:
+        return text
+    inside = sum(lo <= v <= hi for v in x.values())
+    fired = sorted(v for v in x.values() if v > ceiling)
+    return text + (f"\n\nThe prediction (`tiles` between {lo:.2f} and {hi:.2f} of the default at every point): "
+                   f"**{inside} of {len(x)}** ({'held' if inside == len(x) else 'missed'}); its falsifier, a point above "
+                   f"{ceiling:.2f}: **{'fired' if fired else 'did not fire'}**"
+                   + (f" ({', '.join(f'{v:.3f}' for v in fired)})." if fired else "."))
+
+
 def step19_producer(pattern="abl19_*_step19.csv", lo=1.01, hi=1.08, floor=1.00, ceiling=1.10):
     """Step 19's ablations rerun with `producer` (no producer warp, [no-producer]) among them
     (abl19_*_step19.csv), by kernel time; then docs/19's prediction read from the `producer` column: the

@@ -62,6 +62,9 @@ std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepO
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
   if (a == kNoProducerLast && default_split(d, 2) != kByTurns)
     return "step19: --ablate producer-last is built where dQ is split by turns (d = 64): by columns both consumers release together";
+  if (a == kTiles && d != kTilesD)
+    return "step19: --ablate tiles (128 × 128) is built for d = 64 alone: at d = 128 Sᵀ, dPᵀ, dK and dV of 128 queries would need 256 "
+           "registers a thread, over the consumers' 240 ([tile-sizes])";
   return "";
 }
 
@@ -72,6 +75,12 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Columns of dK, dV per wgmma: a 64-column panel (fewer for d < 64, which only the blueprint runs).
 int64_t panel_cols(int64_t d) { return std::min<int64_t>(d, wgmma::kPanel); }
+
+// [tile-sizes] 64 × 128 (128 × 128 with --ablate tiles), two stages or more, whole 64-column panels.
+void check_schedule(const Schedule& sc, int64_t d, int ablation) {
+  if (sc.Br != schedule_for(int(d), ablation).Br || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
+    throw std::invalid_argument("step19: 64 queries (128 with --ablate tiles) × 128 keys, two stages or more, whole 64-column panels");
+}
 
 // [c-to-a] The A fragments (one per warp) of keys × queries 16kk .. 16kk + 15 of a 64 × Br
 // accumulator, rounded to the storage type: A element i of a lane is C tile 2kk + i / 4, element i % 4.
@@ -90,12 +99,11 @@ std::vector<mf::AFrag> c_to_a(const wgmma::Acc& acc, int64_t kk, const Store& st
 BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const Schedule& sc,
                                   int ablation, bool det, bool centered) {
   const int64_t d = s.d;
-  if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
-    throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
+  check_schedule(sc, d, ablation);
   const std::string why = refusal(s.dtype == DType::bf16, int(d), false, {});  // dropout's combinations: below
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
-  if (ablation == kNoProducerLast && default_split(int(d), 2) != kByTurns)  // refusal()'s words
+  if ((ablation == kNoProducerLast && default_split(int(d), 2) != kByTurns) || (ablation == kTiles && d != kTilesD))  // refusal()'s words
     throw Unsupported(refusal(false, int(d), false, {{"ablate", kAblationNames[ablation]}}));
   if (det && centered) throw Unsupported("step19: --dq centered is not compiled with --deterministic");
   const bool drop = float(s.dropout) > 0.0f;  // [dropout] P as the kernel gets it (a float)
@@ -114,7 +122,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
   const int64_t Hkv = s.hkv(), QH = s.H / Hkv;
   const int split = split_of(int(d), ablation);  // [dq-split]
-  const bool by_cols = split == kByColumns, all_keys = split != kByKeys, bulk = ablation != kAtomics;
+  const bool by_cols = split == kByColumns, by_rows = split == kByRows, all_keys = split != kByKeys, bulk = ablation != kAtomics;
+  const bool from_rounded = ds_from_rounded_p(sc);  // [tile-sizes]
   const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
 
   const int64_t Tp = Np / kSemRows;  // [deterministic] semaphores per head
@@ -257,7 +266,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                                                 : 0.0f)
                                          : 1.0f;
                     float& dpv = dpT.reg(w, lane, 4 * n + e);
-                    dpv = pv * (drop ? dpv * z - ddv[e % 2] : dpv - ddv[e % 2]);
+                    const float pd = from_rounded ? st.apply(pv) : pv;  // [tile-sizes] P̃ᵀ with 128-query tiles
+                    dpv = pd * (drop ? dpv * z - ddv[e % 2] : dpv - ddv[e % 2]);
                     sT.reg(w, lane, 4 * n + e) = drop ? pv * z : pv;
                   }
                 }
@@ -298,8 +308,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             // lab:end
           }
           // [dq-wgmma] [dq-split] Once both halves of dSᵀ are in: consumer c's chunks of dQ_i = dS K_j
-          // (one by columns, one on its turns by turns, d / 64 by keys), staged in its buffers and added
-          // by the writer.
+          // (one by columns and by rows, one on its turns by turns, d / 64 by keys), staged in its buffers
+          // and added by the writer.
           const int64_t chunks = all_keys ? 1 : panels, cols = by_cols ? wgmma::kPanel : PC;
           // [deterministic] The writer waits for the Q tile's semaphore to reach the block's rank.
           const int64_t qt = i0 / Br;
@@ -311,7 +321,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               wgmma::Acc dq{static_cast<int>(cols)};
               // lab:begin dq {dQ}: [dq-wgmma] [dq-split]: by columns, panel c over all Bc keys; by keys, …
               const int64_t k_lo = all_keys ? 0 : 4 * c, k_hi = all_keys ? Bc / 16 : 4 * c + 4;
-              for (int64_t kk = k_lo; kk < k_hi; ++kk) wgmma::mma_ss_mn(dq, dS, kk, Ks, by_cols ? wgmma::kPanel * c : PC * ch, kk > k_lo, Lkv);
+              for (int64_t kk = k_lo; kk < k_hi; ++kk)
+                wgmma::mma_ss_mn(dq, dS, kk, Ks, by_cols ? wgmma::kPanel * c : PC * ch, kk > k_lo, Lkv, by_rows ? 64 * c : 0);
               // lab:end
               // [dq-writer] The chunk in [dq-layout] order: thread t's register quad q at 4·(128q + t).
               const int64_t tile = (bh * Np + i0) * d + dq_panel_of(split, int(c), int(ch)) * kChunkFloats;
@@ -325,7 +336,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                     else Acc.atomic_add((tile + at) / d, (tile + at) % d, v);
                   }
               if (bulk)  // [dq-writer] the writer warp reads the chunk out in one bulk reduce-add
-                for (int64_t at = 0; at < Br * cols; ++at)
+                for (int64_t at = 0; at < kChunk * cols; ++at)
                   Acc.atomic_add((tile + at) / d, (tile + at) % d, buf.read(at / kChunk, at % kChunk));
             }
           if (det) Sem.atomic_add(bh, qt, 1.0f);  // [deterministic] once the adds have landed
@@ -369,7 +380,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         for (int64_t i = 0; i < N; ++i) {
           const float rsum = centered ? Rs2.load(bh, i) : 0.0f;  // [dq-centered] once per row
           for (int64_t c = 0; c < d; ++c) {
-            const int64_t at = (bh * Np + (i / Br) * Br) * d + acc_offset(int(i % Br), int(c));
+            const int64_t at = (bh * Np + (i / kChunk) * kChunk) * d + acc_offset(int(i % kChunk), int(c));  // [dq-layout]: 64-row tiles
             const float a = Acc2.load(at / d, at % d);
             dQ.store(i, c, scale * (centered ? std::fma(-mean[size_t(c)], rsum, a) : a));
           }
@@ -383,16 +394,15 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // The ledger in closed form (docs/19_hopper_backward.md). One key/value head: Tc blocks, block j
 // walking `items` = QH · per_head(j) Q tiles; `pairs` = Σ_j per_head(j) per query head, `q_rows` of
 // their rows inside N, `masked` needing the per-element mask, `diagonal` holding the diagonal.
-// Per pair and consumer: 2·d/16 wgmmas m64n64k16 reading (64 + 64)·16 elements each (Sᵀ, dPᵀ);
+// Per pair and consumer: 2·d/16 wgmmas m64nBrk16 reading (64 + Br)·16 elements each (Sᵀ, dPᵀ);
 // 2·(Br/16)·(d/PC) register-A wgmmas reading PC·16 each (dV, dK); kq dQ wgmmas reading (64 + W)·16
-// each (kq = Bc/16 by columns and by turns, 4 per chunk by keys; W a chunk's columns) by each of the Cq
-// consumers that compute dQ for the pair (both, or one by turns); the lane's L and D (Br/2 floats
-// each); the consumer's 64 × Br of dSᵀ written; its dQ chunk (Br·W floats) staged and read back by
-// the writer, then added (or added from registers). K_j, V_j once per block that has an item.
+// each (kq = Bc/16 by columns, by turns and by rows, 4 per chunk by keys; W a chunk's columns) by each
+// of the Cq consumers that compute dQ for the pair (both, or one by turns); the lane's L and D (Br/2
+// floats each); the consumer's 64 × Br of dSᵀ written; its dQ chunk (64·W floats) staged and read back
+// by the writer, then added (or added from registers). K_j, V_j once per block that has an item.
 LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det, bool centered) {
   const int64_t d = s.d;
-  if (sc.Br != 64 || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
-    throw std::invalid_argument("step19: 64 queries × 128 keys, two stages or more, whole 64-column panels");
+  check_schedule(sc, d, ablation);
   const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
   const int64_t BHk = s.B * s.hkv();
@@ -432,7 +442,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   }
 
   Ledger& kv = ls["bwd_kv"];
-  const int64_t chunk_bytes = Br * W * 4 * (all_keys ? 1 : panels);  // a consumer's dQ of one item
+  const int64_t chunk_bytes = kChunk * W * 4 * (all_keys ? 1 : panels);  // a consumer's dQ of one item (64 rows of it)
   kv.gmem_read = BHk * kv_rows * d * 2 * 2 + BH * (q_rows * d * 2 * 2 + pairs * Br * 4 * 2);
   kv.gmem_write = BHk * Nk * d * 2 * 2;
   kv.gmem_atomic = BH * pairs * Cq * chunk_bytes;
@@ -469,13 +479,15 @@ void require_supported(const Shape& s, const StepOptions& o) {
 }
 BackwardBlueprintResult run_backward(const Shape& s, const Inputs& in, const Forward& fwd, const Tensor4& dO, const StepOptions& o) {
   require_supported(s, o);
-  return blueprint(s, in, fwd, dO, schedule_for(int(s.d)), ablation_of(o), deterministic(o), dq_mode_of(o) == kDqCentered);
+  return blueprint(s, in, fwd, dO, schedule_for(int(s.d), ablation_of(o)), ablation_of(o), deterministic(o), dq_mode_of(o) == kDqCentered);
 }
 LedgerSet run_backward_closed_form(const Shape& s, const StepOptions& o) {
   require_supported(s, o);
-  return closed_form(s, schedule_for(int(s.d)), ablation_of(o), deterministic(o), dq_mode_of(o) == kDqCentered);
+  return closed_form(s, schedule_for(int(s.d), ablation_of(o)), ablation_of(o), deterministic(o), dq_mode_of(o) == kDqCentered);
 }
-int64_t run_backward_smem(const Shape& s, const StepOptions&) { return smem_bytes(schedule_for(int(s.d)), int(s.d)); }
+int64_t run_backward_smem(const Shape& s, const StepOptions& o) {
+  return smem_bytes(schedule_for(int(s.d), ablation_of(o)), int(s.d));
+}
 // [ablation] An --ablate value the kernels do not compile at this shape (bf16; with --deterministic;
 // with --dropout): held against the GPU before anything runs, as the launcher would refuse it.
 std::string run_options_reason(const Shape& s, const StepOptions& o) {
@@ -493,7 +505,7 @@ const StepInfo& info() {
     i.teaches = "warp-specialized backward; Pᵀ and dSᵀ as register operands; dQ by bulk reduce-add";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK); producer (no producer warp: a consumer thread issues the loads in line); producer-last (d = 64: the same, issued by the consumer that releases the stage last) (docs/19_hopper_backward.md)"};
+      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK); producer (no producer warp: a consumer thread issues the loads in line); producer-last (d = 64: the same, issued by the consumer that releases the stage last); tiles (d = 64: 128 × 128 tiles, FlashAttention-3's shape there, dQ split by rows) (docs/19_hopper_backward.md)"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;
       const StepFlag det{"deterministic", {"off", "on"},

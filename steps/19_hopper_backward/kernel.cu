@@ -228,11 +228,14 @@ struct Maps {
 // producer warp ([producer]); kByConsumer0 or kByLastRelease, --ablate producer or producer-last ([no-producer])).
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop, int Issue>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
-  constexpr Schedule S = schedule_for(D);
+  constexpr Schedule S = schedule_for(D, Split == kByRows ? kTiles : kFull);  // [tile-sizes]
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
-  static_assert(valid(S, D) && C == 2 && Br == 64, "two consumers of 64 keys, Q tiles of 64 rows");
+  constexpr bool kDsFromRoundedP = ds_from_rounded_p(S);
+  static_assert(valid(S, D) && C == 2 && (Br == 64) == (Split != kByRows), "two consumers of 64 keys; Q tiles of 64 rows, 128 by rows");
   static_assert(Split != kByColumns || dq_by_columns(D, C), "by columns: half of d is a whole panel");
   static_assert(Split != kByTurns || D == wgmma::kPanel, "by turns: d is one panel");
+  static_assert(Split != kByRows || (D == wgmma::kPanel && !Drop && !Cent && !Det && Bulk && OV && DkFirst && Issue == kByProducer),
+                "--ablate tiles: d is one panel (a chunk holds 64 rows' whole accumulator), the default kernel otherwise");
   static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
   static_assert(!Det || !Cent, "--dq centered adds its row sums in no fixed order");
   static_assert(!Drop || (!Cent && Bulk && OV && DkFirst && Split == default_split(D, C)), "--dropout: the default kernel alone");
@@ -400,9 +403,9 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     const int st = t % St, h = head_of(t), i0 = row_of(t);
     if (t > 0 && t + St - 1 < items && issues(t)) load_item(t + St - 1);  // [no-producer]
     mbar_wait(full(st), full_parity(t, St));
-    // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ (64 keys × 64 queries each, both operands K-major),
+    // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ (64 keys × Br queries each, both operands K-major),
     // one group each.
-    float s[32], dp[32];
+    float s[Br / 2], dp[Br / 2];
     // [desc-add] The low word read anew each item: the compiler forms each descriptor beside its
     // product instead of hoisting all forty out of the loop into registers (which spilled).
     const uint32_t lo = opaque(lo0);
@@ -411,11 +414,11 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T, 64>(s, at(kc + wgmma::kmajor_offset(0, kk, Bc)), at(q_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+      wgmma::mma_ss<T, Br>(s, at(kc + wgmma::kmajor_offset(0, kk, Bc)), at(q_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
     wgmma::commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T, 64>(dp, at(kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc)), at(do_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+      wgmma::mma_ss<T, Br>(dp, at(kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc)), at(do_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
     wgmma::commit();
     // [dropout] While the products run: bit r of `kept` is register r's keep. Call e of 16 queries np
     // is the 2 × 2 block of query i0 + 16np + 2tg + e and key 16w + g of the consumer's; its word
@@ -501,7 +504,10 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float dpz = Drop ? dp[4 * n + e] * z_of(4 * n + e) : dp[4 * n + e];  // [dropout] dPᵀ∘Z
-        dp[4 * n + e] = s[4 * n + e] * (dpz - (e % 2 ? ddv.y : ddv.x));
+        // [tile-sizes] 128-query tiles: Pᵀ as rounded for dV's operand (s is not kept: registers).
+        const float2 pr = unpack2<T>(pa[n / 2][2 * (n % 2) + e / 2]);
+        const float pv = kDsFromRoundedP ? (e % 2 ? pr.y : pr.x) : s[4 * n + e];
+        dp[4 * n + e] = pv * (dpz - (e % 2 ? ddv.y : ddv.x));
       }
     }
     // lab:end
@@ -549,7 +555,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // [dq-wgmma] [dq-split] dQ_i's chunk = dS K_j: A = dS read from dSᵀ (keys × queries, MN-major),
     // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
     // 64 keys and every column (--ablate dq-keys; d = 64: one panel; d = 128: two chunks); by turns
-    // (d = 64), the whole of d over all Bc keys, on the consumer's turns alone.
+    // (d = 64), the whole of d over all Bc keys, on the consumer's turns alone; by rows (--ablate
+    // tiles), the 64 queries of dSᵀ's panel c, every column over all Bc keys.
     float dq[kChunks][32];
     const bool mine = dq_computes(Split, c, t);  // warpgroup-uniform
     if (mine) {
@@ -558,8 +565,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         const int kk = Split == kByKeys ? 4 * c + x : x;
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch)
-          wgmma::mma_ss_mn<T, 64>(dq[ch], at(ds_off + (t % 2) * kDs + wgmma::mnmajor_offset(kk, 0, Bc)),
-                                  at(wgmma::mnmajor_offset(kk, dq_panel_of(Split, c, ch), Bc)), x > 0);
+          wgmma::mma_ss_mn<T, 64>(dq[ch], at(ds_off + (t % 2) * kDs + wgmma::mnmajor_offset(kk, dq_a_panel(Split, c), Bc)),
+                                  at(wgmma::mnmajor_offset(kk, dq_b_panel(Split, c, ch), Bc)), x > 0);
       }
       wgmma::commit();
     }
@@ -645,7 +652,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 // read back through [dq-layout] (columns c, c + 1 are adjacent there).
 template <class T, int D>
 __global__ void step19_dq_convert(BwdParams p, int centered) {
-  constexpr int Br = schedule_for(D).Br;
+  constexpr int Br = kChunk;  // the accumulator's layout unit: 64 rows ([dq-layout]), whatever the Q tile
   const Ws ws(p);
   const int64_t e8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, rows = int64_t(p.f.B) * p.f.H * p.f.N;
   if (e8 >= rows * (D / 8)) return;
@@ -714,7 +721,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false, bool Drop = false,
           int Issue = kByProducer>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
-  constexpr Schedule S = schedule_for(D);
+  constexpr Schedule S = schedule_for(D, Split == kByRows ? kTiles : kFull);
   const size_t smem = size_t(smem_bytes(S, D));
   static bool configured = false;  // per instantiation
   if (!configured) {
@@ -766,6 +773,8 @@ void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cuda
     if (ablation == kNoProducer) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByConsumer0>(p, st);
     if constexpr (kSplit == kByTurns)
       if (ablation == kNoProducerLast) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByLastRelease>(p, st);
+    if constexpr (D == kTilesD)
+      if (ablation == kTiles) return launch_kv<T, D, true, true, kByRows>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }

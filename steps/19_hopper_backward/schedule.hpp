@@ -1,7 +1,7 @@
 // Step 19 — the backward on Hopper: step 13's K/V-stationary schedule rebuilt on steps 14–16's tools.
 //
 // The forward is step 16's (it saves O and L). A block owns one K/V tile of Bc = 128 keys and keeps
-// dK and dV in registers while every Q tile of Br = 64 rows that sees the tile streams past:
+// dK and dV in registers while every Q tile of Br = 64 rows (128 with --ablate tiles) that sees the tile streams past:
 //   [roles]       a producer warp loads K and V once, then Q_i, dO_i and the rows' L·log2 e and D into
 //                 a ring of stages with TMA ([ring]); two consumer warpgroups own 64 keys each
 //                 ([setmaxnreg]); a writer warp adds each Q tile's dQ into the fp32 accumulator ([dq-writer]);
@@ -47,10 +47,13 @@ inline constexpr int64_t kSmemBudget = 227 * 1024;
 //   by keys (--ablate dq-keys): consumer c computes every column over its own 64 keys, and both
 //     partial sums are added into the same accumulator — twice the adds of the others
 //     (docs/19_hopper_backward.md: by keys was the default at d = 64 until by turns measured faster).
+//   by rows (--ablate tiles: 128 queries a Q tile, d = 64): consumer c computes rows 64c .. 64c + 63
+//     over all Bc keys — the accumulator chunk of those rows (at d = 64 a chunk is a 64-row tile's
+//     whole accumulator).
 // By columns and by turns read both halves of dSᵀ: the consumers meet at a named barrier every Q tile,
 // and each Q tile's dQ is added once. By keys each consumer runs free. A consumer's dQ is one 64 × 64
 // chunk (32 registers) per chunk it computes.
-enum DqSplit : int { kByColumns = 0, kByTurns, kByKeys };
+enum DqSplit : int { kByColumns = 0, kByTurns, kByKeys, kByRows };
 FA_HD constexpr bool dq_by_columns(int d, int consumers) { return (d / consumers) % wgmma::kPanel == 0; }
 FA_HD constexpr int default_split(int d, int consumers) { return dq_by_columns(d, consumers) ? kByColumns : kByTurns; }
 inline constexpr int kChunk = 64;                         // a consumer's dQ: 64 rows × 64 columns of fp32
@@ -58,7 +61,11 @@ inline constexpr int kChunkFloats = kChunk * kChunk;      // 4096 floats, 16 KB
 // Whether consumer c computes (and the writer adds) a chunk of item t, and which accumulator chunk
 // (column panel) its chunk ch is: panel c by columns, ch by keys, the only one by turns.
 FA_HD constexpr bool dq_computes(int split, int c, int t) { return split != kByTurns || t % 2 == c; }
-FA_HD constexpr int dq_panel_of(int split, int c, int ch) { return split == kByColumns ? c : split == kByKeys ? ch : 0; }
+FA_HD constexpr int dq_panel_of(int split, int c, int ch) { return split == kByColumns || split == kByRows ? c : split == kByKeys ? ch : 0; }
+// The operands of that chunk's product: A = the 64 queries of dSᵀ's query panel dq_a_panel (by rows,
+// the consumer's; else the tile's only one), B = K_j's column panel dq_b_panel.
+FA_HD constexpr int dq_a_panel(int split, int c) { return split == kByRows ? c : 0; }
+FA_HD constexpr int dq_b_panel(int split, int c, int ch) { return split == kByRows ? 0 : dq_panel_of(split, c, ch); }
 // [handshake] A consumer's dQ chunk buffers are filled and emptied once per use, parity use % 2 for
 // both barriers (a consumer waits for the release of the buffer's previous use). With one chunk per
 // item (by columns; by keys at d = 64, --ablate dq-keys) item t stages into buffer t % 2 (its use t / 2); with two (by
@@ -90,14 +97,6 @@ FA_HD constexpr int stages_that_fit(int d, int Br, int Bc) {
   const int64_t n = (kSmemBudget - smem_bytes(one, d)) / (stage_bytes(one, d) + rows_bytes(one));
   return n > 4 ? 4 : int(n);
 }
-// [tile-sizes] 64 queries × 128 keys, with as many Q/dO stages as fit (at most 4): 2 at d = 128, 4 at
-// d = 64 (docs/19_hopper_backward.md).
-FA_HD constexpr Schedule schedule_for(int d) { return Schedule{64, 128, stages_that_fit(d, 64, 128)}; }
-FA_HD constexpr bool valid(const Schedule& s, int d) {
-  return s.Br == 64 && s.Bc == 128 && s.stages >= 2 && d % wgmma::kPanel == 0 && smem_bytes(s, d) <= kSmemBudget;
-}
-static_assert(valid(schedule_for(64), 64) && valid(schedule_for(128), 128), "K, V, two stages and the buffers fit");
-static_assert(!valid(schedule_for(256), 256), "d = 256 does not fit: refused");
 
 // [handshake] step 15's parities: stage t % stages holds Q tile t of the block's list during its
 // (t / stages)-th use; a dQ chunk buffer is filled once per item (t), emptied once per item.
@@ -143,7 +142,7 @@ FA_HD constexpr int64_t acc_offset(int r, int c) {
 // with --dq centered instead ([dq-centered]; never both), one fp32 row sum per (b, h, padded row),
 // then each key/value head's mean key (d floats per (b, kv head)).
 inline constexpr int kRowPad = 128;
-inline constexpr int kSemRows = 64;  // = Schedule::Br
+inline constexpr int kSemRows = 64;  // = the default Schedule::Br
 FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
 FA_HD constexpr int64_t semaphores(int64_t BH, int64_t N) { return BH * (rows_padded(N) / kSemRows); }
 FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d, bool det = false, bool centered = false, int64_t BHk = 0) {
@@ -213,19 +212,42 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //   producer  no producer warp: consumer 0's first thread issues every load itself ([no-producer]),
 //             item t + stages − 1's as item t begins, after waiting for the other consumer's release;
 //   producer-last  (d = 64, dQ by turns) the same, but item t + stages − 1's loads issued by the consumer
-//             that computed item t − 1's dQ, the one that releases that stage last: no wait in line.
+//             that computed item t − 1's dQ, the one that releases that stage last: no wait in line;
+//   tiles     (d = 64) 128 × 128 tiles instead of 64 × 128 ([tile-sizes]), dQ split by rows.
 // Compiled for fp16 only (refusal()), without --deterministic.
-enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kNoProducerLast, kAblations };
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kNoProducerLast, kTiles, kAblations };
 inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "producer",
-                                                           "producer-last"};
+                                                           "producer-last", "tiles"};
 // [no-producer] Who issues a block's loads: the producer warp (the default), consumer 0's first thread,
 // or the first thread of the consumer that released the stage last.
 enum LoadIssuer : int { kByProducer = 0, kByConsumer0, kByLastRelease };
 int ablation_of(const StepOptions& o);
 // [dq-split] How a run splits dQ.
 FA_HD constexpr int split_of(int d, int ablation) {
-  return ablation == kDqKeys ? kByKeys : default_split(d, 2);
+  return ablation == kDqKeys ? kByKeys : ablation == kTiles ? kByRows : default_split(d, 2);
 }
+
+// [tile-sizes] 64 queries × 128 keys, with as many Q/dO stages as fit (at most 4): 2 at d = 128, 4 at
+// d = 64 (docs/19_hopper_backward.md). --ablate tiles (d = 64 alone) runs FlashAttention-3's d = 64
+// shape instead, 128 queries × 128 keys: Sᵀ and dPᵀ are m64n128 (64 registers each), dQ is split by
+// rows ([dq-split]), and two stages fit. At d = 128 the same shape would need Sᵀ, dPᵀ, dK and dV in
+// 256 registers a thread, over the consumers' 240: refused.
+inline constexpr int kTilesBr = 128, kTilesD = 64;
+FA_HD constexpr Schedule schedule_for(int d, int ablation = kFull) {
+  const int Br = ablation == kTiles && d == kTilesD ? kTilesBr : 64;
+  return Schedule{Br, 128, stages_that_fit(d, Br, 128)};
+}
+FA_HD constexpr bool valid(const Schedule& s, int d) {
+  return (s.Br == 64 || (s.Br == kTilesBr && d == kTilesD)) && s.Bc == 128 && s.stages >= 2 && d % wgmma::kPanel == 0 &&
+         smem_bytes(s, d) <= kSmemBudget;
+}
+static_assert(valid(schedule_for(64), 64) && valid(schedule_for(128), 128), "K, V, two stages and the buffers fit");
+static_assert(valid(schedule_for(64, kTiles), 64) && schedule_for(64, kTiles).stages == 2, "128 × 128 at d = 64: two stages fit");
+static_assert(!valid(schedule_for(256), 256), "d = 256 does not fit: refused");
+// [tile-sizes] With 128-query tiles the consumer cannot keep Sᵀ's fp32 Pᵀ (64 registers) beside dPᵀ,
+// dK, dV and Pᵀ's operand registers (ptxas serialized the wgmmas, C7512): dSᵀ = P̃ᵀ ∘ (dPᵀ − D) takes
+// P̃ᵀ, Pᵀ rounded to the storage type as dV's product reads it. The results move by rounding alone.
+FA_HD constexpr bool ds_from_rounded_p(const Schedule& s) { return s.Br == kTilesBr; }
 
 bool deterministic(const StepOptions& o);  // --deterministic on ([deterministic])
 
