@@ -22,7 +22,8 @@ the whole kernel, and writes one CSV row per opcode and per reason.
 Columns: gpu, commit, date, label, kernel, kind (opcode | reason), name, samples_pct (share of all
 the kernel's samples), static (instructions of that opcode in the SASS), executed (warp-level
 executions; empty for a reason), top_reason and top_reason_pct (an opcode's most common reason, as a
-share of that opcode's samples). Exit status: 0 written, 1 no samples found, 2 a bad argument.
+share of that opcode's samples), samples (the warp-state samples themselves: at one sampling
+interval, two runs' counts compare where their shares cannot). Exit status: 0 written, 1 no samples found, 2 a bad argument.
 """
 import argparse
 import collections
@@ -36,7 +37,7 @@ import sys
 import tempfile
 
 HEADER = ["gpu", "commit", "date", "label", "kernel", "kind", "name", "samples_pct", "static", "executed", "top_reason",
-          "top_reason_pct"]
+          "top_reason_pct", "samples"]
 
 
 def opcode(sass):
@@ -160,9 +161,9 @@ def main():
     for op, e in sorted(by_op.items(), key=lambda kv: -kv[1]["samples"]):
         top, n = (e["reasons"].most_common(1) or [("", 0)])[0]
         out_rows.append(lead + ["opcode", op, f"{100.0 * e['samples'] / total:.2f}", e["static"], e["executed"], top,
-                                f"{100.0 * n / e['samples']:.1f}" if e["samples"] else ""])
+                                f"{100.0 * n / e['samples']:.1f}" if e["samples"] else "", e["samples"]])
     for reason, n in by_reason.most_common():
-        out_rows.append(lead + ["reason", reason, f"{100.0 * n / total:.2f}", "", "", "", ""])
+        out_rows.append(lead + ["reason", reason, f"{100.0 * n / total:.2f}", "", "", "", "", n])
     new = not a.append or not os.path.exists(a.out) or os.path.getsize(a.out) == 0
     with open(a.out, "a" if a.append else "w", newline="") as f:
         w = csv.writer(f)

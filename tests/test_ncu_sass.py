@@ -48,6 +48,8 @@ class Sums(unittest.TestCase):
                 # Nsight's reasons partition its samples: their shares add up to the whole as well.
                 self.assertAlmostEqual(sum(float(r["samples_pct"]) for r in reasons), 100.0, delta=0.05 * len(reasons) + 0.5)
                 self.assertEqual(len({r["name"] for r in ops}), len(ops))             # one row per opcode
+                want_samples = sum(int(float(r[ix["Warp Stall Sampling (All Samples)"]].replace(",", "") or 0)) for r in rows)
+                self.assertEqual(sum(int(r["samples"]) for r in ops), want_samples)  # the counts themselves, every sample once
                 self.assertTrue(all(r["kernel"] == kernel for r in out))
 
     def test_opcode_drops_predicate_and_modifiers(self):
