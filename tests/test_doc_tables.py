@@ -512,6 +512,22 @@ class Step19(unittest.TestCase):
         self.assertIn("FAIL", text)
         self.assertIn("**1 of 1** (held)", text)  # the failed point is not read
 
+    def test_sample_counts_against_the_first_run(self):
+        def run(label, bra, hgmma, wait):
+            lead = {"gpu": "a GPU", "commit": "abc1234", "date": "2026-01-01T00:00Z", "label": label, "kernel": "k"}
+            return [dict(lead, kind="opcode", name="BRA", samples_pct="x", static="1", executed="1", top_reason="long_sb",
+                         top_reason_pct="50", samples=str(bra)),
+                    dict(lead, kind="opcode", name="HGMMA", samples_pct="x", static="1", executed="1", top_reason="wait",
+                         top_reason_pct="50", samples=str(hgmma)),
+                    dict(lead, kind="reason", name="wait", samples_pct="x", static="", executed="", top_reason="",
+                         top_reason_pct="", samples=str(wait))]
+        text = with_rows("step19-where-samples", {"prodsass_": run("default", 600, 400, 300) + run("other", 500, 1000, 900)})
+        self.assertIn("| all samples | **100** | **150** |", text)      # 1500 samples against 1000
+        self.assertIn("| `HGMMA` | 40.0 (wait) | 100.0 (wait) |", text)  # counts over the first run's total, not shares
+        self.assertIn("| stall `wait` | 30.0 | 90.0 |", text)
+        old = [dict(r, samples="") for r in run("default", 600, 400, 300)]  # rows written before the counts were kept
+        self.assertTrue(with_rows("step19-where-samples", {"prodsass_": old}).startswith("_no measurements yet"))
+
     def test_no_rows_give_one_sentence(self):
         for table in ("step19-producer", "step19-producer-last", "step19-tiles"):
             self.assertTrue(with_rows(table, {}).startswith("_no measurements yet"))

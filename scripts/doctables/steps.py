@@ -527,6 +527,15 @@ def step19_dq_turns():
               f"(above 1: by turns faster): {close}. The run stopped at its time budget: the rows it did not reach are not here.")
 
 
+def _samples_rows(names, runs, find, cell):
+    """A samples table's rows: per (kind, name), each run's `cell(row, kind)` (– where the run has no such row)."""
+    body = []
+    for kind, name in names:
+        cells = [cell(r, kind) if (r := find(run, kind, name)) is not None else "–" for run in runs]
+        body.append([f"`{name}`" if kind == "opcode" else f"stall `{name}`"] + cells)
+    return body
+
+
 def sass_stalls(step):
     """Where a step's main kernel waits, by SASS opcode (sass_*_stepNN.csv, scripts/ncu_sass.py over Nsight's
     source page): one column per profiled run (commit and shape), in date order; rows the opcodes that
@@ -544,25 +553,47 @@ def sass_stalls(step):
             for r in sorted((r for r in mine if r["kind"] == kind), key=lambda r: -float(r["samples_pct"]))[:n]:
                 if r["name"] not in keep:
                     keep.append(r["name"])
-    body = []
-    for kind, names in (("opcode", top_ops), ("reason", top_reasons)):
-        for name in names:
-            cells = []
-            for i, (_, c, l) in enumerate(runs):
-                r = by.get((c, l, kind, name))
-                if r is None:
-                    cells.append("–")
-                    continue
-                cell = f"{float(r['samples_pct']):.1f}"
-                if kind == "opcode" and r["top_reason"]:
-                    cell += f" ({r['top_reason']} {float(r['top_reason_pct']):.0f} %)"
-                cells.append(cell)
-            body.append([f"`{name}`" if kind == "opcode" else f"stall `{name}`"] + cells)
+    body = _samples_rows([("opcode", n) for n in top_ops] + [("reason", n) for n in top_reasons], runs,
+                         lambda run, kind, name: by.get((run[1], run[2], kind, name)),
+                         lambda r, kind: f"{float(r['samples_pct']):.1f}" + (
+                             f" ({r['top_reason']} {float(r['top_reason_pct']):.0f} %)" if kind == "opcode" and r["top_reason"] else ""))
     header = ["opcode / reason"] + [f"`{c}`, {l}" for _, c, l in runs]
     note = (" _A cell: the share (%) of the kernel's warp-state samples at that opcode (in parentheses its most"
             " common stall reason, as a share of the opcode's samples), or with that stall reason. The samples"
             " cover every warp, the producer's and the writer's waiting ones too._")
     return provenance(rs) + note + "\n\n" + table(header, body)
+
+
+def sass_counts(pattern, n_ops=8, n_reasons=5):
+    """Nsight's warp-state samples by SASS opcode and stall reason for runs of one kernel profiled at one shape
+    (scripts/ncu_sass.py with its `samples` column), as counts against the first run's: a cell is a row's
+    samples over all of the first run's samples, in %, so that a column's total is that run's samples
+    against the first's (at one sampling interval, time × the warps sampled). Rows: the opcodes and reasons
+    with the most samples in any run; an opcode's cell names its most common stall reason there."""
+    rs = [r for r in common.rows(pattern) if r.get("samples", "") != ""]
+    if not rs:
+        return provenance(rs)
+    runs = []
+    for r in rs:
+        if r["label"] not in runs:
+            runs.append(r["label"])
+    total = {l: sum(int(r["samples"]) for r in rs if r["label"] == l and r["kind"] == "opcode") for l in runs}
+    base = total[runs[0]]
+    by = {(r["label"], r["kind"], r["name"]): r for r in rs}
+    names = []
+    for kind, n in (("opcode", n_ops), ("reason", n_reasons)):
+        for l in runs:
+            mine = sorted((r for r in rs if r["label"] == l and r["kind"] == kind), key=lambda r: -int(r["samples"]))
+            for r in mine[:n]:
+                if (kind, r["name"]) not in names:
+                    names.append((kind, r["name"]))
+    body = [["all samples"] + [f"**{100.0 * total[l] / base:.0f}**" for l in runs]] + _samples_rows(
+        names, runs, lambda l, kind, name: by.get((l, kind, name)),
+        lambda r, kind: f"{100.0 * int(r['samples']) / base:.1f}" + (f" ({r['top_reason']})" if kind == "opcode" and r["top_reason"] else ""))
+    note = (f" _A cell: that opcode's (or stall reason's) warp-state samples over all of the `{runs[0]}` run's samples,"
+            " in % (in parentheses the opcode's most common stall reason there). The samples cover every warp, the"
+            " producer's and the writer's waiting ones too._")
+    return provenance(rs) + note + "\n\n" + table(["opcode / reason"] + [f"`{l}`" for l in runs], body)
 
 
 def step19_hoist():
