@@ -512,6 +512,18 @@ class Step19(unittest.TestCase):
         self.assertIn("FAIL", text)
         self.assertIn("**1 of 1** (held)", text)  # the failed point is not read
 
+    def test_the_tile_guess_at_small_n(self):
+        row = dict(self.ROW, d="64", N="1024")
+        def rows(plain_ms, causal_ms):
+            return [dict(row, causal=c, variant=v, bwd_kernel_ms=str(ms)) for c, ms in (("0", plain_ms), ("1", causal_ms))
+                    for v, ms in (("-", 10.0), ("ablate=tiles", ms))]
+        text = with_rows("step19-tiles-small", {"tiles19c_": rows(9.9, 9.7)})
+        self.assertIn("**2 of 2** (held); its falsifier, a point without the mask above 1.02: **did not fire**.", text)
+        text = with_rows("step19-tiles-small", {"tiles19c_": rows(9.9, 9.9)})  # the causal point over its 0.98
+        self.assertIn("**1 of 2** (missed); its falsifier, a point without the mask above 1.02: **did not fire**.", text)
+        text = with_rows("step19-tiles-small", {"tiles19c_": rows(10.3, 9.0)})
+        self.assertIn("**1 of 2** (missed); its falsifier, a point without the mask above 1.02: **fired** (1.030).", text)
+
     def test_sample_counts_against_the_first_run(self):
         def run(label, bra, hgmma, wait):
             lead = {"gpu": "a GPU", "commit": "abc1234", "date": "2026-01-01T00:00Z", "label": label, "kernel": "k"}

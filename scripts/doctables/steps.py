@@ -263,6 +263,23 @@ def step19_tiles(pattern="tiles19_*_step19.csv", lo=0.88, hi=1.00, ceiling=1.03)
                    + (f" ({', '.join(f'{v:.3f}' for v in fired)})." if fired else "."))
 
 
+def step19_tiles_small(pattern="tiles19c_*_step19.csv", most_plain=1.00, most_causal=0.98, ceiling=1.02):
+    """The test of docs/19's guess about the tile table's sign: `--ablate tiles` beside the default at N = 1k
+    (tiles19c_*_step19.csv), kernel time. Predicted: the ablation's time over the default's at most
+    `most_plain` without the mask and `most_causal` with it; falsified (the guess wrong) where the point
+    without the mask is above `ceiling`."""
+    text = ablation("19", only="ablate", pass_="bwd", pattern=pattern, kernel=True, label="with")
+    x = _over_default(pattern, "ablate=tiles")
+    if not x:
+        return text
+    ok = sum(v <= (most_causal if k[1] == "1" else most_plain) for k, v in x.items())
+    fired = sorted(v for k, v in x.items() if k[1] == "0" and v > ceiling)
+    return text + (f"\n\nThe prediction (`tiles` at most {most_plain:.2f} of the default without the mask, at most "
+                   f"{most_causal:.2f} with it): **{ok} of {len(x)}** ({'held' if ok == len(x) else 'missed'}); its falsifier, "
+                   f"a point without the mask above {ceiling:.2f}: **{'fired' if fired else 'did not fire'}**"
+                   + (f" ({', '.join(f'{v:.3f}' for v in fired)})." if fired else "."))
+
+
 def step19_producer(pattern="abl19_*_step19.csv", lo=1.01, hi=1.08, floor=1.00, ceiling=1.10):
     """Step 19's ablations rerun with `producer` (no producer warp, [no-producer]) among them
     (abl19_*_step19.csv), by kernel time; then docs/19's prediction read from the `producer` column: the
