@@ -228,6 +228,13 @@ def _over_default(pattern, variant):
             for k, r in by.items() if k[3] == variant and k[:3] + ("-",) in by}
 
 
+def _verdict(prediction, ok, n, falsifier, fired, show=True):
+    """A prediction's closing line: `ok` of `n` points held it; its falsifier fired where `fired` is not
+    empty (with `show`, the values that fired it, in order)."""
+    return (f"\n\nThe prediction ({prediction}): **{ok} of {n}** ({'held' if ok == n else 'missed'}); its falsifier, {falsifier}: "
+            f"**{'fired' if fired else 'did not fire'}**" + (f" ({', '.join(f'{v:.3f}' for v in sorted(fired))})" if fired and show else "") + ".")
+
+
 def step19_producer_last(pattern="ablast_*_step19.csv", most=1.08, gain=0.04, same=0.02):
     """The test of docs/19's reading of the producer table: at d = 64, the loads issued in line by the
     consumer that released the stage last (`--ablate producer-last`) beside consumer 0 (`producer`) and
@@ -241,9 +248,8 @@ def step19_producer_last(pattern="ablast_*_step19.csv", most=1.08, gain=0.04, sa
         return text
     ok = sum(last[k] <= most and cons0[k] - last[k] >= gain for k in both)
     fired = [k for k in both if abs(cons0[k] - last[k]) < same]
-    return text + (f"\n\nThe prediction (`producer-last` at most {most:.2f} over the default and at least {gain:.2f} below "
-                   f"`producer`): **{ok} of {len(both)}** ({'held' if ok == len(both) else 'missed'}); its falsifier, "
-                   f"`producer-last` within {same:.2f} of `producer` at a point: **{'fired' if fired else 'did not fire'}**.")
+    return text + _verdict(f"`producer-last` at most {most:.2f} over the default and at least {gain:.2f} below `producer`", ok,
+                           len(both), f"`producer-last` within {same:.2f} of `producer` at a point", fired, show=False)
 
 
 def step19_tiles(pattern="tiles19_*_step19.csv", lo=0.88, hi=1.00, ceiling=1.03):
@@ -256,11 +262,9 @@ def step19_tiles(pattern="tiles19_*_step19.csv", lo=0.88, hi=1.00, ceiling=1.03)
     if not x:
         return text
     inside = sum(lo <= v <= hi for v in x.values())
-    fired = sorted(v for v in x.values() if v > ceiling)
-    return text + (f"\n\nThe prediction (`tiles` between {lo:.2f} and {hi:.2f} of the default at every point): "
-                   f"**{inside} of {len(x)}** ({'held' if inside == len(x) else 'missed'}); its falsifier, a point above "
-                   f"{ceiling:.2f}: **{'fired' if fired else 'did not fire'}**"
-                   + (f" ({', '.join(f'{v:.3f}' for v in fired)})." if fired else "."))
+    fired = [v for v in x.values() if v > ceiling]
+    return text + _verdict(f"`tiles` between {lo:.2f} and {hi:.2f} of the default at every point", inside, len(x),
+                           f"a point above {ceiling:.2f}", fired)
 
 
 def step19_tiles_small(pattern="tiles19c_*_step19.csv", most_plain=1.00, most_causal=0.98, ceiling=1.02):
@@ -273,11 +277,9 @@ def step19_tiles_small(pattern="tiles19c_*_step19.csv", most_plain=1.00, most_ca
     if not x:
         return text
     ok = sum(v <= (most_causal if k[1] == "1" else most_plain) for k, v in x.items())
-    fired = sorted(v for k, v in x.items() if k[1] == "0" and v > ceiling)
-    return text + (f"\n\nThe prediction (`tiles` at most {most_plain:.2f} of the default without the mask, at most "
-                   f"{most_causal:.2f} with it): **{ok} of {len(x)}** ({'held' if ok == len(x) else 'missed'}); its falsifier, "
-                   f"a point without the mask above {ceiling:.2f}: **{'fired' if fired else 'did not fire'}**"
-                   + (f" ({', '.join(f'{v:.3f}' for v in fired)})." if fired else "."))
+    fired = [v for k, v in x.items() if k[1] == "0" and v > ceiling]
+    return text + _verdict(f"`tiles` at most {most_plain:.2f} of the default without the mask, at most {most_causal:.2f} with it",
+                           ok, len(x), f"a point without the mask above {ceiling:.2f}", fired)
 
 
 def step19_producer(pattern="abl19_*_step19.csv", lo=1.01, hi=1.08, floor=1.00, ceiling=1.10):
@@ -291,10 +293,8 @@ def step19_producer(pattern="abl19_*_step19.csv", lo=1.01, hi=1.08, floor=1.00, 
         return text
     inside = sum(lo <= v <= hi for v in x)
     fired = [v for v in x if v < floor or v > ceiling]
-    return text + (f"\n\nThe prediction (`producer` between {lo:.2f} and {hi:.2f} at every point): **{inside} of {len(x)}** "
-                   f"({'held' if inside == len(x) else 'missed'}); its falsifier, a point below {floor:.2f} or above "
-                   f"{ceiling:.2f}: **{'fired' if fired else 'did not fire'}**"
-                   + (f" ({', '.join(f'{v:.3f}' for v in sorted(fired))})" if fired else "") + ".")
+    return text + _verdict(f"`producer` between {lo:.2f} and {hi:.2f} at every point", inside, len(x),
+                           f"a point below {floor:.2f} or above {ceiling:.2f}", fired)
 
 
 def ncu_stalls(steps, n="4096", pattern="ncu_*_step*.csv"):
