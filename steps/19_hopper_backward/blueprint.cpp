@@ -47,7 +47,7 @@ int dropout_kernel_of(const StepOptions& o) {
   return choice_index(o, "dropout-kernel", kDropoutKernelNames, kDropoutKernels, "step19");
 }
 
-std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepOptions& o) {
+std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
   const int a = ablation_of(o);  // an unknown --ablate value throws, naming the flag
   const bool det = deterministic(o), centered = dq_mode_of(o) == kDqCentered;
   if (dropout && dropout_kernel_of(o) == kDropoutRefuse)
@@ -60,12 +60,13 @@ std::string refusal(bool bf16, [[maybe_unused]] int d, bool dropout, const StepO
   if (centered && a != kFull) return std::string("step19: --dq centered is compiled without --ablate (") + kAblationNames[a] + ")";
   if (det && a != kFull) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled without --deterministic";
   if (a != kFull && bf16) return std::string("step19: --ablate ") + kAblationNames[a] + " is compiled for fp16 only";
-  if (a == kNoProducerLast && default_split(d, 2) != kByTurns)
+  if (ablation_built(a, d)) return "";
+  if (a == kNoProducerLast)
     return "step19: --ablate producer-last is built where dQ is split by turns (d = 64): by columns both consumers release together";
-  if (a == kTiles && d != kTilesD)
+  if (a == kTiles)
     return "step19: --ablate tiles (128 × 128) is built for d = 64 alone: at d = 128 Sᵀ, dPᵀ, dK and dV of 128 queries would need 256 "
            "registers a thread, over the consumers' 240 ([tile-sizes])";
-  return "";
+  throw std::logic_error("step19: ablation_built() refuses an ablation refusal() has no words for");
 }
 
 namespace {
@@ -103,7 +104,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const std::string why = refusal(s.dtype == DType::bf16, int(d), false, {});  // dropout's combinations: below
   if (!why.empty()) throw Unsupported(why);
   if (det && ablation != kFull) throw Unsupported("step19: an ablation is compiled without --deterministic");
-  if ((ablation == kNoProducerLast && default_split(int(d), 2) != kByTurns) || (ablation == kTiles && d != kTilesD))  // refusal()'s words
+  if (!ablation_built(ablation, int(d)))  // refusal()'s words
     throw Unsupported(refusal(false, int(d), false, {{"ablate", kAblationNames[ablation]}}));
   if (det && centered) throw Unsupported("step19: --dq centered is not compiled with --deterministic");
   const bool drop = float(s.dropout) > 0.0f;  // [dropout] P as the kernel gets it (a float)

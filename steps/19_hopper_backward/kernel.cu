@@ -771,9 +771,9 @@ void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cuda
     if (ablation == kDkFirst) return launch_kv<T, D, true, true, kSplit, false>(p, st);
     if (ablation == kDqKeys) return launch_kv<T, D, true, true, kByKeys>(p, st);
     if (ablation == kNoProducer) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByConsumer0>(p, st);
-    if constexpr (kSplit == kByTurns)
+    if constexpr (ablation_built(kNoProducerLast, D))
       if (ablation == kNoProducerLast) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByLastRelease>(p, st);
-    if constexpr (D == kTilesD)
+    if constexpr (ablation_built(kTiles, D))
       if (ablation == kTiles) return launch_kv<T, D, true, true, kByRows>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");

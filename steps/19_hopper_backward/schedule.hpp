@@ -215,6 +215,7 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //             that computed item t − 1's dQ, the one that releases that stage last: no wait in line;
 //   tiles     (d = 64) 128 × 128 tiles instead of 64 × 128 ([tile-sizes]), dQ split by rows.
 // Compiled for fp16 only (refusal()), without --deterministic.
+inline constexpr int kTilesBr = 128, kTilesD = 64;  // --ablate tiles: Q tiles of 128 rows, at d = 64 alone ([tile-sizes])
 enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kNoProducerLast, kTiles, kAblations };
 inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "producer",
                                                            "producer-last", "tiles"};
@@ -222,6 +223,11 @@ inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "o
 // or the first thread of the consumer that released the stage last.
 enum LoadIssuer : int { kByProducer = 0, kByConsumer0, kByLastRelease };
 int ablation_of(const StepOptions& o);
+// Whether an ablation is built at head dimension d: producer-last where dQ is split by turns, tiles at
+// d = 64 ([tile-sizes]); the others everywhere (refusal() says why, the blueprint and the launcher follow it).
+FA_HD constexpr bool ablation_built(int ablation, int d) {
+  return ablation == kNoProducerLast ? default_split(d, 2) == kByTurns : ablation == kTiles ? d == kTilesD : true;
+}
 // [dq-split] How a run splits dQ.
 FA_HD constexpr int split_of(int d, int ablation) {
   return ablation == kDqKeys ? kByKeys : ablation == kTiles ? kByRows : default_split(d, 2);
@@ -232,7 +238,6 @@ FA_HD constexpr int split_of(int d, int ablation) {
 // shape instead, 128 queries × 128 keys: Sᵀ and dPᵀ are m64n128 (64 registers each), dQ is split by
 // rows ([dq-split]), and two stages fit. At d = 128 the same shape would need Sᵀ, dPᵀ, dK and dV in
 // 256 registers a thread, over the consumers' 240: refused.
-inline constexpr int kTilesBr = 128, kTilesD = 64;
 FA_HD constexpr Schedule schedule_for(int d, int ablation = kFull) {
   const int Br = ablation == kTiles && d == kTilesD ? kTilesBr : 64;
   return Schedule{Br, 128, stages_that_fit(d, Br, 128)};
