@@ -179,12 +179,12 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
       CAPTURE(step19::kAblationNames[a]);
       const step19::Schedule sc = step19::schedule_for(int(c.shape.d), a);
       if (!step19::refusal(false, int(c.shape.d), false, {{"ablate", step19::kAblationNames[a]}}).empty()) {
-        CHECK((a == step19::kNoProducerLast || a == step19::kTiles));  // by turns alone; 128 × 128 at d = 64 alone
+        CHECK(a == step19::kNoProducerLast);  // by turns alone
         CHECK(c.shape.d == 128);
         CHECK_THROWS_AS(step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, a), Unsupported);
         continue;
       }
-      CHECK(sc.Br == (a == step19::kTiles ? 128 : 64));
+      CHECK(sc.Br == (a == step19::kTiles ? step19::tiles_br(int(c.shape.d)) : 64));
       const BackwardBlueprintResult r = step19::blueprint(c.shape, p.in, p.fwd, p.dO, sc, a);
       const BackwardCheck chk = check_backward(c.shape, p.in, p.dO, p.ref, r.grads);
       INFO(chk.summary());
@@ -193,9 +193,9 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
       INFO(diff);
       CHECK(diff.empty());
       const Ledger kv = r.ledger.kernels[1].second, kv0 = base.ledger.kernels[1].second;
-      // 128-query tiles cover other padded rows than 64-query ones unless N fills its last 128 rows'
-      // tile as far as 64-row tiles do, and no mask or Nk ≠ N moves the first tile (the next case).
-      if (a == step19::kTiles && (c.shape.causal || num_tiles(c.shape.N, 64) * 64 != num_tiles(c.shape.N, 128) * 128)) continue;
+      // 128- or 80-query tiles cover other padded rows than 64-query ones unless N fills its last tile
+      // as far as 64-row tiles do, and no mask or Nk ≠ N moves the first tile (the next case).
+      if (a == step19::kTiles && (c.shape.causal || num_tiles(c.shape.N, 64) * 64 != num_tiles(c.shape.N, sc.Br) * sc.Br)) continue;
       CHECK(kv.matmul_flops == kv0.matmul_flops);  // the same products in every variant
       CHECK(kv.gmem_read == kv0.gmem_read);
       if (a == step19::kAtomics) {  // the staging's write and the writer's read of every chunk gone
@@ -278,6 +278,19 @@ TEST_CASE("step 19: its ledger at N = 4096 against step 13's: the same products 
     if (d == 128) {
       CHECK(kv.gmem_read == kv13.gmem_read);
       CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by columns: every element of dQ once per K/V tile
+      // --ablate tiles (80 × 128, dQᵀ): without the mask, every product and add of the rows its Q tiles
+      // cover (N rounded up to 80 rows: the last tile's padded rows are multiplied too), the same Q and
+      // dO bytes; 4/5 of the items per block as the rows per item grow from 64 to 80.
+      const step19::Schedule t80 = step19::schedule_for(int(d), step19::kTiles);
+      const Ledger tiles = step19::closed_form(s, t80, step19::kTiles).kernels[1].second;
+      const int64_t rows80 = num_tiles(N, t80.Br) * t80.Br;
+      CHECK(tiles.matmul_flops * N == kv.matmul_flops * rows80);
+      CHECK(tiles.gmem_atomic * N == kv.gmem_atomic * rows80);
+      CHECK(tiles.exps * N == kv.exps * rows80);
+      CHECK(tiles.tiles_computed * t80.Br == kv.tiles_computed * 64 * rows80 / N);
+      CHECK(tiles.gmem_read - kv.gmem_read == (rows80 - N) * 4 * 2 * num_tiles(N, t80.Bc));  // the padded rows' L and D
+      CHECK(tiles.smem_peak > kv.smem_peak);
+      CHECK(tiles.smem_peak <= step19::kSmemBudget);
     } else {
       CHECK(kv.gmem_atomic == kv13.gmem_atomic);  // by turns: once, as by columns
       const Ledger keys = step19::closed_form(s, step19::schedule_for(int(d)), step19::kDqKeys).kernels[1].second;

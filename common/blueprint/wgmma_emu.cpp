@@ -18,10 +18,11 @@ void clear(Acc& d) {
 void check_n(const Acc& d) {
   if (d.n <= 0 || d.n % 8 != 0 || d.n > 256) throw std::logic_error("wgmma: N must be a multiple of 8 up to 256");
 }
-}  // namespace
 
-void mma_ss(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int64_t b_r0, int64_t kk, bool accumulate,
-            Ledger& led) {
+// One wgmma with both operands in shared memory: element (m, k) of A at a_at(m, k) for m < 64, element
+// (k, n) of B at b_at(k, n) for n < N, both read once per instruction in the fragments' order.
+template <class ReadA, class ReadB>
+void mma_smem(Acc& d, ReadA a_at, ReadB b_at, bool accumulate, Ledger& led) {
   check_n(d);
   if (!accumulate) clear(d);
   std::vector<mf::BFrag> bf(size_t(d.n / 8), mf::BFrag(32));  // read once, shared by the four warps
@@ -29,17 +30,25 @@ void mma_ss(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int64_t 
     for (int lane = 0; lane < 32; ++lane)
       for (int i = 0; i < 4; ++i) {
         const mf::Coord c = mf::b_elem(lane, i);  // (k, n)
-        bf[size_t(nb)][size_t(lane)][size_t(i)] = b.read(b_r0 + 8 * nb + c.col, 16 * kk + c.row);
+        bf[size_t(nb)][size_t(lane)][size_t(i)] = b_at(c.row, 8 * nb + c.col);
       }
   for (int w = 0; w < 4; ++w) {
     mf::AFrag af(32);
     for (int lane = 0; lane < 32; ++lane)
       for (int i = 0; i < 8; ++i) {
-        const mf::Coord c = mf::a_elem(lane, i);
-        af[size_t(lane)][size_t(i)] = a.read(a_r0 + 16 * w + c.row, 16 * kk + c.col);
+        const mf::Coord c = mf::a_elem(lane, i);  // (m, k)
+        af[size_t(lane)][size_t(i)] = a_at(16 * w + c.row, c.col);
       }
     for (int nb = 0; nb < d.n / 8; ++nb) mf::mma(d.tiles[size_t(w * (d.n / 8) + nb)], af, bf[size_t(nb)], led);
   }
+}
+}  // namespace
+
+void mma_ss(Acc& d, const SmemTile& a, int64_t a_r0, const SmemTile& b, int64_t b_r0, int64_t kk, bool accumulate,
+            Ledger& led) {
+  mma_smem(
+      d, [&](int m, int k) { return a.read(a_r0 + m, 16 * kk + k); }, [&](int k, int n) { return b.read(b_r0 + n, 16 * kk + k); },
+      accumulate, led);
 }
 
 void mma_rs(Acc& d, const std::vector<mf::AFrag>& a, const SmemTile& b, int64_t kk, int64_t n0, bool accumulate,
@@ -58,25 +67,16 @@ void mma_rs(Acc& d, const std::vector<mf::AFrag>& a, const SmemTile& b, int64_t 
   }
 }
 
+void mma_ss_tn(Acc& d, const SmemTile& a, int64_t kk, int64_t m0, const SmemTile& b, int64_t b_r0, bool accumulate, Ledger& led) {
+  mma_smem(
+      d, [&](int m, int k) { return a.read(16 * kk + k, m0 + m); }, [&](int k, int n) { return b.read(b_r0 + n, 16 * kk + k); },
+      accumulate, led);
+}
+
 void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t n0, bool accumulate, Ledger& led, int64_t m0) {
-  check_n(d);
-  if (!accumulate) clear(d);
-  std::vector<mf::BFrag> bf(size_t(d.n / 8), mf::BFrag(32));
-  for (int nb = 0; nb < d.n / 8; ++nb)
-    for (int lane = 0; lane < 32; ++lane)
-      for (int i = 0; i < 4; ++i) {
-        const mf::Coord c = mf::b_elem(lane, i);  // (k, n)
-        bf[size_t(nb)][size_t(lane)][size_t(i)] = b.read(16 * kk + c.row, n0 + 8 * nb + c.col);
-      }
-  for (int w = 0; w < 4; ++w) {
-    mf::AFrag af(32);
-    for (int lane = 0; lane < 32; ++lane)
-      for (int i = 0; i < 8; ++i) {
-        const mf::Coord c = mf::a_elem(lane, i);  // (m, k)
-        af[size_t(lane)][size_t(i)] = a.read(16 * kk + c.col, m0 + 16 * w + c.row);
-      }
-    for (int nb = 0; nb < d.n / 8; ++nb) mf::mma(d.tiles[size_t(w * (d.n / 8) + nb)], af, bf[size_t(nb)], led);
-  }
+  mma_smem(
+      d, [&](int m, int k) { return a.read(16 * kk + k, m0 + m); }, [&](int k, int n) { return b.read(16 * kk + k, n0 + n); },
+      accumulate, led);
 }
 
 // [fp22] The FP8 tensor cores' running sum keeps 13 bits of mantissa, not fp32's 23 (SageAttention2, Zhang et

@@ -36,6 +36,10 @@ void mma_rs(Acc& d, const std::vector<m16n8k16::AFrag>& a, const SmemTile& b, in
 // (m, k) of A = a(16kk + k, m0 + m) for m < 64 (dS read from a dSᵀ tile), element (k, n) of B =
 // b(16kk + k, n0 + n) for n < N. (64 + N)·16 elements read.
 void mma_ss_mn(Acc& d, const SmemTile& a, int64_t kk, const SmemTile& b, int64_t n0, bool accumulate, Ledger& led, int64_t m0 = 0);
+// [dq-wgmma] D (+)= A·B, A MN-major and B K-major from shared memory (imm-trans-a = 1, imm-trans-b = 0):
+// element (m, k) of A = a(16kk + k, m0 + m) for m < 64 (Kᵀ read from K stored [key][dim]), element (k, n)
+// of B = b(b_r0 + n, 16kk + k) for n < N (dSᵀ read from dS stored [query][key]). (64 + N)·16 elements read.
+void mma_ss_tn(Acc& d, const SmemTile& a, int64_t kk, int64_t m0, const SmemTile& b, int64_t b_r0, bool accumulate, Ledger& led);
 
 // [fp8] e4m3 × e4m3, k = 32 per instruction (step 21); tiles hold the codes' values (SmemTile of
 // Store::e4m3(): a byte each), products exact in fp32, each instruction's 32 products summed in fp32 and

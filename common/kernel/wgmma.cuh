@@ -64,6 +64,17 @@ __device__ __forceinline__ void fence_proxy_async() { FA_SM90A_ONLY(asm volatile
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)))
 
+#define FA_WGMMA_SS_80(TY)                                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                             \
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 0, 0;\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
+                 : "l"(a), "l"(b), "r"(int(accumulate)))
+#define FA_WGMMA_SS_80_TN(TY)                                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                             \
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 1, 0;\n}\n" \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
+                 : "l"(a), "l"(b), "r"(int(accumulate)))
+
 #define FA_WGMMA_SS8_128                                                                        \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                             \
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n" \
@@ -91,6 +102,12 @@ __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b
 template <class T, int N>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, bool accumulate);
 
+// D (64 × N) = A·B (+ D): A (64 × 16) MN-major (stored k rows of 64 m values) and B (16 × N) K-major
+// (stored N rows of 16 k values), both from shared memory: dQᵀ = Kᵀ·dSᵀ with K stored [key][dim] and dS
+// [query][key] (imm-trans-a = 1, imm-trans-b = 0, 16-bit types only). N = 80 only.
+template <class T, int N>
+__device__ __forceinline__ void mma_ss_tn(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate);
+
 // D (64 × N) = A·B (+ D): A (64 × 16) and B (16 × N) both from shared memory, both MN-major (A stored
 // k rows of 64 m values, B k rows of N: dQ = dS·K with dSᵀ stored [key][query] and K [key][dim];
 // imm-trans-a = imm-trans-b = 1, 16-bit types only). N = 64 only.
@@ -117,6 +134,23 @@ __device__ __forceinline__ void mma_ss_mn<__half, 64>(float (&d)[32], uint64_t a
 template <>
 __device__ __forceinline__ void mma_ss_mn<__nv_bfloat16, 64>(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
   FA_SM90A_ONLY(FA_WGMMA_SS_64_MN("bf16"));
+}
+// [tile-sizes] Step 19's 80-query tiles (--ablate tiles at d = 128): Sᵀ and dPᵀ m64n80, dQᵀ m64n80.
+template <>
+__device__ __forceinline__ void mma_ss<__half, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
+  FA_SM90A_ONLY(FA_WGMMA_SS_80("f16"));
+}
+template <>
+__device__ __forceinline__ void mma_ss<__nv_bfloat16, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
+  FA_SM90A_ONLY(FA_WGMMA_SS_80("bf16"));
+}
+template <>
+__device__ __forceinline__ void mma_ss_tn<__half, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
+  FA_SM90A_ONLY(FA_WGMMA_SS_80_TN("f16"));
+}
+template <>
+__device__ __forceinline__ void mma_ss_tn<__nv_bfloat16, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
+  FA_SM90A_ONLY(FA_WGMMA_SS_80_TN("bf16"));
 }
 #undef FA_WGMMA_DEFINE
 

@@ -63,9 +63,6 @@ std::string refusal(bool bf16, int d, bool dropout, const StepOptions& o) {
   if (ablation_built(a, d)) return "";
   if (a == kNoProducerLast)
     return "step19: --ablate producer-last is built where dQ is split by turns (d = 64): by columns both consumers release together";
-  if (a == kTiles)
-    return "step19: --ablate tiles (128 × 128) is built for d = 64 alone: at d = 128 Sᵀ, dPᵀ, dK and dV of 128 queries would need 256 "
-           "registers a thread, over the consumers' 240 ([tile-sizes])";
   throw std::logic_error("step19: ablation_built() refuses an ablation refusal() has no words for");
 }
 
@@ -77,10 +74,13 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Columns of dK, dV per wgmma: a 64-column panel (fewer for d < 64, which only the blueprint runs).
 int64_t panel_cols(int64_t d) { return std::min<int64_t>(d, wgmma::kPanel); }
 
-// [tile-sizes] 64 × 128 (128 × 128 with --ablate tiles), two stages or more, whole 64-column panels.
+// [tile-sizes] 64 × 128 (with --ablate tiles 128 × 128 at d = 64, 80 × 128 at d = 128), two stages or
+// more, whole 64-column panels.
 void check_schedule(const Schedule& sc, int64_t d, int ablation) {
-  if (sc.Br != schedule_for(int(d), ablation).Br || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0))
-    throw std::invalid_argument("step19: 64 queries (128 with --ablate tiles) × 128 keys, two stages or more, whole 64-column panels");
+  if (sc.Br != schedule_for(int(d), ablation).Br || sc.Bc != 128 || sc.stages < 2 || d % 16 != 0 || (d > 64 && d % 64 != 0) ||
+      (dq_transposed(sc) && d != 128))
+    throw std::invalid_argument(
+        "step19: 64 queries (--ablate tiles: 128 at d = 64, 80 at d = 128) × 128 keys, two stages or more, whole 64-column panels");
 }
 
 // [c-to-a] The A fragments (one per warp) of keys × queries 16kk .. 16kk + 15 of a 64 × Br
@@ -119,11 +119,13 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   Ledger& Lkv = res.ledger["bwd_kv"];
   Ledger& Lcv = res.ledger["dq_convert"];
   const Store st = Store::of(s.dtype), f32 = Store::f32();
-  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
+  const int unit = acc_rows(sc);  // [dq-layout] the accumulator's unit: 64 rows, or 80 transposed
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N, unit), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
   const int64_t Hkv = s.hkv(), QH = s.H / Hkv;
   const int split = split_of(int(d), ablation);  // [dq-split]
-  const bool by_cols = split == kByColumns, by_rows = split == kByRows, all_keys = split != kByKeys, bulk = ablation != kAtomics;
+  const bool by_cols = split == kByColumns || split == kTransposed, by_rows = split == kByRows, all_keys = split != kByKeys;
+  const bool bulk = ablation != kAtomics, tr = split == kTransposed;
   const bool from_rounded = ds_from_rounded_p(sc);  // [tile-sizes]
   const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
 
@@ -131,7 +133,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   std::vector<float> l2w(size_t(BH * Np)), ddw(size_t(BH * Np)), accw(size_t(BH * Np * d)), semw(size_t(det ? BH * Tp : 0));
   const int64_t BHk = s.B * Hkv;
   std::vector<float> rsw(size_t(centered ? BH * Np : 0)), kmw(size_t(centered ? BHk * d : 0));  // [dq-centered]
-  Lpre.workspace = workspace_bytes(BH, N, d, det, centered, BHk);
+  Lpre.workspace = workspace_bytes(BH, N, d, det, centered, BHk, unit);
 
   // ---- step19_bwd_pre ---------------------------------------------------------------------------
   {
@@ -203,8 +205,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         const int64_t jt = kv_tile_of_block(x, Tc, det, s.causal), j0 = jt * Bc, j1 = std::min(j0 + Bc, Nk);
         const int64_t first = first_q_tile(j0, N, Nk, Br, s.causal), per_head = q_tiles_of(j0, j1, N, Nk, Br, s.causal, s.window);
         const int64_t items = QH * per_head;
-        // [smem-map] K_j, V_j; the stages' Q_i, dO_i; two dSᵀ buffers; a dQ chunk per consumer; the
-        // stages' L·log2 e and D; the mbarriers' kilobyte.
+        // [smem-map] K_j, V_j; the stages' Q_i, dO_i; two dSᵀ buffers (transposed: dS, [query][key]); two
+        // dQ chunks per consumer (transposed: one); the stages' L·log2 e and D; the mbarriers' kilobyte.
         Smem smem(kSmemBudget, Lkv);
         SmemTile Ks = smem.tile(Bc, d, st), Vs = smem.tile(Bc, d, st);
         std::vector<SmemTile> Qs, dOs, Ls, Ds, dSt, chunk;
@@ -212,8 +214,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           Qs.push_back(smem.tile(Br, d, st));
           dOs.push_back(smem.tile(Br, d, st));
         }
-        for (int k = 0; k < 2; ++k) dSt.push_back(smem.tile(Bc, Br, st));
-        for (int64_t c = 0; c < 2 * C; ++c) chunk.push_back(smem.tile(kChunk, kChunk, f32));
+        for (int k = 0; k < 2; ++k) dSt.push_back(tr ? smem.tile(Br, Bc, st) : smem.tile(Bc, Br, st));
+        for (int64_t c = 0; c < dq_buffers(sc) * C; ++c) chunk.push_back(smem.tile(unit, kChunk, f32));
         for (int k = 0; k < sc.stages; ++k) {
           Ls.push_back(smem.tile(1, Br, f32));
           Ds.push_back(smem.tile(1, Br, f32));
@@ -284,7 +286,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               for (int lane = 0; lane < 32; ++lane)
                 for (int r = 0; r < int(Br) / 2; ++r) {
                   const mf::Coord rc = wgmma::acc_elem(w, lane, r);
-                  dS.write(64 * c + rc.row, rc.col, dpT.reg(w, lane, r));
+                  if (tr) dS.write(rc.col, 64 * c + rc.row, dpT.reg(w, lane, r));  // [ds-smem] dS, [query][key]
+                  else dS.write(64 * c + rc.row, rc.col, dpT.reg(w, lane, r));
                 }
             // [dq-centered] Each warp's Σ over its 16 keys of every query's dS, rounded as dQ's product
             // reads it, added into the query's row sum.
@@ -309,8 +312,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             // lab:end
           }
           // [dq-wgmma] [dq-split] Once both halves of dSᵀ are in: consumer c's chunks of dQ_i = dS K_j
-          // (one by columns and by rows, one on its turns by turns, d / 64 by keys), staged in its buffers
-          // and added by the writer.
+          // (one by columns, by rows and transposed, one on its turns by turns, d / 64 by keys), staged in
+          // its buffers and added by the writer.
           const int64_t chunks = all_keys ? 1 : panels, cols = by_cols ? wgmma::kPanel : PC;
           // [deterministic] The writer waits for the Q tile's semaphore to reach the block's rank.
           const int64_t qt = i0 / Br;
@@ -319,15 +322,16 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           const int64_t c_lo = split == kByTurns ? t % 2 : 0, c_end = split == kByTurns ? c_lo + 1 : C;  // by turns: consumer t % 2 alone
           for (int64_t c = c_lo; c < c_end; ++c)
             for (int64_t ch = 0; ch < chunks; ++ch) {
-              wgmma::Acc dq{static_cast<int>(cols)};
+              wgmma::Acc dq{static_cast<int>(tr ? Br : cols)};  // transposed: dQᵀ, 64 columns of dQ × Br queries
               // lab:begin dq {dQ}: [dq-wgmma] [dq-split]: by columns, panel c over all Bc keys; by keys, …
               const int64_t k_lo = all_keys ? 0 : 4 * c, k_hi = all_keys ? Bc / 16 : 4 * c + 4;
               for (int64_t kk = k_lo; kk < k_hi; ++kk)
-                wgmma::mma_ss_mn(dq, dS, kk, Ks, by_cols ? wgmma::kPanel * c : PC * ch, kk > k_lo, Lkv, by_rows ? 64 * c : 0);
+                if (tr) wgmma::mma_ss_tn(dq, Ks, kk, wgmma::kPanel * c, dS, 0, kk > k_lo, Lkv);
+                else wgmma::mma_ss_mn(dq, dS, kk, Ks, by_cols ? wgmma::kPanel * c : PC * ch, kk > k_lo, Lkv, by_rows ? 64 * c : 0);
               // lab:end
               // [dq-writer] The chunk in [dq-layout] order: thread t's register quad q at 4·(128q + t).
-              const int64_t tile = (bh * Np + i0) * d + dq_panel_of(split, int(c), int(ch)) * kChunkFloats;
-              SmemTile& buf = chunk[size_t(2 * c + dq_buffer_of(split, int(chunks), int(t), int(ch)))];
+              const int64_t tile = (bh * Np + i0) * d + dq_panel_of(split, int(c), int(ch)) * chunk_floats(sc);
+              SmemTile& buf = chunk[size_t(dq_buffers(sc) * c + dq_buffer_of(split, int(chunks), int(t), int(ch)))];
               for (int w = 0; w < 4; ++w)
                 for (int lane = 0; lane < 32; ++lane)
                   for (int r = 0; r < dq.n / 2; ++r) {
@@ -337,7 +341,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                     else Acc.atomic_add((tile + at) / d, (tile + at) % d, v);
                   }
               if (bulk)  // [dq-writer] the writer warp reads the chunk out in one bulk reduce-add
-                for (int64_t at = 0; at < kChunk * cols; ++at)
+                for (int64_t at = 0; at < unit * cols; ++at)
                   Acc.atomic_add((tile + at) / d, (tile + at) % d, buf.read(at / kChunk, at % kChunk));
             }
           if (det) Sem.atomic_add(bh, qt, 1.0f);  // [deterministic] once the adds have landed
@@ -381,7 +385,8 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         for (int64_t i = 0; i < N; ++i) {
           const float rsum = centered ? Rs2.load(bh, i) : 0.0f;  // [dq-centered] once per row
           for (int64_t c = 0; c < d; ++c) {
-            const int64_t at = (bh * Np + (i / kChunk) * kChunk) * d + acc_offset(int(i % kChunk), int(c));  // [dq-layout]: 64-row tiles
+            const int64_t at = (bh * Np + (i / unit) * unit) * d +  // [dq-layout]: 64-row units, or 80-row tiles transposed
+                               (tr ? acc_offset_t(int(i % unit), int(c), unit) : acc_offset(int(i % unit), int(c)));
             const float a = Acc2.load(at / d, at % d);
             dQ.store(i, c, scale * (centered ? std::fma(-mean[size_t(c)], rsum, a) : a));
           }
@@ -396,20 +401,23 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // walking `items` = QH · per_head(j) Q tiles; `pairs` = Σ_j per_head(j) per query head, `q_rows` of
 // their rows inside N, `masked` needing the per-element mask, `diagonal` holding the diagonal.
 // Per pair and consumer: 2·d/16 wgmmas m64nBrk16 reading (64 + Br)·16 elements each (Sᵀ, dPᵀ);
-// 2·(Br/16)·(d/PC) register-A wgmmas reading PC·16 each (dV, dK); kq dQ wgmmas reading (64 + W)·16
-// each (kq = Bc/16 by columns, by turns and by rows, 4 per chunk by keys; W a chunk's columns) by each
-// of the Cq consumers that compute dQ for the pair (both, or one by turns); the lane's L and D (Br/2
-// floats each); the consumer's 64 × Br of dSᵀ written; its dQ chunk (64·W floats) staged and read back
-// by the writer, then added (or added from registers). K_j, V_j once per block that has an item.
+// 2·(Br/16)·(d/PC) register-A wgmmas reading PC·16 each (dV, dK); kq dQ wgmmas m64nWnk16 reading
+// (64 + Wn)·16 each (kq = Bc/16 by columns, by turns, by rows and transposed, 4 per chunk by keys; Wn
+// = W, a chunk's columns, or Br transposed) by each of the Cq consumers that compute dQ for the pair
+// (both, or one by turns); the lane's L and D (Br/2 floats each); the consumer's 64 × Br of dSᵀ
+// written; its dQ chunk (unit·W floats: 64 rows, or Br transposed) staged and read back by the
+// writer, then added (or added from registers). K_j, V_j once per block that has an item.
 LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det, bool centered) {
   const int64_t d = s.d;
   check_schedule(sc, d, ablation);
-  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
+  const int unit = acc_rows(sc);  // [dq-layout]
+  const int64_t BH = s.B * s.H, N = s.N, Nk = s.Nk, Np = rows_padded(N, unit), Br = sc.Br, Bc = sc.Bc, C = sc.consumers();
   const int64_t Tr = num_tiles(N, Br), Tc = num_tiles(Nk, Bc), PC = panel_cols(d), panels = d / PC;
   const int64_t BHk = s.B * s.hkv();
   const int split = split_of(int(d), ablation);  // [dq-split]
-  const bool by_cols = split == kByColumns, all_keys = split != kByKeys, bulk = ablation != kAtomics;
+  const bool by_cols = split == kByColumns || split == kTransposed, all_keys = split != kByKeys, bulk = ablation != kAtomics;
   const int64_t W = by_cols ? wgmma::kPanel : PC, kq = all_keys ? Bc / 16 : 4 * panels;  // a chunk's columns; dQ's wgmmas per consumer
+  const int64_t Wn = split == kTransposed ? Br : W;                                      // the N of dQ's wgmma
   const int64_t Cq = split == kByTurns ? 1 : C;  // consumers computing a pair's dQ
   int64_t pairs = 0, q_rows = 0, masked = 0, diagonal = 0, skipped = 0, kv_rows = 0, active = 0;
   for (int64_t j = 0; j < Tc; ++j) {
@@ -432,7 +440,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   pre.gmem_write = BH * Np * (d * 4 + 4 + 4)      // every padded row: its accumulator zeroed, D, L·log2 e
                    + (det ? 4 * semaphores(BH, N) : 0);  // [deterministic] the semaphores zeroed
   pre.nonmatmul_ops = BH * N * (2 * d + 1);
-  pre.workspace = workspace_bytes(BH, N, d, det, centered, BHk);
+  pre.workspace = workspace_bytes(BH, N, d, det, centered, BHk, unit);
   if (centered) {  // [dq-centered] the row sums and the means zeroed; the means: every key read, a block's sums added
     pre.gmem_write += BH * Np * 4 + BHk * d * 4;
     Ledger& km = ls["key_mean"];
@@ -443,7 +451,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   }
 
   Ledger& kv = ls["bwd_kv"];
-  const int64_t chunk_bytes = kChunk * W * 4 * (all_keys ? 1 : panels);  // a consumer's dQ of one item (64 rows of it)
+  const int64_t chunk_bytes = unit * W * 4 * (all_keys ? 1 : panels);  // a consumer's dQ of one item (64 rows of it, or Br)
   kv.gmem_read = BHk * kv_rows * d * 2 * 2 + BH * (q_rows * d * 2 * 2 + pairs * Br * 4 * 2);
   kv.gmem_write = BHk * Nk * d * 2 * 2;
   kv.gmem_atomic = BH * pairs * Cq * chunk_bytes;
@@ -453,9 +461,9 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
                                   + (bulk ? Cq * chunk_bytes : 0));                // the staged dQ chunks
   kv.smem_read = BH * pairs * C * ((2 * (d / 16) * (64 + Br) * 16 + 2 * (Br / 16) * panels * PC * 16) * 2  // Sᵀ, dPᵀ, dV, dK's operands
                                    + 128 * (Br / 2) * 4)                                                   // L and D
-                 + BH * pairs * Cq * (kq * (64 + W) * 16 * 2 + (bulk ? chunk_bytes : 0));                  // dQ's operands; the writer's reads
+                 + BH * pairs * Cq * (kq * (64 + Wn) * 16 * 2 + (bulk ? chunk_bytes : 0));                 // dQ's operands; the writer's reads
   kv.barriers = BHk * Tc;
-  kv.matmul_flops = BH * pairs * (C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC) + Cq * kq * W) * kMmaFlops;
+  kv.matmul_flops = BH * pairs * (C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC) + Cq * kq * Wn) * kMmaFlops;
   const bool drop = float(s.dropout) > 0.0f;  // [dropout] Z's compare and two multiplies per entry
   kv.nonmatmul_ops = BH * (pairs * C * 64 * Br * (5 + (drop ? 3 : 0)) + masked * C * 64 * Br) + BHk * Tc * Bc * d;
   if (centered) kv.gmem_atomic += BH * pairs * C * 4 * Br * 4, kv.nonmatmul_ops += BH * pairs * C * 64 * Br;  // [dq-centered] each warp's row sums
@@ -506,7 +514,7 @@ const StepInfo& info() {
     i.teaches = "warp-specialized backward; Pᵀ and dSᵀ as register operands; dQ by bulk reduce-add";
     i.mma_unit = MmaUnit::wgmma;  // [mma-unit]
     {
-      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK); producer (no producer warp: a consumer thread issues the loads in line); producer-last (d = 64: the same, issued by the consumer that releases the stage last); tiles (d = 64: 128 × 128 tiles, FlashAttention-3's shape there, dQ split by rows) (docs/19_hopper_backward.md)"};
+      StepFlag a{"ablate", {}, "take one idea out (same results up to the order of dQ's adds): none; atomics (dQ added from the consumers' registers instead of the writer warp's bulk reduce-add); overlap (every product waited for at once); dq-keys (dQ split by keys, instead of by columns at d = 128 and by turns at d = 64); dk-first (FlashAttention-3's order: dQ before dK); producer (no producer warp: a consumer thread issues the loads in line); producer-last (d = 64: the same, issued by the consumer that releases the stage last); tiles (FlashAttention-3's tile shapes: 128 × 128 at d = 64, dQ split by rows; 80 × 128 at d = 128, dQ computed transposed) (docs/19_hopper_backward.md)"};
       for (const char* n : kAblationNames) a.choices.push_back(n);
       a.sweep = false;
       const StepFlag det{"deterministic", {"off", "on"},

@@ -134,12 +134,14 @@ __device__ inline void regs_inc() { FA_SM90A_ONLY(asm volatile("setmaxnreg.inc.s
 
 // The workspace (schedule.hpp's): L·log2 e and D per padded row, then the accumulator, then (with
 // --deterministic) a semaphore per Q tile, or (with --dq centered, never both) the row sums and the means.
+// `pad`: the rows a head's are padded to, row_pad of the accumulator's unit ([dq-layout]: 640 with --ablate
+// tiles at d = 128), a compile-time constant at every call.
 struct Ws {
   float *l2, *dd, *acc, *rs, *km;
   int* sem;
   int64_t Np, Tp;  // padded rows and Q tiles per head
-  __device__ Ws(const BwdParams& p) {
-    Np = rows_padded(p.f.N);
+  __device__ Ws(const BwdParams& p, int64_t pad = kRowPad) {
+    Np = num_tiles(p.f.N, pad) * pad;
     Tp = Np / kSemRows;
     const int64_t rows = int64_t(p.f.B) * p.f.H * Np;
     l2 = static_cast<float*>(p.workspace);
@@ -153,10 +155,10 @@ struct Ws {
 
 // [pre] One thread per 8 columns of a padded row: D = Σ dO·O (fp32), L·log2 e (+inf past N, so
 // that P = 0 there, and D = 0), the row's accumulator zeroed; with `det`, the Q tile's semaphore too.
-template <class T, int D>
+template <class T, int D, int Unit = kChunk>
 __global__ void step19_bwd_pre(BwdParams p, int det, int centered) {
   constexpr int kPer = D / 8;  // threads per row (8 or 16: inside one warp)
-  const Ws ws(p);
+  const Ws ws(p, kRowPadOf<Unit>);
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kPer;  // over B·H·Np
   const int c0 = 8 * (threadIdx.x % kPer);
   if (row >= int64_t(p.f.B) * p.f.H * ws.Np) return;  // never taken: the grid is exact (Np is a multiple of 128)
@@ -223,19 +225,22 @@ struct Maps {
 
 // Template arguments: Bulk ([dq-writer]; false: --ablate atomics), OV ([overlap]; false: --ablate
 // overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
-// dq-keys), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]),
+// dq-keys, by rows or transposed with --ablate tiles), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]),
 // Drop ([dropout]; --dropout with --dropout-kernel run), Issue (who issues the loads: kByProducer, the
 // producer warp ([producer]); kByConsumer0 or kByLastRelease, --ablate producer or producer-last ([no-producer])).
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop, int Issue>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
-  constexpr Schedule S = schedule_for(D, Split == kByRows ? kTiles : kFull);  // [tile-sizes]
+  constexpr Schedule S = schedule_for(D, Split == kByRows || Split == kTransposed ? kTiles : kFull);  // [tile-sizes]
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
-  constexpr bool kDsFromRoundedP = ds_from_rounded_p(S);
-  static_assert(valid(S, D) && C == 2 && (Br == 64) == (Split != kByRows), "two consumers of 64 keys; Q tiles of 64 rows, 128 by rows");
+  constexpr bool kDsFromRoundedP = ds_from_rounded_p(S), kTr = Split == kTransposed;
+  static_assert(valid(S, D) && C == 2 && (Br == 64) == (Split != kByRows && !kTr) && kTr == dq_transposed(S),
+                "two consumers of 64 keys; Q tiles of 64 rows, 128 by rows, 80 transposed");
   static_assert(Split != kByColumns || dq_by_columns(D, C), "by columns: half of d is a whole panel");
   static_assert(Split != kByTurns || D == wgmma::kPanel, "by turns: d is one panel");
   static_assert(Split != kByRows || (D == wgmma::kPanel && !Drop && !Cent && !Det && Bulk && OV && DkFirst && Issue == kByProducer),
                 "--ablate tiles: d is one panel (a chunk holds 64 rows' whole accumulator), the default kernel otherwise");
+  static_assert(!kTr || (D == C * wgmma::kPanel && !Drop && !Cent && !Det && Bulk && OV && DkFirst && Issue == kByProducer),
+                "--ablate tiles at d = 128: dQᵀ's rows a panel a consumer, the default kernel otherwise");
   static_assert(!Det || Bulk, "--deterministic orders the writer's adds");
   static_assert(!Det || !Cent, "--dq centered adds its row sums in no fixed order");
   static_assert(!Drop || (!Cent && Bulk && OV && DkFirst && Split == default_split(D, C)), "--dropout: the default kernel alone");
@@ -246,15 +251,17 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   if (sbase % wgmma::kGroupBytes != 0) __trap();  // [sw128] fail loudly, never silently
-  constexpr uint32_t kTileKV = Bc * D * 2, kTileQ = Br * D * 2, kDs = Bc * Br * 2, kChunkBytes = kChunkFloats * 4;
+  constexpr uint32_t kTileKV = Bc * D * 2, kTileQ = Br * D * 2, kDs = Bc * Br * 2, kChunkBytes = uint32_t(chunk_floats(S) * 4);
+  constexpr int kChunkF = int(chunk_floats(S)), kBufs = dq_buffers(S), kDqRegs = kChunkF / 128;  // a chunk's floats; a consumer's
+                                                                                                // buffers; a thread's dQ floats
   const uint32_t k_s = sbase, v_s = sbase + kTileKV;
   auto q_off = [&](int st) { return 2 * kTileKV + st * 2 * kTileQ; };  // offsets from sbase ([desc-add])
   auto q_at = [&](int st) { return sbase + q_off(st); };
   auto do_at = [&](int st) { return q_at(st) + kTileQ; };
   const uint32_t ds_off = 2 * kTileKV + St * 2 * kTileQ, ds0 = sbase + ds_off;
   const uint32_t dqb0 = ds0 + 2 * kDs;
-  auto chunk_at = [&](int c, int buf) { return dqb0 + (2 * c + buf) * kChunkBytes; };
-  const uint32_t rows0 = dqb0 + 2 * C * kChunkBytes;
+  auto chunk_at = [&](int c, int buf) { return dqb0 + (kBufs * c + buf) * kChunkBytes; };
+  const uint32_t rows0 = dqb0 + kBufs * C * kChunkBytes;
   auto l2_at = [&](int st) { return rows0 + st * 2 * Br * 4; };
   auto dd_at = [&](int st) { return l2_at(st) + Br * 4; };
   const uint32_t bars = rows0 + St * 2 * Br * 4;
@@ -270,7 +277,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   auto use_of = [&](int t) { return dq_use_of(Split, kChunks, t); };
 
   const AttnParams& f = p.f;
-  const Ws ws(p);
+  const Ws ws(p, kRowPadOf<acc_rows(S)>);
   const int jt = int(kv_tile_of_block(blockIdx.x, gridDim.x, Det, f.causal));  // [deterministic] the launch order
   const int j0 = jt * Bc, j1 = min(j0 + Bc, f.Nk);
   const int b = blockIdx.y / f.Hkv, hkv = blockIdx.y % f.Hkv, G = f.H / f.Hkv;
@@ -343,7 +350,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
           if (!dq_computes(Split, c, t)) continue;  // by turns: the other consumer's item
           for (int ch = 0; ch < kChunks; ++ch) {
             mbar_wait(dq_full(c, buf_of(t, ch)), uint32_t(use_of(t)) & 1u);
-            bulk_reduce_add(tile + dq_panel_of(Split, c, ch) * kChunkFloats, chunk_at(c, buf_of(t, ch)), kChunkBytes);
+            bulk_reduce_add(tile + dq_panel_of(Split, c, ch) * kChunkF, chunk_at(c, buf_of(t, ch)), kChunkBytes);
           }
           // [deterministic] By keys both consumers add into the same floats: consumer 0's adds land first.
           if (Det && Split == kByKeys && c + 1 < C) bulk_commit(), bulk_wait_all();
@@ -522,9 +529,16 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 #pragma unroll
     for (int n = 0; n < Br / 8; ++n)
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(64 * c + 16 * w + g + 8 * hr, 8 * n + 2 * tg, Bc)),
-                     "r"(dsa[n / 2][2 * (n % 2) + hr]));
+      for (int hr = 0; hr < 2; ++hr) {
+        const int key = 64 * c + 16 * w + g + 8 * hr, q = 8 * n + 2 * tg;
+        const uint32_t v = dsa[n / 2][2 * (n % 2) + hr];
+        if constexpr (kTr) {  // [ds-smem] transposed: dS stored [query][key] (Br rows), one value a store
+          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(q, key, Br)), "h"(uint16_t(v & 0xffffu)));
+          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(q + 1, key, Br)), "h"(uint16_t(v >> 16)));
+        } else {
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(key, q, Bc)), "r"(v));
+        }
+      }
     // [dq-centered] The lane's Σ over its two keys of queries 8n + 2tg and + 1, from the rounded values
     // dQ's product reads (register pair 2·(n % 2) + hr of quad n / 2); the warp's sum follows below.
     float rsum[Cent ? Br / 8 : 1][2];
@@ -556,8 +570,9 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
     // 64 keys and every column (--ablate dq-keys; d = 64: one panel; d = 128: two chunks); by turns
     // (d = 64), the whole of d over all Bc keys, on the consumer's turns alone; by rows (--ablate
-    // tiles), the 64 queries of dSᵀ's panel c, every column over all Bc keys.
-    float dq[kChunks][32];
+    // tiles), the 64 queries of dSᵀ's panel c, every column over all Bc keys; transposed (--ablate tiles at
+    // d = 128), dQᵀ's rows 64c .. 64c + 63 over all Bc keys: A = K_j's panel c (MN-major), B = dS (K-major).
+    float dq[kChunks][kDqRegs];
     const bool mine = dq_computes(Split, c, t);  // warpgroup-uniform
     if (mine) {
 #pragma unroll
@@ -565,8 +580,12 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         const int kk = Split == kByKeys ? 4 * c + x : x;
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch)
-          wgmma::mma_ss_mn<T, 64>(dq[ch], at(ds_off + (t % 2) * kDs + wgmma::mnmajor_offset(kk, dq_a_panel(Split, c), Bc)),
-                                  at(wgmma::mnmajor_offset(kk, dq_b_panel(Split, c, ch), Bc)), x > 0);
+          if constexpr (kTr)
+            wgmma::mma_ss_tn<T, Br>(dq[ch], at(wgmma::mnmajor_offset(kk, c, Bc)), at(ds_off + (t % 2) * kDs + wgmma::kmajor_offset(0, kk, Br)),
+                                    x > 0);
+          else
+            wgmma::mma_ss_mn<T, 64>(dq[ch], at(ds_off + (t % 2) * kDs + wgmma::mnmajor_offset(kk, dq_a_panel(Split, c), Bc)),
+                                    at(wgmma::mnmajor_offset(kk, dq_b_panel(Split, c, ch), Bc)), x > 0);
       }
       wgmma::commit();
     }
@@ -611,16 +630,16 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         const int buf = buf_of(t, ch);
         if (use_of(t) > 0) mbar_wait(dq_empty(c, buf), uint32_t(use_of(t) - 1) & 1u);
 #pragma unroll
-        for (int qd = 0; qd < 8; ++qd)
+        for (int qd = 0; qd < kDqRegs / 4; ++qd)
           asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(chunk_at(c, buf) + 16 * (128 * qd + tid)), "f"(dq[ch][4 * qd]),
                        "f"(dq[ch][4 * qd + 1]), "f"(dq[ch][4 * qd + 2]), "f"(dq[ch][4 * qd + 3])
                        : "memory");
       } else {
         // [ablation] atomics: the same chunk added from registers, 16 bytes per reduction.
-        float* dst = tile + dq_panel_of(Split, c, ch) * kChunkFloats;
+        float* dst = tile + dq_panel_of(Split, c, ch) * kChunkF;
         (void)dst;  // used by the sm_90a code alone
 #pragma unroll
-        for (int qd = 0; qd < 8; ++qd)
+        for (int qd = 0; qd < kDqRegs / 4; ++qd)
           FA_SM90A_ONLY(asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + 4 * (128 * qd + tid)), "f"(dq[ch][4 * qd]),
                                      "f"(dq[ch][4 * qd + 1]), "f"(dq[ch][4 * qd + 2]), "f"(dq[ch][4 * qd + 3])
                                      : "memory"));
@@ -650,10 +669,11 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
 
 // [dq-convert] dQ = scale · accumulator, 8 elements per thread, 16-byte stores; the accumulator is
 // read back through [dq-layout] (columns c, c + 1 are adjacent there).
-template <class T, int D>
+// Transposed (Unit = 80, --ablate tiles at d = 128), columns c, c + 1 are 16 floats apart: read one by one.
+template <class T, int D, int Unit = kChunk>
 __global__ void step19_dq_convert(BwdParams p, int centered) {
-  constexpr int Br = kChunk;  // the accumulator's layout unit: 64 rows ([dq-layout]), whatever the Q tile
-  const Ws ws(p);
+  constexpr int Br = Unit;  // the accumulator's layout unit: 64 rows ([dq-layout]) whatever the Q tile, or 80 transposed
+  const Ws ws(p, kRowPadOf<Unit>);
   const int64_t e8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, rows = int64_t(p.f.B) * p.f.H * p.f.N;
   if (e8 >= rows * (D / 8)) return;
   const int64_t row = e8 / (D / 8);
@@ -662,8 +682,12 @@ __global__ void step19_dq_convert(BwdParams p, int centered) {
   float v[8];
 #pragma unroll
   for (int x = 0; x < 8; x += 2) {
-    const float2 two = *reinterpret_cast<const float2*>(a + acc_offset(i % Br, c0 + x));
-    v[x] = two.x, v[x + 1] = two.y;
+    if constexpr (Unit == kChunk) {
+      const float2 two = *reinterpret_cast<const float2*>(a + acc_offset(i % Br, c0 + x));
+      v[x] = two.x, v[x + 1] = two.y;
+    } else {
+      v[x] = a[acc_offset_t(i % Br, c0 + x, Br)], v[x + 1] = a[acc_offset_t(i % Br, c0 + x + 1, Br)];
+    }
   }
   if (centered) {  // [dq-centered] c · (row sum) off: Σ dS (k − c)
     const float r = ws.rs[int64_t(bh) * ws.Np + i];
@@ -721,7 +745,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false, bool Drop = false,
           int Issue = kByProducer>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
-  constexpr Schedule S = schedule_for(D, Split == kByRows ? kTiles : kFull);
+  constexpr Schedule S = schedule_for(D, Split == kByRows || Split == kTransposed ? kTiles : kFull);
   const size_t smem = size_t(smem_bytes(S, D));
   static bool configured = false;  // per instantiation
   if (!configured) {
@@ -773,31 +797,35 @@ void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cuda
     if (ablation == kNoProducer) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByConsumer0>(p, st);
     if constexpr (ablation_built(kNoProducerLast, D))
       if (ablation == kNoProducerLast) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByLastRelease>(p, st);
-    if constexpr (ablation_built(kTiles, D))
-      if (ablation == kTiles) return launch_kv<T, D, true, true, kByRows>(p, st);
+    if (ablation == kTiles) return launch_kv<T, D, true, true, split_of(D, kTiles)>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }
 
-template <class T, int D>
+// Unit: the rows of the accumulator's layout unit ([dq-layout]): 80 with --ablate tiles at d = 128, else 64.
+template <class T, int D, int Unit>
 void launch_typed(const BwdParams& p, int ablation, bool det, bool centered, cudaStream_t st) {
   const AttnParams& f = p.f;
-  step19_bwd_pre<T, D><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N) * (D / 8), 256), 256, 0, st>>>(p, det ? 1 : 0, centered ? 1 : 0);
+  step19_bwd_pre<T, D, Unit><<<blocks_for(int64_t(f.B) * f.H * rows_padded(f.N, Unit) * (D / 8), 256), 256, 0, st>>>(p, det ? 1 : 0, centered ? 1 : 0);
   CUDA_CHECK_LAUNCH("step19_bwd_pre");
   if (centered) {  // [dq-centered]
     step19_key_mean<T, D><<<dim3(unsigned(num_tiles(f.Nk, kMeanKeys)), unsigned(f.B * f.Hkv)), 256, 0, st>>>(p);
     CUDA_CHECK_LAUNCH("step19_key_mean");
   }
   launch_main<T, D>(p, ablation, det, centered, st);
-  step19_dq_convert<T, D><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p, centered ? 1 : 0);
+  step19_dq_convert<T, D, Unit><<<blocks_for(int64_t(f.B) * f.H * f.N * (D / 8), 256), 256, 0, st>>>(p, centered ? 1 : 0);
   CUDA_CHECK_LAUNCH("step19_dq_convert");
 }
 
 template <class T>
 void launch_d(const BwdParams& p, int ablation, bool det, bool centered, cudaStream_t st) {
+  constexpr int kTrUnit = acc_rows(schedule_for(128, kTiles));  // [dq-layout] the transposed accumulator's rows
   switch (p.f.d) {
-    case 64: return launch_typed<T, 64>(p, ablation, det, centered, st);
-    case 128: return launch_typed<T, 128>(p, ablation, det, centered, st);
+    case 64: return launch_typed<T, 64, kChunk>(p, ablation, det, centered, st);
+    case 128:
+      if constexpr (std::is_same_v<T, __half>)  // [ablation] fp16 only
+        if (ablation == kTiles) return launch_typed<T, 128, kTrUnit>(p, ablation, det, centered, st);
+      return launch_typed<T, 128, kChunk>(p, ablation, det, centered, st);
     default: throw Unsupported("step19: head dimension " + std::to_string(p.f.d) + " is not compiled (64, 128: [stored-d])");
   }
 }
@@ -805,7 +833,9 @@ void launch_d(const BwdParams& p, int ablation, bool det, bool centered, cudaStr
 }  // namespace
 
 size_t backward_workspace_bytes(const Shape& s, const StepOptions& o) {
-  return size_t(workspace_bytes(s.B * s.H, s.N, s.d, deterministic(o), dq_mode_of(o) == kDqCentered, s.B * s.hkv()));
+  const int a = ablation_of(o);
+  const int unit = s.d == 64 || s.d == 128 ? acc_rows(schedule_for(int(s.d), a)) : kChunk;  // [dq-layout]
+  return size_t(workspace_bytes(s.B * s.H, s.N, s.d, deterministic(o), dq_mode_of(o) == kDqCentered, s.B * s.hkv(), unit));
 }
 
 void launch_backward(const BwdParams& p0, const StepOptions& o, void* stream) {

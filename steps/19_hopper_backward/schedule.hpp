@@ -1,7 +1,8 @@
 // Step 19 — the backward on Hopper: step 13's K/V-stationary schedule rebuilt on steps 14–16's tools.
 //
 // The forward is step 16's (it saves O and L). A block owns one K/V tile of Bc = 128 keys and keeps
-// dK and dV in registers while every Q tile of Br = 64 rows (128 with --ablate tiles) that sees the tile streams past:
+// dK and dV in registers while every Q tile of Br = 64 rows (--ablate tiles: 128 at d = 64, 80 at d = 128) that sees
+// the tile streams past:
 //   [roles]       a producer warp loads K and V once, then Q_i, dO_i and the rows' L·log2 e and D into
 //                 a ring of stages with TMA ([ring]); two consumer warpgroups own 64 keys each
 //                 ([setmaxnreg]); a writer warp adds each Q tile's dQ into the fp32 accumulator ([dq-writer]);
@@ -50,10 +51,15 @@ inline constexpr int64_t kSmemBudget = 227 * 1024;
 //   by rows (--ablate tiles: 128 queries a Q tile, d = 64): consumer c computes rows 64c .. 64c + 63
 //     over all Bc keys — the accumulator chunk of those rows (at d = 64 a chunk is a 64-row tile's
 //     whole accumulator).
+//   transposed (--ablate tiles: 80 queries a Q tile, d = 128): a wgmma's M is 64 and 80 rows are not a
+//     multiple of it, so the consumers compute dQᵀ = Kᵀ dSᵀ (M = d, N = 80 queries): consumer c the
+//     rows 64c .. 64c + 63 of dQᵀ (dQ's columns) over all Bc keys, A = K_j's panel c MN-major, B = dS
+//     K-major (stored [query][key], [ds-smem]). Its chunk is 64 columns × 80 rows, kept as dQᵀ's
+//     registers ([dq-layout]).
 // By columns and by turns read both halves of dSᵀ: the consumers meet at a named barrier every Q tile,
 // and each Q tile's dQ is added once. By keys each consumer runs free. A consumer's dQ is one 64 × 64
 // chunk (32 registers) per chunk it computes.
-enum DqSplit : int { kByColumns = 0, kByTurns, kByKeys, kByRows };
+enum DqSplit : int { kByColumns = 0, kByTurns, kByKeys, kByRows, kTransposed };
 FA_HD constexpr bool dq_by_columns(int d, int consumers) { return (d / consumers) % wgmma::kPanel == 0; }
 FA_HD constexpr int default_split(int d, int consumers) { return dq_by_columns(d, consumers) ? kByColumns : kByTurns; }
 inline constexpr int kChunk = 64;                         // a consumer's dQ: 64 rows × 64 columns of fp32
@@ -61,7 +67,9 @@ inline constexpr int kChunkFloats = kChunk * kChunk;      // 4096 floats, 16 KB
 // Whether consumer c computes (and the writer adds) a chunk of item t, and which accumulator chunk
 // (column panel) its chunk ch is: panel c by columns, ch by keys, the only one by turns.
 FA_HD constexpr bool dq_computes(int split, int c, int t) { return split != kByTurns || t % 2 == c; }
-FA_HD constexpr int dq_panel_of(int split, int c, int ch) { return split == kByColumns || split == kByRows ? c : split == kByKeys ? ch : 0; }
+FA_HD constexpr int dq_panel_of(int split, int c, int ch) {
+  return split == kByColumns || split == kByRows || split == kTransposed ? c : split == kByKeys ? ch : 0;
+}
 // The operands of that chunk's product: A = the 64 queries of dSᵀ's query panel dq_a_panel (by rows,
 // the consumer's; else the tile's only one), B = K_j's column panel dq_b_panel.
 FA_HD constexpr int dq_a_panel(int split, int c) { return split == kByRows ? c : 0; }
@@ -70,9 +78,13 @@ FA_HD constexpr int dq_b_panel(int split, int c, int ch) { return split == kByRo
 // both barriers (a consumer waits for the release of the buffer's previous use). With one chunk per
 // item (by columns; by keys at d = 64, --ablate dq-keys) item t stages into buffer t % 2 (its use t / 2); with two (by
 // keys at d = 128) chunk ch into buffer ch (use t); by turns, consumer c's u-th item (t = 2u + c)
-// into buffer u % 2 (use u / 2).
-FA_HD constexpr int dq_buffer_of(int split, int chunks, int t, int ch) { return split == kByTurns ? (t / 2) % 2 : chunks == 1 ? t % 2 : ch; }
-FA_HD constexpr int dq_use_of(int split, int chunks, int t) { return split == kByTurns ? t / 4 : chunks == 1 ? t / 2 : t; }
+// into buffer u % 2 (use u / 2); transposed, one buffer a consumer (shared memory), item t its use t.
+FA_HD constexpr int dq_buffer_of(int split, int chunks, int t, int ch) {
+  return split == kTransposed ? 0 : split == kByTurns ? (t / 2) % 2 : chunks == 1 ? t % 2 : ch;
+}
+FA_HD constexpr int dq_use_of(int split, int chunks, int t) {
+  return split == kTransposed ? t : split == kByTurns ? t / 4 : chunks == 1 ? t / 2 : t;
+}
 
 // [setmaxnreg] The producer warpgroup (the producer warp, the writer warp, two idle) keeps 24
 // registers per thread; the two consumers take 240 (128·24 + 256·240 = 64512 of the SM's 65536).
@@ -80,16 +92,24 @@ inline constexpr int kProducerRegs = 24;
 inline constexpr int kConsumerRegs = 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "the register file");
 
+// [dq-layout] Whether a schedule computes dQᵀ (a Q tile's rows not a multiple of a wgmma's M), and
+// the rows of the accumulator's layout unit (a chunk): 64, or the Q tile's rows when transposed.
+FA_HD constexpr bool dq_transposed(const Schedule& s) { return s.Br % 64 != 0; }
+FA_HD constexpr int acc_rows(const Schedule& s) { return dq_transposed(s) ? s.Br : kChunk; }
+FA_HD constexpr int64_t chunk_floats(const Schedule& s) { return int64_t(acc_rows(s)) * kChunk; }
+FA_HD constexpr int dq_buffers(const Schedule& s) { return dq_transposed(s) ? 1 : 2; }  // a consumer's
+
 // Shared memory per block ([smem-map]), every tile in [sw128] panels, 1024-aligned:
 //   K_j, V_j (Bc × d each); stages × (Q_i, dO_i: Br × d each); two dSᵀ buffers (Bc × Br); two fp32 dQ
 //   chunks per consumer (16 KB each: item t stages into chunk t % 2 while the writer may still be
-//   reading item t − 1's out); stages × (L·log2 e, D: Br floats each); the mbarriers (1 KB).
+//   reading item t − 1's out; transposed, one of 20 KB); stages × (L·log2 e, D: Br floats each); the
+//   mbarriers (1 KB).
 FA_HD constexpr int64_t kv_bytes(const Schedule& s, int d) { return int64_t(2) * s.Bc * d * 2; }
 FA_HD constexpr int64_t stage_bytes(const Schedule& s, int d) { return int64_t(2) * s.Br * d * 2; }
 FA_HD constexpr int64_t ds_bytes(const Schedule& s) { return int64_t(s.Bc) * s.Br * 2; }
 FA_HD constexpr int64_t rows_bytes(const Schedule& s) { return int64_t(2) * s.Br * 4; }  // L·log2 e and D of a stage
 FA_HD constexpr int64_t smem_bytes(const Schedule& s, int d) {
-  return kv_bytes(s, d) + s.stages * stage_bytes(s, d) + 2 * ds_bytes(s) + int64_t(2) * s.consumers() * kChunkFloats * 4 +
+  return kv_bytes(s, d) + s.stages * stage_bytes(s, d) + 2 * ds_bytes(s) + int64_t(dq_buffers(s)) * s.consumers() * chunk_floats(s) * 4 +
          s.stages * rows_bytes(s) + 1024;
 }
 FA_HD constexpr int stages_that_fit(int d, int Br, int Bc) {
@@ -136,17 +156,30 @@ FA_HD constexpr int64_t acc_offset(int r, int c) {
   const int t = 32 * (r / 16) + 4 * (r % 8) + (cc % 8) / 2;
   return int64_t(c / kChunk) * kChunkFloats + 4 * (128 * (reg / 4) + t) + reg % 4;
 }
+// Transposed (dQᵀ, Q tiles of R rows: --ablate tiles at d = 128), the same rule over the m64nR
+// accumulator of dQᵀ: dQ's column c is dQᵀ's row, the query r its column; a chunk of 64 columns × R rows.
+FA_HD constexpr int64_t acc_offset_t(int r, int c, int R) {
+  const int cc = c % kChunk, reg = 4 * (r / 8) + 2 * ((cc % 16) / 8) + r % 2;
+  const int t = 32 * (cc / 16) + 4 * (cc % 8) + (r % 8) / 2;
+  return int64_t(c / kChunk) * kChunk * R + 4 * (128 * (reg / 4) + t) + reg % 4;
+}
 
-// [workspace] Per head and row (N rounded up to kRowPad), L·log2 e and D in fp32; then the fp32 dQ
+// [workspace] Per head and row (N rounded up to kRowPad, and to whole Q tiles of the accumulator's
+// unit: 640 rows with 80-row tiles), L·log2 e and D in fp32; then the fp32 dQ
 // accumulator; with --deterministic, then one 32-bit semaphore per (b, h, Q tile of kSemRows rows);
 // with --dq centered instead ([dq-centered]; never both), one fp32 row sum per (b, h, padded row),
 // then each key/value head's mean key (d floats per (b, kv head)).
 inline constexpr int kRowPad = 128;
 inline constexpr int kSemRows = 64;  // = the default Schedule::Br
-FA_HD constexpr int64_t rows_padded(int64_t N) { return num_tiles(N, kRowPad) * kRowPad; }
+FA_HD constexpr int64_t gcd_of(int64_t a, int64_t b) { return b == 0 ? a : gcd_of(b, a % b); }
+FA_HD constexpr int64_t row_pad(int unit) { return kRowPad / gcd_of(kRowPad, unit) * unit; }  // their least common multiple
+FA_HD constexpr int64_t rows_padded(int64_t N, int unit = kChunk) { return num_tiles(N, row_pad(unit)) * row_pad(unit); }
+static_assert(row_pad(kChunk) == kRowPad && row_pad(80) == 640, "the padding a 64-row and an 80-row unit need");
+template <int Unit> inline constexpr int64_t kRowPadOf = row_pad(Unit);  // as a constant, for the kernels
 FA_HD constexpr int64_t semaphores(int64_t BH, int64_t N) { return BH * (rows_padded(N) / kSemRows); }
-FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d, bool det = false, bool centered = false, int64_t BHk = 0) {
-  return BH * rows_padded(N) * (4 * 2 + d * 4) + (det ? 4 * semaphores(BH, N) : 0) +
+FA_HD constexpr int64_t workspace_bytes(int64_t BH, int64_t N, int64_t d, bool det = false, bool centered = false, int64_t BHk = 0,
+                                        int unit = kChunk) {
+  return BH * rows_padded(N, unit) * (4 * 2 + d * 4) + (det ? 4 * semaphores(BH, N) : 0) +
          (centered ? 4 * (BH * rows_padded(N) + BHk * d) : 0);
 }
 // [dq-centered] --dq centered: dQ_i = scale · Σ_j dS_ij (k_j − c) with c the key/value head's mean
@@ -213,9 +246,11 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //             item t + stages − 1's as item t begins, after waiting for the other consumer's release;
 //   producer-last  (d = 64, dQ by turns) the same, but item t + stages − 1's loads issued by the consumer
 //             that computed item t − 1's dQ, the one that releases that stage last: no wait in line;
-//   tiles     (d = 64) 128 × 128 tiles instead of 64 × 128 ([tile-sizes]), dQ split by rows.
+//   tiles     FlashAttention-3's tile shape for d instead of 64 × 128 ([tile-sizes]): at d = 64, 128 × 128
+//             tiles, dQ split by rows; at d = 128, 80 × 128 tiles, dQ computed transposed.
 // Compiled for fp16 only (refusal()), without --deterministic.
-inline constexpr int kTilesBr = 128, kTilesD = 64;  // --ablate tiles: Q tiles of 128 rows, at d = 64 alone ([tile-sizes])
+// --ablate tiles: the Q tile's rows at d = 64 and d = 128 ([tile-sizes]).
+FA_HD constexpr int tiles_br(int d) { return d == 64 ? 128 : 80; }
 enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kNoProducerLast, kTiles, kAblations };
 inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "producer",
                                                            "producer-last", "tiles"};
@@ -223,36 +258,37 @@ inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "o
 // or the first thread of the consumer that released the stage last.
 enum LoadIssuer : int { kByProducer = 0, kByConsumer0, kByLastRelease };
 int ablation_of(const StepOptions& o);
-// Whether an ablation is built at head dimension d: producer-last where dQ is split by turns, tiles at
-// d = 64 ([tile-sizes]); the others everywhere (refusal() says why, the blueprint and the launcher follow it).
-FA_HD constexpr bool ablation_built(int ablation, int d) {
-  return ablation == kNoProducerLast ? default_split(d, 2) == kByTurns : ablation == kTiles ? d == kTilesD : true;
-}
+// Whether an ablation is built at head dimension d: producer-last where dQ is split by turns; the
+// others everywhere (refusal() says why, the blueprint and the launcher follow it).
+FA_HD constexpr bool ablation_built(int ablation, int d) { return ablation == kNoProducerLast ? default_split(d, 2) == kByTurns : true; }
 // [dq-split] How a run splits dQ.
 FA_HD constexpr int split_of(int d, int ablation) {
-  return ablation == kDqKeys ? kByKeys : ablation == kTiles ? kByRows : default_split(d, 2);
+  return ablation == kDqKeys ? kByKeys : ablation == kTiles ? (d == 64 ? kByRows : kTransposed) : default_split(d, 2);
 }
 
 // [tile-sizes] 64 queries × 128 keys, with as many Q/dO stages as fit (at most 4): 2 at d = 128, 4 at
-// d = 64 (docs/19_hopper_backward.md). --ablate tiles (d = 64 alone) runs FlashAttention-3's d = 64
-// shape instead, 128 queries × 128 keys: Sᵀ and dPᵀ are m64n128 (64 registers each), dQ is split by
-// rows ([dq-split]), and two stages fit. At d = 128 the same shape would need Sᵀ, dPᵀ, dK and dV in
-// 256 registers a thread, over the consumers' 240: refused.
+// d = 64 (docs/19_hopper_backward.md). --ablate tiles runs FlashAttention-3's shapes instead. At
+// d = 64, 128 queries × 128 keys: Sᵀ and dPᵀ are m64n128 (64 registers each), dQ is split by rows
+// ([dq-split]), and two stages fit. At d = 128 (where 128 queries would need Sᵀ, dPᵀ, dK and dV in 256
+// registers a thread, over the consumers' 240), 80 queries × 128 keys: Sᵀ and dPᵀ are m64n80 (40
+// registers each), dQ is computed transposed, and two stages fit beside one dQ buffer a consumer.
 FA_HD constexpr Schedule schedule_for(int d, int ablation = kFull) {
-  const int Br = ablation == kTiles && d == kTilesD ? kTilesBr : 64;
+  const int Br = ablation == kTiles ? tiles_br(d) : 64;
   return Schedule{Br, 128, stages_that_fit(d, Br, 128)};
 }
 FA_HD constexpr bool valid(const Schedule& s, int d) {
-  return (s.Br == 64 || (s.Br == kTilesBr && d == kTilesD)) && s.Bc == 128 && s.stages >= 2 && d % wgmma::kPanel == 0 &&
+  return (s.Br == 64 || s.Br == tiles_br(d)) && s.Bc == 128 && s.stages >= 2 && d % wgmma::kPanel == 0 && s.Br % 16 == 0 &&
          smem_bytes(s, d) <= kSmemBudget;
 }
 static_assert(valid(schedule_for(64), 64) && valid(schedule_for(128), 128), "K, V, two stages and the buffers fit");
 static_assert(valid(schedule_for(64, kTiles), 64) && schedule_for(64, kTiles).stages == 2, "128 × 128 at d = 64: two stages fit");
+static_assert(valid(schedule_for(128, kTiles), 128) && schedule_for(128, kTiles).stages == 2, "80 × 128 at d = 128: two stages fit");
+static_assert(!dq_transposed(schedule_for(64, kTiles)) && dq_transposed(schedule_for(128, kTiles)), "80 rows: dQᵀ");
 static_assert(!valid(schedule_for(256), 256), "d = 256 does not fit: refused");
-// [tile-sizes] With 128-query tiles the consumer cannot keep Sᵀ's fp32 Pᵀ (64 registers) beside dPᵀ,
-// dK, dV and Pᵀ's operand registers (ptxas serialized the wgmmas, C7512): dSᵀ = P̃ᵀ ∘ (dPᵀ − D) takes
-// P̃ᵀ, Pᵀ rounded to the storage type as dV's product reads it. The results move by rounding alone.
-FA_HD constexpr bool ds_from_rounded_p(const Schedule& s) { return s.Br == kTilesBr; }
+// [tile-sizes] With 128-query tiles (80 at d = 128) the consumer cannot keep Sᵀ's fp32 Pᵀ beside dPᵀ,
+// dK, dV and Pᵀ's operand registers (at d = 64 ptxas serialized the wgmmas, C7512): dSᵀ = P̃ᵀ ∘ (dPᵀ − D)
+// takes P̃ᵀ, Pᵀ rounded to the storage type as dV's product reads it. The results move by rounding alone.
+FA_HD constexpr bool ds_from_rounded_p(const Schedule& s) { return s.Br != 64; }
 
 bool deterministic(const StepOptions& o);  // --deterministic on ([deterministic])
 
