@@ -512,6 +512,20 @@ class Step19(unittest.TestCase):
         self.assertIn("FAIL", text)
         self.assertIn("**1 of 1** (held)", text)  # the failed point is not read
 
+    def test_the_tile_shape_at_d128(self):
+        # the same table over its own file (tiles19d_), with the d = 128 prediction's band and falsifier
+        row = dict(self.ROW, d="128")
+        rows = lambda *ms: [dict(row, N=n, variant=v, bwd_kernel_ms=str(x)) for n, t in zip(("4096", "16384"), ms)
+                            for v, x in (("-", 10.0), ("ablate=tiles", t))]
+        text = with_rows("step19-tiles-d128", {"tiles19d_": rows(9.5, 10.1)})
+        self.assertIn("| 128 | no | 16384 | 10.000 | 1.01 |", text)
+        self.assertIn("`tiles` between 0.94 and 1.01 of the default at every point): **2 of 2** (held); its falsifier, a point above 1.04: **did not fire**.", text)
+        text = with_rows("step19-tiles-d128", {"tiles19d_": rows(9.3, 10.3)})  # both outside the band, under the falsifier
+        self.assertIn("**0 of 2** (missed); its falsifier, a point above 1.04: **did not fire**.", text)
+        text = with_rows("step19-tiles-d128", {"tiles19d_": rows(9.5, 10.5)})
+        self.assertIn("**1 of 2** (missed); its falsifier, a point above 1.04: **fired** (1.050).", text)
+        self.assertTrue(with_rows("step19-tiles-d128", {"tiles19_": rows(9.5, 10.1)}).startswith("_no measurements yet"))  # d = 64's file is not read
+
     def test_the_tile_guess_at_small_n(self):
         row = dict(self.ROW, d="64", N="1024")
         def rows(plain_ms, causal_ms):

@@ -95,6 +95,7 @@ TABLES = {
     "step19-tiles": step19_tiles,
     "step19-tiles-again": lambda: step19_tiles("tiles19b_*_step19.csv"),
     "step19-tiles-small": step19_tiles_small,
+    "step19-tiles-d128": lambda: step19_tiles("tiles19d_*_step19.csv", lo=0.94, hi=1.01, ceiling=1.04),
     "step19-where-samples": lambda: sass_counts("prodsass_*_step19.csv", n_reasons=6),
     "step19-ncu": lambda: ncu_stalls(("19",)),
     "step19-model": lambda: bwd_model("19", "clock_*_bwd19.csv"),
