@@ -127,31 +127,20 @@ FA_WGMMA_DEFINE(__half, "f16", 64)
 FA_WGMMA_DEFINE(__half, "f16", 128)
 FA_WGMMA_DEFINE(__nv_bfloat16, "bf16", 64)
 FA_WGMMA_DEFINE(__nv_bfloat16, "bf16", 128)
-template <>
-__device__ __forceinline__ void mma_ss_mn<__half, 64>(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
-  FA_SM90A_ONLY(FA_WGMMA_SS_64_MN("f16"));
-}
-template <>
-__device__ __forceinline__ void mma_ss_mn<__nv_bfloat16, 64>(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
-  FA_SM90A_ONLY(FA_WGMMA_SS_64_MN("bf16"));
-}
+// One shared-memory-operand wrapper (A and B descriptors) for the layouts below.
+#define FA_WGMMA_DEFINE_SS(FN, T, N, BODY)                                                                  \
+  template <>                                                                                              \
+  __device__ __forceinline__ void FN<T, N>(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) { \
+    FA_SM90A_ONLY(BODY);                                                                                   \
+  }
+FA_WGMMA_DEFINE_SS(mma_ss_mn, __half, 64, FA_WGMMA_SS_64_MN("f16"))
+FA_WGMMA_DEFINE_SS(mma_ss_mn, __nv_bfloat16, 64, FA_WGMMA_SS_64_MN("bf16"))
 // [tile-sizes] Step 19's 80-query tiles (--ablate tiles at d = 128): Sᵀ and dPᵀ m64n80, dQᵀ m64n80.
-template <>
-__device__ __forceinline__ void mma_ss<__half, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
-  FA_SM90A_ONLY(FA_WGMMA_SS_80("f16"));
-}
-template <>
-__device__ __forceinline__ void mma_ss<__nv_bfloat16, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
-  FA_SM90A_ONLY(FA_WGMMA_SS_80("bf16"));
-}
-template <>
-__device__ __forceinline__ void mma_ss_tn<__half, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
-  FA_SM90A_ONLY(FA_WGMMA_SS_80_TN("f16"));
-}
-template <>
-__device__ __forceinline__ void mma_ss_tn<__nv_bfloat16, 80>(float (&d)[40], uint64_t a, uint64_t b, bool accumulate) {
-  FA_SM90A_ONLY(FA_WGMMA_SS_80_TN("bf16"));
-}
+FA_WGMMA_DEFINE_SS(mma_ss, __half, 80, FA_WGMMA_SS_80("f16"))
+FA_WGMMA_DEFINE_SS(mma_ss, __nv_bfloat16, 80, FA_WGMMA_SS_80("bf16"))
+FA_WGMMA_DEFINE_SS(mma_ss_tn, __half, 80, FA_WGMMA_SS_80_TN("f16"))
+FA_WGMMA_DEFINE_SS(mma_ss_tn, __nv_bfloat16, 80, FA_WGMMA_SS_80_TN("bf16"))
+#undef FA_WGMMA_DEFINE_SS
 #undef FA_WGMMA_DEFINE
 
 // [fp8] e4m3 × e4m3 with fp32 accumulators, k = 32 per instruction (step 21). FP8 operands are K-major
