@@ -76,6 +76,32 @@ TEST_CASE("step 19 [dq-layout]: each Q tile's accumulator is a permutation of it
   }
 }
 
+// [dq-layout] Transposed (--ablate tiles at d = 128): a consumer's chunk is dQᵀ's m64nBr accumulator in
+// register order, dQ's column its row and the query its column. The same two properties, over that tile.
+TEST_CASE("step 19 [dq-layout]: the transposed accumulator of an 80-row Q tile is a permutation, in dQᵀ's register order") {
+  const step19::Schedule sc = step19::schedule_for(128, step19::kTiles);
+  REQUIRE(step19::dq_transposed(sc));
+  const int d = 128, R = step19::acc_rows(sc);
+  CHECK(R == sc.Br);
+  std::set<int64_t> seen;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < d; ++c) {
+      const int64_t at = step19::acc_offset_t(r, c, R);
+      CHECK(at >= 0);
+      CHECK(at < int64_t(R) * d);
+      seen.insert(at);
+    }
+  CHECK(seen.size() == size_t(R) * size_t(d));
+  for (int chunk = 0; chunk < d / 64; ++chunk)
+    for (int w = 0; w < 4; ++w)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int reg = 0; reg < R / 2; ++reg) {
+          const m16n8k16::Coord rc = wgmma::acc_elem(w, lane, reg);  // (row of dQᵀ = dQ's column, query)
+          const int64_t at = step19::acc_offset_t(rc.col, 64 * chunk + rc.row, R);
+          CHECK(at == int64_t(chunk) * step19::chunk_floats(sc) + 4 * (128 * (reg / 4) + 32 * w + lane) + reg % 4);
+        }
+}
+
 TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 256 does not, the register split fits the file") {
   const step19::Schedule s64 = step19::schedule_for(64), s128 = step19::schedule_for(128), s256 = step19::schedule_for(256);
   CHECK((s128.Br == 64 && s128.Bc == 128 && s128.consumers() == 2 && s128.threads() == 384));
