@@ -526,6 +526,27 @@ class Step19(unittest.TestCase):
         self.assertIn("**1 of 2** (missed); its falsifier, a point above 1.04: **fired** (1.050).", text)
         self.assertTrue(with_rows("step19-tiles-d128", {"tiles19_": rows(9.5, 10.1)}).startswith("_no measurements yet"))  # d = 64's file is not read
 
+    def test_the_tile_fix_before_and_after(self):
+        # two files, each with its own default: after / before is read through each file's default
+        row = dict(self.ROW, d="128")
+        def rows(default_ms, *tiles_ms):
+            return [dict(row, N=n, variant=v, bwd_kernel_ms=str(x)) for n, t in zip(("4096", "16384"), tiles_ms)
+                    for v, x in (("-", default_ms), ("ablate=tiles", t))]
+        before = rows(10.0, 10.5, 11.0)
+        text = with_rows("step19-tiles-d128-fix", {"tiles19f_": before, "tiles19g_": rows(20.0, 20.0, 21.0)})  # the second run twice as slow
+        self.assertIn("| 128 | no | 16384 | 20.000 | 1.100 | 1.050 | 0.955 |", text)
+        self.assertIn("| 128 | no | 4096 | 20.000 | 1.050 | 1.000 | 0.952 |", text)
+        self.assertIn("(after / before between 0.94 and 0.99 at every point): **2 of 2** (held); its falsifier, a point above 1.01: **did not fire**.", text)
+        text = with_rows("step19-tiles-d128-fix", {"tiles19f_": before, "tiles19g_": rows(10.0, 10.5, 11.2)})
+        self.assertIn("**0 of 2** (missed); its falsifier, a point above 1.01: **fired** (1.018).", text)
+        failed = rows(10.0, 10.0, 10.5)
+        failed[-1]["bwd_pass"] = "0"
+        text = with_rows("step19-tiles-d128-fix", {"tiles19f_": before, "tiles19g_": failed})
+        self.assertIn("**1 run(s) FAIL their check**", text)
+        self.assertIn("**1 of 1** (held)", text)  # the failed point is not read
+        self.assertNotIn("| 128 |", with_rows("step19-tiles-d128-fix", {"tiles19f_": before}))  # no pair, no rows
+        self.assertTrue(with_rows("step19-tiles-d128-fix", {}).startswith("_no measurements yet"))
+
     def test_the_tile_guess_at_small_n(self):
         row = dict(self.ROW, d="64", N="1024")
         def rows(plain_ms, causal_ms):

@@ -267,6 +267,34 @@ def step19_tiles(pattern="tiles19_*_step19.csv", lo=0.88, hi=1.00, ceiling=1.03)
                            f"a point above {ceiling:.2f}", fired)
 
 
+def step19_tiles_fix(before="tiles19f_*_step19.csv", after="tiles19g_*_step19.csv", lo=0.94, hi=0.99, ceiling=1.01):
+    """docs/19's test of one base address for the transposed dS stores of `--ablate tiles` at d = 128: two
+    builds benched on one machine, the kernel before the change (`before`) and after it (`after`), each
+    beside its own default (the default kernels are the same in both builds, so each file's default
+    takes the drift between the two runs out). Per point: the default's kernel time in `after`, tiles over
+    the default before and after, and after over before. Predicted: after over before within lo–hi at every
+    point; falsified (the address arithmetic was hidden behind other work) by any point above `ceiling`."""
+    rb, ra = common.rows(before), common.rows(after)
+    x0, x1 = _over_default(before, "ablate=tiles"), _over_default(after, "ablate=tiles")
+    both = sorted((k for k in x1 if k in x0), key=lambda k: (int(k[1]), int(k[2])))
+    if not both:
+        return provenance(rb + ra)
+    base = {(r["d"], r["causal"], r["N"]): float(r["bwd_kernel_ms"]) for r in ra
+            if r["step"] == "19" and plain_variant(r["variant"]) == "-" and r.get("bwd_pass") == "1"}
+    ratio = {k: x1[k] / x0[k] for k in both}
+    body = [[d, "yes" if c == "1" else "no", n, f"{base[(d, c, n)]:.3f}", f"{x0[(d, c, n)]:.3f}", f"{x1[(d, c, n)]:.3f}",
+             f"{ratio[(d, c, n)]:.3f}"] for d, c, n in both]
+    fails = sum(r.get("bwd_pass") != "1" for r in rb + ra if r["step"] == "19")
+    text = provenance(rb + ra) + "\n\n" + table(
+        ["d", "causal", "N", "default ms", "`tiles` / default, before", "`tiles` / default, after", "after / before"], body)
+    text += ("\n\nKernel time (CUPTI activity records, every kernel of the backward summed, cold L2). "
+             + ("Every run passed its check against the reference." if not fails else f"**{fails} run(s) FAIL their check** and are not read."))
+    inside = sum(lo <= v <= hi for v in ratio.values())
+    fired = [v for v in ratio.values() if v > ceiling]
+    return text + _verdict(f"after / before between {lo:.2f} and {hi:.2f} at every point", inside, len(ratio),
+                           f"a point above {ceiling:.2f}", fired)
+
+
 def step19_tiles_small(pattern="tiles19c_*_step19.csv", most_plain=1.00, most_causal=0.98, ceiling=1.02):
     """The test of docs/19's guess about the tile table's sign: `--ablate tiles` beside the default at N = 1k
     (tiles19c_*_step19.csv), kernel time. Predicted: the ablation's time over the default's at most
