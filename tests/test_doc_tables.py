@@ -547,6 +547,18 @@ class Step19(unittest.TestCase):
         self.assertNotIn("| 128 |", with_rows("step19-tiles-d128-fix", {"tiles19f_": before}))  # no pair, no rows
         self.assertTrue(with_rows("step19-tiles-d128-fix", {}).startswith("_no measurements yet"))
 
+    def test_the_tile_fix_spread_over_four_runs(self):
+        row = dict(self.ROW, d="128", N="16384")
+        run = lambda default_ms, tiles_ms: [dict(row, variant="-", bwd_kernel_ms=str(default_ms)),
+                                            dict(row, variant="ablate=tiles", bwd_kernel_ms=str(tiles_ms))]
+        files = {"tiles19f_": run(10.0, 10.5), "tiles19g_": run(10.4, 9.6), "tiles19h_": run(10.2, 10.6), "tiles19i_": run(10.1, 10.8)}
+        text = with_rows("step19-tiles-d128-fix-spread", files)
+        self.assertIn("| 128 | no | 16384 | 10.000–10.400 (4) | 10.500–10.600 (2) | 9.600–10.800 (2) | 1.125 |", text)
+        failed = dict(files, tiles19i_=[dict(r, bwd_pass="0") for r in run(10.1, 10.8)])
+        self.assertIn("| 10.000–10.400 (3) | 10.500–10.600 (2) | 9.600–9.600 (1) |",
+                      with_rows("step19-tiles-d128-fix-spread", failed))  # a failed run is not read
+        self.assertTrue(with_rows("step19-tiles-d128-fix-spread", {}).startswith("_no measurements yet"))
+
     def test_the_tile_guess_at_small_n(self):
         row = dict(self.ROW, d="64", N="1024")
         def rows(plain_ms, causal_ms):

@@ -295,6 +295,29 @@ def step19_tiles_fix(before="tiles19f_*_step19.csv", after="tiles19g_*_step19.cs
                            f"a point above {ceiling:.2f}", fired)
 
 
+def step19_tiles_spread(before=("tiles19f_*_step19.csv", "tiles19h_*_step19.csv"),
+                        after=("tiles19g_*_step19.csv", "tiles19i_*_step19.csv")):
+    """The run-to-run spread beside docs/19's before/after tables: per point, the lowest and highest
+    backward kernel time of the default over every file (the same kernel in both builds), and of `tiles`
+    before and after, over the runs that passed their checks."""
+    rs = {f: [r for r in common.rows(f) if r["step"] == "19" and r.get("bwd_pass") == "1"] for f in before + after}
+    allrows = [r for f in rs for r in rs[f]]
+    if not allrows:
+        return provenance(allrows)
+    def span(files, variant, k):
+        ms = [float(r["bwd_kernel_ms"]) for f in files for r in rs[f]
+              if plain_variant(r["variant"]) == variant and (r["d"], r["causal"], r["N"]) == k]
+        return (f"{min(ms):.3f}–{max(ms):.3f} ({len(ms)})", max(ms) / min(ms)) if ms else ("–", None)
+    keys = sorted({(r["d"], r["causal"], r["N"]) for r in allrows}, key=lambda k: (int(k[1]), int(k[2])))
+    body = []
+    for k in keys:
+        cells = [span(before + after, "-", k), span(before, "ablate=tiles", k), span(after, "ablate=tiles", k)]
+        body.append([k[0], "yes" if k[1] == "1" else "no", k[2]] + [c[0] for c in cells]
+                    + [f"{max(c[1] for c in cells if c[1]):.3f}"])
+    return provenance(allrows) + "\n\n" + table(
+        ["d", "causal", "N", "default ms, lowest–highest (runs)", "`tiles` before", "`tiles` after", "largest highest / lowest"], body)
+
+
 def step19_tiles_small(pattern="tiles19c_*_step19.csv", most_plain=1.00, most_causal=0.98, ceiling=1.02):
     """The test of docs/19's guess about the tile table's sign: `--ablate tiles` beside the default at N = 1k
     (tiles19c_*_step19.csv), kernel time. Predicted: the ablation's time over the default's at most
