@@ -102,6 +102,20 @@ TEST_CASE("step 19 [dq-layout]: the transposed accumulator of an 80-row Q tile i
         }
 }
 
+// [ds-smem] The tiles kernel stores dS transposed ([query][key], Br rows) at four base addresses a thread
+// forms once, plus 1024 bytes for every 8 query rows: it relies on SW128's XOR reading the row mod 8 only.
+TEST_CASE("step 19 [ds-smem]: in the transposed dS tile, the query 8 rows further is 1024 bytes further, for every key") {
+  const step19::Schedule sc = step19::schedule_for(128, step19::kTiles);
+  REQUIRE(step19::dq_transposed(sc));
+  for (int R : {64, sc.Br, 128}) {
+    CAPTURE(R);
+    REQUIRE(R % 8 == 0);  // whole 8-row groups: the tile's rows are queries, 80 of them in the tiles kernel
+    for (int q = 0; q + 8 < R; ++q)
+      for (int key = 0; key < sc.Bc; ++key)
+        CHECK(wgmma::sw128_offset(q + 8, key, R) == wgmma::sw128_offset(q, key, R) + wgmma::kGroupBytes);
+  }
+}
+
 TEST_CASE("step 19: two stages at d = 128 and four at d = 64 fit the block, d = 256 does not, the register split fits the file") {
   const step19::Schedule s64 = step19::schedule_for(64), s128 = step19::schedule_for(128), s256 = step19::schedule_for(256);
   CHECK((s128.Br == 64 && s128.Bc == 128 && s128.consumers() == 2 && s128.threads() == 384));
