@@ -155,18 +155,18 @@ def main():
     warned = {}
     for code, fn in re.findall(r"\((C75\d\d)\) Potential Performance Loss: wgmma[^']*function '([^']+)'", out):
         warned.setdefault(fn, []).append(code)
-    pat = re.compile(r"step19_bwd_kvI(6__half|13__nv_bfloat16)Li(\d+)ELb([01])ELb([01])ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELi(\d)E")
+    pat = re.compile(r"step19_bwd_kvI(6__half|13__nv_bfloat16)Li(\d+)ELb([01])ELb([01])ELi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELi(\d)ELb([01])E")
     found, bad = {}, []
     for fn in sorted(entries):
         m = pat.search(fn)
         if not m:
             continue
-        t, d, bulk, ov, split, dkfirst, det, cent, drop, issue = m.groups()
+        t, d, bulk, ov, split, dkfirst, det, cent, drop, issue, sw = m.groups()
         d = int(d)
         default_split = splits.index("kByColumns" if (d // 2) % panel == 0 else "kByTurns")
-        is_default = (bulk, ov, dkfirst, issue) == ("1", "1", "1", "0") and int(split) == default_split
+        is_default = (bulk, ov, dkfirst, issue, sw) == ("1", "1", "1", "0", "1") and int(split) == default_split
         name = (f"{'fp16' if 'half' in t else 'bf16'} d={d} bulk={bulk} overlap={ov} split={splits[int(split)]} dk-first={dkfirst} "
-                f"det={det} centered={cent} dropout={drop} loads={issuers[int(issue)]}")
+                f"det={det} centered={cent} dropout={drop} loads={issuers[int(issue)]} swapped={sw}")
         w = ",".join(warned.get(fn, [])) or "none"
         print(f"{'default ' if is_default else 'ablation'}  {name}: wgmma serialization warnings {w}, {spills.get(fn, '?')} bytes spilled")
         if is_default:

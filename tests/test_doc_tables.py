@@ -491,6 +491,34 @@ class Step19(unittest.TestCase):
         text = with_rows("step19-producer-last", {"ablast_": rows(11.4)})
         self.assertIn("**0 of 1** (missed); its falsifier, `producer-last` within 0.02 of `producer` at a point: **fired**", text)
 
+    def test_the_swapped_operands_beside_dq_keys(self):
+        def rows(sw64, keys64, sw128):  # d = 64 and 128, no mask; the default at 10 ms
+            out = []
+            for d, sw, keys in (("64", sw64, keys64), ("128", sw128, 12.0)):
+                r = dict(self.ROW, d=d)
+                out += [dict(r, variant="-", bwd_kernel_ms="10.0"), dict(r, variant="ablate=dq-keys", bwd_kernel_ms=str(keys)),
+                        dict(r, variant="ablate=swapped", bwd_kernel_ms=str(sw))]
+            return out
+        text = with_rows("step19-swapped", {"swap19a_": rows(12.6, 12.0, 11.0)})
+        self.assertIn("| 64 | no | 16384 | 10.000 | 1.20 | 1.26 |", text)
+        self.assertIn("Kernel time (CUPTI activity records", text)
+        self.assertIn("d = 64, no mask, N = 16384: **1.050**", text)
+        self.assertIn("**2 of 2** (held)", text)
+        self.assertIn("**did not fire**", text)
+        text = with_rows("step19-swapped", {"swap19a_": rows(13.5, 12.0, 10.2)})  # 1.125 over dq-keys; 1.02 over the default at d = 128
+        self.assertIn("**0 of 2** (missed)", text)
+        self.assertIn("**did not fire**", text)
+        text = with_rows("step19-swapped", {"swap19a_": rows(11.5, 12.0, 11.0)})  # faster than dq-keys at d = 64
+        self.assertIn("**1 of 2** (missed)", text)
+        self.assertIn("**fired** (0.958)", text)
+        text = with_rows("step19-swapped-again", {"swap19b_": rows(12.6, 12.0, 9.8)})  # faster than the default at d = 128
+        self.assertIn("**fired** (0.980)", text)
+        failed = rows(12.6, 12.0, 11.0)
+        failed[2]["bwd_pass"] = "0"
+        text = with_rows("step19-swapped", {"swap19a_": failed})
+        self.assertIn("FAIL", text)
+        self.assertIn("**1 of 1** (held)", text)  # the failed point is not read
+
     def test_the_tile_shape_against_the_default(self):
         row = dict(self.ROW, d="64")
         def rows(*tiles_ms):

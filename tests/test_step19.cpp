@@ -245,7 +245,12 @@ TEST_CASE("step 19: every ablation passes against the reference and counts its o
       }
       if (a == step19::kNoOverlap || a == step19::kDkFirst || a == step19::kNoProducer || a == step19::kNoProducerLast)
         CHECK(kv == kv0);  // an order of waits and issues (or who issues the loads), not of work
-      if (a == step19::kDqKeys) CHECK(kv.gmem_atomic == 2 * kv0.gmem_atomic);  // both consumers add every column
+      if (a == step19::kDqKeys || a == step19::kSwapped) CHECK(kv.gmem_atomic == 2 * kv0.gmem_atomic);  // both consumers add every column
+      if (a == step19::kSwapped) {  // [unswapped] dq-keys' traffic to global memory; P written to shared memory besides
+        const Ledger keys = step19::closed_form(c.shape, sc, step19::kDqKeys).kernels[1].second;
+        CHECK(kv.gmem_atomic == keys.gmem_atomic);
+        CHECK(kv.smem_write > keys.smem_write);
+      }
     }
   }
   CHECK(n > 0);

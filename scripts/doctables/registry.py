@@ -16,7 +16,7 @@ from .step19_clocks import step19_clocks
 from .step21 import step21_accuracy, step21_amax_bursts, step21_half_rows, step21_slices, step21_banks, step21_d64, step21_d64_accuracy, step21_d64_samples, step21_defaults, step21_quantize_loads, step21_lean_ops, step21_pv_order, step21_sass_units, step21_staged, step21_stepped, step21_target
 from .peers import bwd19_deterministic, bwd19_point, bwd19_target, bwd_target, fwd16_target, fwd16_wide, fwd_target, target, versus_peers
 from .ring import ring_line, ring_nccl, ring_overlap, ring_table
-from .steps import (ablation, bwd_dropout, bwd_first, dropout_why, bwd_model, dq_centered_cost, dq_centered_why, dq_kernels, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_producer, step19_producer_last, step19_tiles, step19_tiles_small, step19_tiles_fix, step19_tiles_spread, sass_counts, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
+from .steps import (ablation, bwd_dropout, bwd_first, dropout_why, bwd_model, dq_centered_cost, dq_centered_why, dq_kernels, dq_precision, sass_stalls, step19_desc, step19_dq_turns, step19_producer, step19_producer_last, step19_tiles, step19_tiles_small, step19_tiles_fix, step19_tiles_spread, step19_swapped, sass_counts, step19_kernels, step19_turns, step19_hoist, bwd_ledger, bwd_tiles, bwd_variants, compare, loop_and_grid, ncu_extra,
                     ncu_on_chip, ncu_stalls, step12_dropout, step_backward, step_dtype, step_ncu, step_sweep, tour)
 
 
@@ -103,6 +103,8 @@ TABLES = {
     "step19-tiles-d128-fix": step19_tiles_fix,
     "step19-tiles-d128-fix-spread": step19_tiles_spread,
     "step19-tiles-d128-fix-again": lambda: step19_tiles_fix("tiles19h_*_step19.csv", "tiles19i_*_step19.csv"),
+    "step19-swapped": step19_swapped,
+    "step19-swapped-again": lambda: step19_swapped("swap19b_*_step19.csv"),
     "step19-ncu": lambda: ncu_stalls(("19",)),
     "step19-model": lambda: bwd_model("19", "clock_*_bwd19.csv"),
     "step19-dq-precision": dq_precision,

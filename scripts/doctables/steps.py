@@ -252,6 +252,28 @@ def step19_producer_last(pattern="ablast_*_step19.csv", most=1.08, gain=0.04, sa
                            len(both), f"`producer-last` within {same:.2f} of `producer` at a point", fired, show=False)
 
 
+def step19_swapped(pattern="swap19a_*_step19.csv", least=1.05, keys_lo=1.02, keys_hi=1.10, floor=1.00):
+    """docs/19's ablation of the swapped operands: S and dP computed with the queries as M (`--ablate
+    swapped`, P and dS through shared memory, dQ by keys from registers) beside the default and `dq-keys`
+    (the same split of dQ, the products swapped), one run (`pattern`), kernel time. Predicted: swapped over
+    the default at least `least` at every point, and at d = 64 swapped over dq-keys within keys_lo–keys_hi;
+    falsified by a point where swapped is faster than the default, or (d = 64) than dq-keys (below `floor`)."""
+    text = ablation("19", only="ablate", pass_="bwd", pattern=pattern, kernel=True)
+    sw, keys = _over_default(pattern, "ablate=swapped"), _over_default(pattern, "ablate=dq-keys")
+    if not sw:
+        return text
+    d64 = {k: sw[k] / keys[k] for k in sw if k[0] == "64" and k in keys}
+    ok = sum(sw[k] >= least and (k[0] != "64" or (k in d64 and keys_lo <= d64[k] <= keys_hi)) for k in sw)
+    fired = [v for v in sw.values() if v < floor] + [v for v in d64.values() if v < floor]
+    lines = "; ".join(f"d = 64, {'causal' if k[1] == '1' else 'no mask'}, N = {k[2]}: **{v:.3f}**"
+                      for k, v in sorted(d64.items(), key=lambda kv: (int(kv[0][1]), int(kv[0][2]))))
+    if lines:
+        text += f"\n\n`swapped` over `dq-keys` (the same split of dQ; above 1: the products' orientation costs): {lines}."
+    return text + _verdict(f"`swapped` at least {least:.2f} over the default everywhere, and {keys_lo:.2f}–{keys_hi:.2f} over "
+                           f"`dq-keys` at d = 64", ok, len(sw),
+                           f"`swapped` below {floor:.2f} of the default, or of `dq-keys` at d = 64", fired)
+
+
 def step19_tiles(pattern="tiles19_*_step19.csv", lo=0.88, hi=1.00, ceiling=1.03):
     """docs/19's tile-shape ablation: at d = 64, 128 × 128 tiles (`--ablate tiles`, dQ by rows) beside the
     default 64 × 128, one run (tiles19_*_step19.csv), kernel time. Predicted: the ablation's time over the

@@ -125,7 +125,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
   const int64_t Hkv = s.hkv(), QH = s.H / Hkv;
   const int split = split_of(int(d), ablation);  // [dq-split]
   const bool by_cols = split == kByColumns || split == kTransposed, by_rows = split == kByRows, all_keys = split != kByKeys;
-  const bool bulk = ablation != kAtomics, tr = split == kTransposed;
+  const bool bulk = ablation != kAtomics, tr = split == kTransposed, sw = ablation != kSwapped;  // [unswapped]
   const bool from_rounded = ds_from_rounded_p(sc);  // [tile-sizes]
   const float scale = float(s.softmax_scale()), sl2 = scale * kLog2e;
 
@@ -209,12 +209,16 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
         // dQ chunks per consumer (transposed: one); the stages' L·log2 e and D; the mbarriers' kilobyte.
         Smem smem(kSmemBudget, Lkv);
         SmemTile Ks = smem.tile(Bc, d, st), Vs = smem.tile(Bc, d, st);
-        std::vector<SmemTile> Qs, dOs, Ls, Ds, dSt, chunk;
+        std::vector<SmemTile> Qs, dOs, Ls, Ds, dSt, chunk, Pq, dSq;
         for (int k = 0; k < sc.stages; ++k) {
           Qs.push_back(smem.tile(Br, d, st));
           dOs.push_back(smem.tile(Br, d, st));
         }
-        for (int k = 0; k < 2; ++k) dSt.push_back(tr ? smem.tile(Br, Bc, st) : smem.tile(Bc, Br, st));
+        for (int k = 0; k < 2 && sw; ++k) dSt.push_back(tr ? smem.tile(Br, Bc, st) : smem.tile(Bc, Br, st));
+        for (int64_t c = 0; c < C && !sw; ++c) {  // [unswapped] each consumer's P and dS, [query][key], where dSᵀ's were
+          Pq.push_back(smem.tile(Br, 64, st));
+          dSq.push_back(smem.tile(Br, 64, st));
+        }
         for (int64_t c = 0; c < dq_buffers(sc) * C; ++c) chunk.push_back(smem.tile(unit, kChunk, f32));
         for (int k = 0; k < sc.stages; ++k) {
           Ls.push_back(smem.tile(1, Br, f32));
@@ -239,11 +243,32 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
             Ds[stg].write(0, r, Dg.load(bh, i0 + r));
           }
           const bool masked = needs_mask(i0, i0 + Br, j0, N, Nk, Bc, s.causal, s.window);
-          SmemTile& dS = dSt[size_t(t % 2)];
+          SmemTile& dS = sw ? dSt[size_t(t % 2)] : Pq[0];  // (unused unswapped)
           std::vector<std::vector<std::vector<mf::AFrag>>> pa(static_cast<size_t>(C)), dsa(static_cast<size_t>(C));
           for (int64_t c = 0; c < C; ++c) {
             // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ: 64 keys × Br queries, both operands K-major.
             wgmma::Acc sT{static_cast<int>(Br)}, dpT{static_cast<int>(Br)};
+            if (!sw) {  // [unswapped] S = Q_i K_cᵀ and dP = dO_i V_cᵀ (queries × the consumer's 64 keys): A and B exchanged
+              for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(sT, Qs[stg], 0, Ks, 64 * c, kk, kk > 0, Lkv);
+              for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(dpT, dOs[stg], 0, Vs, 64 * c, kk, kk > 0, Lkv);
+              // Register r of lane l in warp w: query 16w + g + 8·((r % 4) / 2), key 8·(r / 4) + 2t + r % 2:
+              // the lane's two queries' L·log2 e and D read once.
+              for (int w = 0; w < 4; ++w)
+                for (int lane = 0; lane < 32; ++lane) {
+                  const int row = 16 * w + mf::group(lane);
+                  const float l2v[2] = {Ls[stg].read(0, row), Ls[stg].read(0, row + 8)};
+                  const float ddv[2] = {Ds[stg].read(0, row), Ds[stg].read(0, row + 8)};
+                  for (int r = 0; r < int(Br) / 2; ++r) {
+                    const mf::Coord rc = wgmma::acc_elem(w, lane, r);
+                    float sv = sT.reg(w, lane, r);
+                    if (masked && !key_visible(i0 + rc.row, j0 + 64 * c + rc.col, N, Nk, s.causal, s.window)) sv = -kInf;
+                    const float pv = std::exp2(std::fma(sv, sl2, -l2v[(r % 4) / 2]));
+                    float& dpv = dpT.reg(w, lane, r);
+                    dpv = pv * (dpv - ddv[(r % 4) / 2]);
+                    sT.reg(w, lane, r) = pv;
+                  }
+                }
+            } else {
             // lab:begin swapped {dQ dK dV}: [swapped]: Sᵀ and dPᵀ of the consumer's 64 keys, d/16 wgmmas each …
             for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(sT, Ks, 64 * c, Qs[stg], 0, kk, kk > 0, Lkv);
             for (int64_t kk = 0; kk < d / 16; ++kk) wgmma::mma_ss(dpT, Vs, 64 * c, dOs[stg], 0, kk, kk > 0, Lkv);
@@ -275,6 +300,7 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
                   }
                 }
             // lab:end
+            }
             Lkv.nonmatmul_ops += 64 * Br * (5 + (masked ? 1 : 0) + (drop ? 3 : 0));  // [dropout] Z's compare, two multiplies
             Lkv.exps += 64 * Br;  // Pᵀ recomputed on every entry, masked ones too
             // [c-to-a] Pᵀ and dSᵀ as A operands; [ds-smem] dSᵀ (the same rounded values) into the buffer.
@@ -286,7 +312,10 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               for (int lane = 0; lane < 32; ++lane)
                 for (int r = 0; r < int(Br) / 2; ++r) {
                   const mf::Coord rc = wgmma::acc_elem(w, lane, r);
-                  if (tr) dS.write(rc.col, 64 * c + rc.row, dpT.reg(w, lane, r));  // [ds-smem] dS, [query][key]
+                  if (!sw) {  // [unswapped] P and dS into the consumer's [query][key] tiles
+                    Pq[size_t(c)].write(rc.row, rc.col, sT.reg(w, lane, r));
+                    dSq[size_t(c)].write(rc.row, rc.col, dpT.reg(w, lane, r));
+                  } else if (tr) dS.write(rc.col, 64 * c + rc.row, dpT.reg(w, lane, r));  // [ds-smem] dS, [query][key]
                   else dS.write(64 * c + rc.row, rc.col, dpT.reg(w, lane, r));
                 }
             // [dq-centered] Each warp's Σ over its 16 keys of every query's dS, rounded as dQ's product
@@ -302,6 +331,15 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
               Lkv.nonmatmul_ops += 64 * Br;
             }
             // [c-to-a] dV += Pᵀ dO_i and dK += dSᵀ Q_i: A from registers, B MN-major (Br rows × d).
+            if (!sw) {  // [unswapped] A = Pᵀ and dSᵀ read MN-major from the consumer's tiles
+              for (int64_t kk = 0; kk < Br / 16; ++kk)
+                for (int64_t pn = 0; pn < panels; ++pn)
+                  wgmma::mma_ss_mn(dv[size_t(c)][size_t(pn)], Pq[size_t(c)], kk, dOs[stg], PC * pn, true, Lkv);
+              for (int64_t kk = 0; kk < Br / 16; ++kk)
+                for (int64_t pn = 0; pn < panels; ++pn)
+                  wgmma::mma_ss_mn(dk[size_t(c)][size_t(pn)], dSq[size_t(c)], kk, Qs[stg], PC * pn, true, Lkv);
+              continue;
+            }
             // lab:begin dkv {dK dV}: [c-to-a]: per 16 queries kk and 64-column panel pn, dV's and dK's wgmma …
             for (int64_t kk = 0; kk < Br / 16; ++kk)
               for (int64_t pn = 0; pn < panels; ++pn)
@@ -323,12 +361,16 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
           for (int64_t c = c_lo; c < c_end; ++c)
             for (int64_t ch = 0; ch < chunks; ++ch) {
               wgmma::Acc dq{static_cast<int>(tr ? Br : cols)};  // transposed: dQᵀ, 64 columns of dQ × Br queries
+              if (!sw)  // [unswapped] A = dS from registers, the consumer's 64 keys; B = K_j's rows of them, panel ch
+                for (int64_t x = 0; x < 4; ++x) wgmma::mma_rs(dq, dsa[size_t(c)][size_t(x)], Ks, 4 * c + x, PC * ch, x > 0, Lkv);
+              else {
               // lab:begin dq {dQ}: [dq-wgmma] [dq-split]: by columns, panel c over all Bc keys; by keys, …
               const int64_t k_lo = all_keys ? 0 : 4 * c, k_hi = all_keys ? Bc / 16 : 4 * c + 4;
               for (int64_t kk = k_lo; kk < k_hi; ++kk)
                 if (tr) wgmma::mma_ss_tn(dq, Ks, kk, wgmma::kPanel * c, dS, 0, kk > k_lo, Lkv);
                 else wgmma::mma_ss_mn(dq, dS, kk, Ks, by_cols ? wgmma::kPanel * c : PC * ch, kk > k_lo, Lkv, by_rows ? 64 * c : 0);
               // lab:end
+              }
               // [dq-writer] The chunk in [dq-layout] order: thread t's register quad q at 4·(128q + t).
               const int64_t tile = (bh * Np + i0) * d + dq_panel_of(split, int(c), int(ch)) * chunk_floats(sc);
               SmemTile& buf = chunk[size_t(dq_buffers(sc) * c + dq_buffer_of(split, int(chunks), int(t), int(ch)))];
@@ -406,7 +448,9 @@ BackwardBlueprintResult blueprint(const Shape& s, const Inputs& in, const Forwar
 // = W, a chunk's columns, or Br transposed) by each of the Cq consumers that compute dQ for the pair
 // (both, or one by turns); the lane's L and D (Br/2 floats each); the consumer's 64 × Br of dSᵀ
 // written; its dQ chunk (unit·W floats: 64 rows, or Br transposed) staged and read back by the
-// writer, then added (or added from registers). K_j, V_j once per block that has an item.
+// writer, then added (or added from registers). K_j, V_j once per block that has an item. With
+// --ablate swapped ([unswapped]): dV's and dK's A read from shared memory too ((64 + PC)·16 each), dQ's
+// A from registers (Wn·16), P written beside dS, and the lane's L and D two floats each.
 LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det, bool centered) {
   const int64_t d = s.d;
   check_schedule(sc, d, ablation);
@@ -416,6 +460,7 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   const int64_t BHk = s.B * s.hkv();
   const int split = split_of(int(d), ablation);  // [dq-split]
   const bool by_cols = split == kByColumns || split == kTransposed, all_keys = split != kByKeys, bulk = ablation != kAtomics;
+  const bool sw = ablation != kSwapped;  // [unswapped] P and dS written; dV's and dK's A read from shared memory, dQ's not
   const int64_t W = by_cols ? wgmma::kPanel : PC, kq = all_keys ? Bc / 16 : 4 * panels;  // a chunk's columns; dQ's wgmmas per consumer
   const int64_t Wn = split == kTransposed ? Br : W;                                      // the N of dQ's wgmma
   const int64_t Cq = split == kByTurns ? 1 : C;  // consumers computing a pair's dQ
@@ -458,10 +503,11 @@ LedgerSet closed_form(const Shape& s, const Schedule& sc, int ablation, bool det
   if (det) kv.gmem_read += BH * pairs * 4, kv.gmem_atomic += BH * pairs * 4;  // [deterministic] a semaphore read (once, if no wait) and increment per pair
   kv.smem_write = BHk * active * 2 * Bc * d * 2                                    // K_j, V_j
                   + BH * pairs * (2 * Br * d * 2 + 2 * Br * 4 + C * 64 * Br * 2    // Q_i, dO_i, L, D; dSᵀ
+                                  + (sw ? 0 : C * 64 * Br * 2)                     // [unswapped] P
                                   + (bulk ? Cq * chunk_bytes : 0));                // the staged dQ chunks
-  kv.smem_read = BH * pairs * C * ((2 * (d / 16) * (64 + Br) * 16 + 2 * (Br / 16) * panels * PC * 16) * 2  // Sᵀ, dPᵀ, dV, dK's operands
-                                   + 128 * (Br / 2) * 4)                                                   // L and D
-                 + BH * pairs * Cq * (kq * (64 + Wn) * 16 * 2 + (bulk ? chunk_bytes : 0));                 // dQ's operands; the writer's reads
+  kv.smem_read = BH * pairs * C * ((2 * (d / 16) * (64 + Br) * 16 + 2 * (Br / 16) * panels * ((sw ? 0 : 64) + PC) * 16) * 2  // Sᵀ, dPᵀ, dV, dK's operands
+                                   + 128 * (sw ? Br / 2 : 4) * 4)                                                            // L and D
+                 + BH * pairs * Cq * (kq * ((sw ? 64 : 0) + Wn) * 16 * 2 + (bulk ? chunk_bytes : 0));                       // dQ's operands; the writer's reads
   kv.barriers = BHk * Tc;
   kv.matmul_flops = BH * pairs * (C * (2 * (d / 16) * Br + 2 * (Br / 16) * panels * PC) + Cq * kq * Wn) * kMmaFlops;
   const bool drop = float(s.dropout) > 0.0f;  // [dropout] Z's compare and two multiplies per entry

@@ -12,6 +12,9 @@
 //   step19_key_mean     (--dq centered) each key/value head's mean key ([dq-centered]); the consumers then
 //                       add each query's Σ dS into its row sum, and the convert takes c · (row sum) off
 //
+// [unswapped] (--ablate swapped) S = Q Kᵀ and dP = dO Vᵀ instead: P and dS go to shared memory for dV
+// and dK (A read MN-major from there), and dQ's share takes dS from registers, over the consumer's keys.
+//
 // [dropout] (--dropout P) The consumers redraw the forward's mask (steps 12 and 13's Philox blocks,
 // common/kernel/dropout.hpp) while Sᵀ and dPᵀ are multiplied: Pᵀ∘Z feeds dV, dSᵀ = Pᵀ ∘ (dPᵀ∘Z − D).
 //
@@ -227,8 +230,9 @@ struct Maps {
 // overlap), Split ([dq-split]: by columns at d = 128, by turns at d = 64, by keys with --ablate
 // dq-keys, by rows or transposed with --ablate tiles), DkFirst ([dk-first]; false: --ablate dk-first), Det ([deterministic]), Cent ([dq-centered]),
 // Drop ([dropout]; --dropout with --dropout-kernel run), Issue (who issues the loads: kByProducer, the
-// producer warp ([producer]); kByConsumer0 or kByLastRelease, --ablate producer or producer-last ([no-producer])).
-template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop, int Issue>
+// producer warp ([producer]); kByConsumer0 or kByLastRelease, --ablate producer or producer-last ([no-producer])),
+// Sw ([swapped]; false: --ablate swapped, [unswapped]).
+template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst, bool Det, bool Cent, bool Drop, int Issue, bool Sw>
 __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(const __grid_constant__ Maps maps, BwdParams p) {
   constexpr Schedule S = schedule_for(D, Split == kByRows || Split == kTransposed ? kTiles : kFull);  // [tile-sizes]
   constexpr int C = S.consumers(), Br = S.Br, Bc = S.Bc, St = S.stages, kPanels = D / wgmma::kPanel;
@@ -246,6 +250,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   static_assert(!Drop || (!Cent && Bulk && OV && DkFirst && Split == default_split(D, C)), "--dropout: the default kernel alone");
   static_assert(Issue == kByProducer || (!Drop && !Cent && !Det && Bulk && OV && DkFirst && Split == default_split(D, C)),
                 "--ablate producer: the default kernel otherwise (its loads wait where [dk-first]'s order releases a stage)");
+  static_assert(Sw || (Split == kByKeys && Br == 64 && !Drop && !Cent && !Det && Bulk && OV && DkFirst && Issue == kByProducer),
+                "--ablate swapped: dQ by keys from dS's registers, the default kernel otherwise");
   // [smem-map] K_j, V_j, the stages' Q_i and dO_i, two dSᵀ buffers, two dQ chunks per consumer, the
   // stages' L·log2 e and D, the mbarriers.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -260,6 +266,12 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
   auto do_at = [&](int st) { return q_at(st) + kTileQ; };
   const uint32_t ds_off = 2 * kTileKV + St * 2 * kTileQ, ds0 = sbase + ds_off;
   const uint32_t dqb0 = ds0 + 2 * kDs;
+  // [unswapped] Consumer c's P and dS (Br queries × its 64 keys each, [sw128], rows = queries) where
+  // the two dSᵀ buffers are: 2·C·kPq = 2·kDs bytes.
+  constexpr uint32_t kPq = Br * 64 * 2;
+  static_assert(Sw || 2 * C * kPq == 2 * kDs, "P and dS of both consumers fill the dSᵀ buffers exactly");
+  auto p_off = [&](int cc) { return ds_off + 2 * cc * kPq; };
+  auto dsq_off = [&](int cc) { return p_off(cc) + kPq; };
   auto chunk_at = [&](int c, int buf) { return dqb0 + (kBufs * c + buf) * kChunkBytes; };
   const uint32_t rows0 = dqb0 + kBufs * C * kChunkBytes;
   auto l2_at = [&](int st) { return rows0 + st * 2 * Br * 4; };
@@ -411,7 +423,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     if (t > 0 && t + St - 1 < items && issues(t)) load_item(t + St - 1);  // [no-producer]
     mbar_wait(full(st), full_parity(t, St));
     // [swapped] Sᵀ = K_c Q_iᵀ and dPᵀ = V_c dO_iᵀ (64 keys × Br queries each, both operands K-major),
-    // one group each.
+    // one group each. [unswapped] S = Q_i K_cᵀ and dP = dO_i V_cᵀ: the same descriptors, A and B exchanged.
     float s[Br / 2], dp[Br / 2];
     // [desc-add] The low word read anew each item: the compiler forms each descriptor beside its
     // product instead of hoisting all forty out of the loop into registers (which spilled).
@@ -420,12 +432,16 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     const uint32_t q_i = q_off(st), do_i = q_off(st) + kTileQ;
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T, Br>(s, at(kc + wgmma::kmajor_offset(0, kk, Bc)), at(q_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t key_k = kc + wgmma::kmajor_offset(0, kk, Bc), q_k = q_i + wgmma::kmajor_offset(0, kk, Br);
+      wgmma::mma_ss<T, Br>(s, at(Sw ? key_k : q_k), at(Sw ? q_k : key_k), kk > 0);
+    }
     wgmma::commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T, Br>(dp, at(kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc)), at(do_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t v_k = kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc), do_k = do_i + wgmma::kmajor_offset(0, kk, Br);
+      wgmma::mma_ss<T, Br>(dp, at(Sw ? v_k : do_k), at(Sw ? do_k : v_k), kk > 0);
+    }
     wgmma::commit();
     // [dropout] While the products run: bit r of `kept` is register r's keep. Call e of 16 queries np
     // is the 2 × 2 block of query i0 + 16np + 2tg + e and key 16w + g of the consumer's; its word
@@ -453,10 +469,35 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // [dk-first] (--ablate dk-first) The same wait sees item t − 1's dK done: its stage is released here.
     if (!DkFirst && t > 0) mbar_arrive(empty((t - 1) % St));
 
+    // [unswapped] The lane's two queries are its rows: their L·log2 e and D read once, y the row + 8.
+    float2 l2r{}, ddr{};
+    if constexpr (!Sw) {
+      const uint32_t row = 4 * (16 * w + g);
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l2r.x) : "r"(l2_at(st) + row));
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l2r.y) : "r"(l2_at(st) + row + 32));
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(ddr.x) : "r"(dd_at(st) + row));
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(ddr.y) : "r"(dd_at(st) + row + 32));
+    }
+    if (!Sw && needs_mask(i0, i0 + Br, j0, f.N, f.Nk, Bc, f.causal, f.window)) {
+      // [unswapped] Register r is query 16w + g + 8·((r % 4) / 2), key 8·(r / 4) + 2·tg + r % 2: the lane's
+      // sixteen keys, each with the range of the tile's queries that see it, against its two queries.
+#pragma unroll
+      for (int n = 0; n < Br / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = j0 + 64 * c + 8 * n + 2 * tg + e;
+          const int lo = first_row_seeing(key, f.N, f.Nk, f.causal) - i0, hi = end_row_seeing(key, f.N, f.Nk, f.causal, f.window) - i0;
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int row = 16 * w + g + 8 * hr;
+            if (row < lo || row >= hi) s[4 * n + 2 * hr + e] = -INFINITY;
+          }
+        }
+    }
     // [bwd-softmax] Pᵀ = exp2(Sᵀ·scale·log2 e − L·log2 e): register r of the lane is key
     // 16w + g + 8·((r % 4) / 2) of the consumer's 64, query 8·(r / 4) + 2·tg + r % 2 of the tile.
     // lab:begin p-transposed {dQ dK dV}: [bwd-softmax]: per register of Sᵀ, its key and query, the mask, …
-    if (needs_mask(i0, i0 + Br, j0, f.N, f.Nk, Bc, f.causal, f.window)) {
+    if (Sw && needs_mask(i0, i0 + Br, j0, f.N, f.Nk, Bc, f.causal, f.window)) {
       // [causal-mask] [window] and the keys past Nk, on the tiles that need it alone ([mask-hoist]): the
       // lane's two keys, each with the range of the tile's queries that see it ([rows-seeing]).
 #pragma unroll
@@ -475,10 +516,10 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // [mask-hoist] One straight run of exponentials for every tile: no branch between them.
 #pragma unroll
     for (int n = 0; n < Br / 8; ++n) {
-      float2 l2v;
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l2v.x), "=f"(l2v.y) : "r"(l2_at(st) + 4 * (8 * n + 2 * tg)));
+      float2 l2v = l2r;
+      if constexpr (Sw) asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l2v.x), "=f"(l2v.y) : "r"(l2_at(st) + 4 * (8 * n + 2 * tg)));
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[4 * n + e] = fast_exp2(fmaf(s[4 * n + e], sl2, -(e % 2 ? l2v.y : l2v.x)));
+      for (int e = 0; e < 4; ++e) s[4 * n + e] = fast_exp2(fmaf(s[4 * n + e], sl2, -((Sw ? e % 2 : e / 2) ? l2v.y : l2v.x)));
     }
     // lab:end
     // [c-to-a] Pᵀ as the A operand of dV += Pᵀ dO_i (step 14's conversion: register quad kk holds
@@ -492,12 +533,29 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         if constexpr (Drop) pa[kk][r] = pack2<T>(s[at] * z_of(at), s[at + 1] * z_of(at + 1));  // [dropout] Pᵀ∘Z
         else pa[kk][r] = pack2<T>(s[at], s[at + 1]);
       }
+    // [unswapped] Register pair (n, hr) of P (or dS) is query 16w + g + 8hr, keys 8n + 2tg and + 1: one
+    // 32-bit store into the consumer's [query][key] tile; then the warpgroup's stores are in and visible
+    // to the tensor cores before a product reads them.
+    auto store_qk = [&](uint32_t base, const uint32_t (&v)[Br / 16][4]) {
+#pragma unroll
+      for (int n = 0; n < Br / 8; ++n)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(base + wgmma::sw128_offset(16 * w + g + 8 * hr, 8 * n + 2 * tg, Br)),
+                       "r"(v[n / 2][2 * (n % 2) + hr]));
+      wgmma::fence_proxy_async();
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+      wgmma::fence();
+    };
+    if constexpr (!Sw) store_qk(sbase + p_off(c), pa);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < Br / 16; ++kk)
 #pragma unroll
       for (int pn = 0; pn < kPanels; ++pn)
-        wgmma::mma_rs<T, 64>(dv[pn], pa[kk], at(do_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
+        if constexpr (Sw) wgmma::mma_rs<T, 64>(dv[pn], pa[kk], at(do_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
+        else  // [unswapped] A = Pᵀ from P's tile (queries × keys: MN-major), B = dO_i MN-major
+          wgmma::mma_ss_mn<T, 64>(dv[pn], at(p_off(c) + wgmma::mnmajor_offset(kk, 0, Br)), at(do_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
     wgmma::commit();
     if (OV) wgmma::wait<1>();  // dPᵀ is in; dV's product may still run
     else wgmma::wait<0>();
@@ -506,15 +564,15 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     // lab:begin ds-transposed {dQ dK}: [bwd-softmax]: dSᵀ = Pᵀ ∘ (dPᵀ − D), D of the register's query …
 #pragma unroll
     for (int n = 0; n < Br / 8; ++n) {
-      float2 ddv;
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(ddv.x), "=f"(ddv.y) : "r"(dd_at(st) + 4 * (8 * n + 2 * tg)));
+      float2 ddv = ddr;
+      if constexpr (Sw) asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(ddv.x), "=f"(ddv.y) : "r"(dd_at(st) + 4 * (8 * n + 2 * tg)));
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float dpz = Drop ? dp[4 * n + e] * z_of(4 * n + e) : dp[4 * n + e];  // [dropout] dPᵀ∘Z
         // [tile-sizes] 128-query tiles: Pᵀ as rounded for dV's operand (s is not kept: registers).
         const float2 pr = unpack2<T>(pa[n / 2][2 * (n % 2) + e / 2]);
         const float pv = kDsFromRoundedP ? (e % 2 ? pr.y : pr.x) : s[4 * n + e];
-        dp[4 * n + e] = pv * (dpz - (e % 2 ? ddv.y : ddv.x));
+        dp[4 * n + e] = pv * (dpz - ((Sw ? e % 2 : e / 2) ? ddv.y : ddv.x));
       }
     }
     // lab:end
@@ -539,7 +597,9 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       for (int hr = 0; hr < 2; ++hr) {
         const int key = 64 * c + 16 * w + g + 8 * hr, q = 8 * n + 2 * tg;
         const uint32_t v = dsa[n / 2][2 * (n % 2) + hr];
-        if constexpr (kTr) {  // [ds-smem] transposed: dS stored [query][key] (Br rows), one value a store
+        if constexpr (!Sw) {
+          (void)key, (void)v;  // [unswapped] store_qk, below
+        } else if constexpr (kTr) {  // [ds-smem] transposed: dS stored [query][key] (Br rows), one value a store
           asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(tr_at[hr][0] + 1024 * n), "h"(uint16_t(v & 0xffffu)));
           asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(tr_at[hr][1] + 1024 * n), "h"(uint16_t(v >> 16)));
         } else {
@@ -563,16 +623,24 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       for (int kk = 0; kk < Br / 16; ++kk)
 #pragma unroll
         for (int pn = 0; pn < kPanels; ++pn)
-          wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], at(q_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
+          if constexpr (Sw) wgmma::mma_rs<T, 64>(dk[pn], dsa[kk], at(q_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
+          else  // [unswapped] A = dSᵀ from dS's tile, MN-major
+            wgmma::mma_ss_mn<T, 64>(dk[pn], at(dsq_off(c) + wgmma::mnmajor_offset(kk, 0, Br)), at(q_i + wgmma::mnmajor_offset(kk, pn, Br)), true);
       wgmma::commit();
     };
     wgmma::fence();
-    if constexpr (DkFirst) issue_dk();
+    if constexpr (DkFirst && Sw) issue_dk();
     // [ds-smem] The dSᵀ rows dQ reads are in (and visible to the tensor cores): both consumers' by
-    // columns and by turns (they meet here), the warpgroup's own by keys.
-    wgmma::fence_proxy_async();
-    if (Split != kByKeys) asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    else asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+    // columns and by turns (they meet here), the warpgroup's own by keys. [unswapped] dS's tile, which
+    // dK reads: issued after.
+    if constexpr (!Sw) {
+      store_qk(sbase + dsq_off(c), dsa);
+      issue_dk();
+    } else {
+      wgmma::fence_proxy_async();
+      if (Split != kByKeys) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      else asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+    }
     // [dq-wgmma] [dq-split] dQ_i's chunk = dS K_j: A = dS read from dSᵀ (keys × queries, MN-major),
     // B = K_j (keys × dims, MN-major): by columns, panel c over all Bc keys; by keys, the consumer's
     // 64 keys and every column (--ablate dq-keys; d = 64: one panel; d = 128: two chunks); by turns
@@ -587,7 +655,9 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         const int kk = Split == kByKeys ? 4 * c + x : x;
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch)
-          if constexpr (kTr)
+          if constexpr (!Sw)  // [unswapped] A = dS from registers (quad x: the consumer's keys 16x .. 16x + 15)
+            wgmma::mma_rs<T, 64>(dq[ch], dsa[x], at(wgmma::mnmajor_offset(kk, dq_b_panel(Split, c, ch), Bc)), x > 0);
+          else if constexpr (kTr)
             wgmma::mma_ss_tn<T, Br>(dq[ch], at(wgmma::mnmajor_offset(kk, c, Bc)), at(ds_off + (t % 2) * kDs + wgmma::kmajor_offset(0, kk, Br)),
                                     x > 0);
           else
@@ -750,7 +820,7 @@ CUtensorMap encode_map(const void* base, bool bf16, int d, int rows, int H, int 
 }
 
 template <class T, int D, bool Bulk, bool OV, int Split, bool DkFirst = true, bool Det = false, bool Cent = false, bool Drop = false,
-          int Issue = kByProducer>
+          int Issue = kByProducer, bool Sw = true>
 void launch_kv(const BwdParams& p, cudaStream_t st) {
   constexpr Schedule S = schedule_for(D, Split == kByRows || Split == kTransposed ? kTiles : kFull);
   const size_t smem = size_t(smem_bytes(S, D));
@@ -763,11 +833,11 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
       throw Unsupported("step19: " + std::to_string(smem) + " bytes of shared memory per block needed; this GPU allows " +
                         std::to_string(optin));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue, Sw>));
     if (fa.binaryVersion != 90)  // [sm90a]
       throw Unsupported("step19: this build has no sm_90a code for its kernel (it runs sm_" + std::to_string(fa.binaryVersion) +
                         "): configure with 90 in CMAKE_CUDA_ARCHITECTURES");
-    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue, Sw>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured = true;
   }
   const AttnParams& f = p.f;
@@ -778,7 +848,7 @@ void launch_kv(const BwdParams& p, cudaStream_t st) {
   maps.k = encode_map(f.k, bf, D, f.Nk, f.Hkv, f.B, f.k_sn, f.k_sh, f.k_sb, S.Bc);
   maps.v = encode_map(f.v, bf, D, f.Nk, f.Hkv, f.B, f.v_sn, f.v_sh, f.v_sb, S.Bc);
   const dim3 grid(unsigned(num_tiles(f.Nk, S.Bc)), unsigned(f.B * f.Hkv));  // [gqa] a block per key/value head
-  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue><<<grid, S.threads(), smem, st>>>(maps, p);
+  step19_bwd_kv<T, D, Bulk, OV, Split, DkFirst, Det, Cent, Drop, Issue, Sw><<<grid, S.threads(), smem, st>>>(maps, p);
   CUDA_CHECK_LAUNCH("step19_bwd_kv");
 }
 
@@ -805,6 +875,7 @@ void launch_main(const BwdParams& p, int ablation, bool det, bool centered, cuda
     if constexpr (ablation_built(kNoProducerLast, D))
       if (ablation == kNoProducerLast) return launch_kv<T, D, true, true, kSplit, true, false, false, false, kByLastRelease>(p, st);
     if (ablation == kTiles) return launch_kv<T, D, true, true, split_of(D, kTiles)>(p, st);
+    if (ablation == kSwapped) return launch_kv<T, D, true, true, kByKeys, true, false, false, false, kByProducer, false>(p, st);
   }
   throw std::logic_error("step19: an ablation refusal() lets through is not compiled");
 }

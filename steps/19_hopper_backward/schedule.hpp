@@ -248,12 +248,17 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 //             that computed item t − 1's dQ, the one that releases that stage last: no wait in line;
 //   tiles     FlashAttention-3's tile shape for d instead of 64 × 128 ([tile-sizes]): at d = 64, 128 × 128
 //             tiles, dQ split by rows; at d = 128, 80 × 128 tiles, dQ computed transposed.
+//   swapped   S = Q Kᵀ and dP = dO Vᵀ (queries as the wgmma's M) instead of Sᵀ and dPᵀ ([swapped]): P and
+//             dS are then not in the A-operand layout of dV += Pᵀ dO and dK += dSᵀ Q, so each consumer
+//             writes both to shared memory (its own buffers, where dSᵀ's two were) and those products
+//             read A from there, MN-major; dQ = dS K takes dS from registers instead, over the
+//             consumer's 64 keys: split by keys, as with dq-keys ([unswapped]).
 // Compiled for fp16 only (refusal()), without --deterministic.
 // --ablate tiles: the Q tile's rows at d = 64 and d = 128 ([tile-sizes]).
 FA_HD constexpr int tiles_br(int d) { return d == 64 ? 128 : 80; }
-enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kNoProducerLast, kTiles, kAblations };
+enum Ablation : int { kFull = 0, kAtomics, kNoOverlap, kDqKeys, kDkFirst, kNoProducer, kNoProducerLast, kTiles, kSwapped, kAblations };
 inline constexpr const char* kAblationNames[kAblations] = {"none", "atomics", "overlap", "dq-keys", "dk-first", "producer",
-                                                           "producer-last", "tiles"};
+                                                           "producer-last", "tiles", "swapped"};
 // [no-producer] Who issues a block's loads: the producer warp (the default), consumer 0's first thread,
 // or the first thread of the consumer that released the stage last.
 enum LoadIssuer : int { kByProducer = 0, kByConsumer0, kByLastRelease };
@@ -263,7 +268,7 @@ int ablation_of(const StepOptions& o);
 FA_HD constexpr bool ablation_built(int ablation, int d) { return ablation == kNoProducerLast ? default_split(d, 2) == kByTurns : true; }
 // [dq-split] How a run splits dQ.
 FA_HD constexpr int split_of(int d, int ablation) {
-  return ablation == kDqKeys ? kByKeys : ablation == kTiles ? (d == 64 ? kByRows : kTransposed) : default_split(d, 2);
+  return ablation == kDqKeys || ablation == kSwapped ? kByKeys : ablation == kTiles ? (d == 64 ? kByRows : kTransposed) : default_split(d, 2);
 }
 
 // [tile-sizes] 64 queries × 128 keys, with as many Q/dO stages as fit (at most 4): 2 at d = 128, 4 at
