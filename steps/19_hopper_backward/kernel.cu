@@ -432,16 +432,15 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
     const uint32_t q_i = q_off(st), do_i = q_off(st) + kTileQ;
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t key_k = kc + wgmma::kmajor_offset(0, kk, Bc), q_k = q_i + wgmma::kmajor_offset(0, kk, Br);
-      wgmma::mma_ss<T, Br>(s, at(Sw ? key_k : q_k), at(Sw ? q_k : key_k), kk > 0);
-    }
+    for (int kk = 0; kk < D / 16; ++kk)
+      if constexpr (Sw) wgmma::mma_ss<T, Br>(s, at(kc + wgmma::kmajor_offset(0, kk, Bc)), at(q_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+      else wgmma::mma_ss<T, Br>(s, at(q_i + wgmma::kmajor_offset(0, kk, Br)), at(kc + wgmma::kmajor_offset(0, kk, Bc)), kk > 0);
     wgmma::commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t v_k = kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc), do_k = do_i + wgmma::kmajor_offset(0, kk, Br);
-      wgmma::mma_ss<T, Br>(dp, at(Sw ? v_k : do_k), at(Sw ? do_k : v_k), kk > 0);
-    }
+    for (int kk = 0; kk < D / 16; ++kk)
+      if constexpr (Sw)
+        wgmma::mma_ss<T, Br>(dp, at(kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc)), at(do_i + wgmma::kmajor_offset(0, kk, Br)), kk > 0);
+      else wgmma::mma_ss<T, Br>(dp, at(do_i + wgmma::kmajor_offset(0, kk, Br)), at(kTileKV + kc + wgmma::kmajor_offset(0, kk, Bc)), kk > 0);
     wgmma::commit();
     // [dropout] While the products run: bit r of `kept` is register r's keep. Call e of 16 queries np
     // is the 2 × 2 block of query i0 + 16np + 2tg + e and key 16w + g of the consumer's; its word
