@@ -584,7 +584,7 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
       }
     const uint32_t ds_s = ds0 + (t % 2) * kDs;
     // [ds-smem] transposed: the lane's addresses of its two keys at queries 2tg and 2tg + 1, formed once; query
-    // 8n + 2tg + e is 1024n bytes past them (the swizzle depends on the row mod 8 alone): constants ptxas can fold.
+    // 8n + 2tg + e is 1024n bytes (n core groups, wgmma::kGroupBytes) past them (the swizzle depends on the row mod 8 alone): constants ptxas can fold.
     uint32_t tr_at[2][2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
@@ -599,8 +599,8 @@ __global__ void __launch_bounds__(schedule_for(D).threads(), 1) step19_bwd_kv(co
         if constexpr (!Sw) {
           (void)key, (void)v;  // [unswapped] store_qk, below
         } else if constexpr (kTr) {  // [ds-smem] transposed: dS stored [query][key] (Br rows), one value a store
-          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(tr_at[hr][0] + 1024 * n), "h"(uint16_t(v & 0xffffu)));
-          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(tr_at[hr][1] + 1024 * n), "h"(uint16_t(v >> 16)));
+          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(tr_at[hr][0] + wgmma::kGroupBytes * n), "h"(uint16_t(v & 0xffffu)));
+          asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(tr_at[hr][1] + wgmma::kGroupBytes * n), "h"(uint16_t(v >> 16)));
         } else {
           asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ds_s + wgmma::sw128_offset(key, q, Bc)), "r"(v));
         }
