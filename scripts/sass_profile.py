@@ -60,7 +60,7 @@ HIGH = re.compile(r"^\s*/\*\s*(0x[0-9a-f]{16})\s*\*/\s*$")
 LABEL = re.compile(r"^\s*(\.L_[A-Za-z0-9_]+):")
 FUNC = re.compile(r"Function\s*:\s*(\S+)")
 TARGET = re.compile(r"`\((\.L_[A-Za-z0-9_]+)\)")  # a label (older cuobjdump, nvdisasm)
-TARGET_ADDR = re.compile(r"\b(?:BRA|JMP|BRX)(?:\.[A-Z.]+)?\s+(?:!?U?P\d,\s*)?(0x[0-9a-f]+)")  # an address (cuobjdump 13)
+TARGET_ADDR = re.compile(r"\b(?:BRA|JMP|BRX)(?:\.[A-Z.]+)?\s+(?:!?U?P\d,\s*|UR\d+,\s*)?(0x[0-9a-f]+)")  # an address (cuobjdump 13; BRA.DIV names a uniform register first)
 
 
 class Instr:
@@ -98,13 +98,40 @@ class Function:
     def __init__(self, name):
         self.name, self.instrs, self.labels = name, [], {}
 
+    def index_of(self, target):
+        at = {ins.addr: k for k, ins in enumerate(self.instrs)}
+        return self.labels.get(target) if isinstance(target, str) else at.get(target)
+
+    def divergent_returns(self):
+        """Indices of the branches that end a divergent-warp fallback. A warp-wide shuffle compiles to
+        `BRA.DIV` (taken only when the warp's lanes have split) around the fast shuffle; its target is an
+        out-of-line copy, placed after the kernel's EXIT, that ends in a plain `BRA` back to the
+        instruction after the fast path. That branch points backwards but closes no loop: it returns
+        into the code the warp left."""
+        out = set()
+        for ins in self.instrs:
+            if ins.base != "BRA" or ".DIV" not in ins.op:
+                continue
+            k = self.index_of(ins.target)
+            while k is not None and k < len(self.instrs):
+                x = self.instrs[k]
+                if x.base in ("BRA", "JMP") and not x.pred and ".DIV" not in x.op:
+                    out.add(k)
+                    break
+                if x.base in ("EXIT", "RET"):
+                    break
+                k += 1
+        return out
+
     def loops(self):
         """(first index, last index) of each backward branch's span: the branch and the label it jumps
-        back to. Structured code's loops; the innermost first."""
-        out, at = [], {ins.addr: k for k, ins in enumerate(self.instrs)}
+        back to. Structured code's loops; the innermost first. A divergent fallback's return
+        (`divergent_returns`) is no loop: read as one, it would stretch the loop it returns into over
+        everything between that loop and the fallback (the kernel's tail, the other fallbacks)."""
+        out, ret = [], self.divergent_returns()
         for i, ins in enumerate(self.instrs):
-            j = self.labels.get(ins.target) if isinstance(ins.target, str) else at.get(ins.target)
-            if ins.base in ("BRA", "JMP") and j is not None and j <= i:
+            j = self.index_of(ins.target)
+            if ins.base in ("BRA", "JMP") and j is not None and j <= i and i not in ret:
                 out.append((j, i))
         return sorted(set(out), key=lambda s: (s[1] - s[0], s[0]))
 

@@ -196,16 +196,40 @@ class RealListing(unittest.TestCase):
         self.assertEqual(c["sfu"], self.text.count(" MUFU."))
         self.assertEqual(c["gmem"], sum(self.text.count(f" {op}.") + self.text.count(f" {op} ") for op in ("LDG", "STG", "LDC")))
 
-    def test_loops_are_the_backward_branches(self):
+    def test_loops_are_the_backward_branches_but_the_fallbacks_returns(self):
         back = 0
         for ins in self.f.instrs:
             if ins.base == "BRA" and isinstance(ins.target, int) and ins.target <= ins.addr:
                 back += 1
-        self.assertGreater(back, 0)
-        self.assertEqual(len(self.f.loops()), back)
+        divs = [ins for ins in self.f.instrs if ins.op == "BRA.DIV"]
+        self.assertEqual(len(divs), self.text.count(" BRA.DIV "))
+        self.assertGreater(len(divs), 0)
+        ret = self.f.divergent_returns()
+        self.assertEqual(len(ret), len(divs))  # one out-of-line fallback per shuffle reduction
+        exit_at = max(k for k, ins in enumerate(self.f.instrs) if ins.base == "EXIT")
+        for k in ret:  # each placed after the kernel's last EXIT, and jumping back into it
+            self.assertGreater(k, exit_at)
+            self.assertLess(self.f.instrs[k].target, self.f.instrs[exit_at].addr)
+        self.assertEqual(len(self.f.loops()), back - len(ret))
         for lo, hi in self.f.loops():
             self.assertEqual(self.f.instrs[hi].base, "BRA")
             self.assertEqual(self.f.instrs[hi].target, self.f.instrs[lo].addr)
+
+    def test_the_key_loop_holds_its_fast_shuffles_only(self):
+        """The source loops once per key; the compiler unrolled it, so the loop's own code holds the fast
+        path of each key's shuffle reduction (log2 32 = 5 shuffles each, one `BRA.DIV` before them) and
+        none of the fallbacks' collective shuffles or the kernel's tail."""
+        tree = sp.nest(self.f)
+        runtime = [(lo, hi) for lo, hi, _ in tree if sp.trip_rule(self.f, lo, hi)[0] == "runtime"]
+        self.assertEqual(len(runtime), 1)
+        lo, hi = runtime[0]
+        body = self.f.instrs[lo:hi + 1]
+        keys = sum(1 for ins in body if ins.op == "BRA.DIV")
+        self.assertGreaterEqual(keys, 1)
+        self.assertEqual(sum(1 for ins in body if ins.op == "SHFL.BFLY"), keys * (32).bit_length() - keys)
+        self.assertFalse(any(ins.op.startswith("WARPSYNC") or ins.base in ("EXIT", "STG") for ins in body))
+        w = sp.work_by_class(body)
+        self.assertEqual(w["gmem"], keys * 2 * 64 * 2)  # a K row and a V row of d = 64 halves per key
 
     def test_every_instruction_has_one_owner(self):
         rows = sp.profile_rows("02", [self.f], {k: 20.0 for k in LAT})
