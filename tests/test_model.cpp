@@ -306,6 +306,31 @@ TEST_CASE("model [latency]: an outer loop's own barrier does not make it the hot
   CHECK(k.hot_trips == doctest::Approx((10.0 * 64 * 64 + 64 - 1) / 10.0));
 }
 
+TEST_CASE("model [latency]: a one-row-per-warp loop takes its trips from its bytes, not its lane-copied exponentials") {
+  // Step 02's shape: one query row per warp, the lanes split d, every lane computes the same two
+  // exponentials per key (the listing counts a MUFU as 32), and each lane loads its own slice of K
+  // and V. The code outside the loop (an odd last key, the tail) moves more bytes than one trip.
+  const Ceilings c = round_device();
+  const int64_t warps = 400 * 4, keys = 4096, row_bytes = 256;
+  LedgerSet ls;
+  ls["k"].exps = warps * 2 * keys;                  // two per key and row, counted once each
+  ls["k"].gmem_read = warps * 2 * row_bytes * keys;  // a K row and a V row per key
+  const std::vector<KernelLaunch> l = {launch("k", 400, 128, 40, 0)};
+  const double root_bytes = 5 * row_bytes, trip_bytes = 2 * 2 * row_bytes;  // two keys a trip
+  const std::vector<SassLoop> code = {
+      node(-1, -2, "once", 1, 0, 300, 3000, {{"gmem", root_bytes}, {"sfu", 64}}),
+      node(0, -1, "runtime", 0, 0, 141, 1400, {{"gmem", trip_bytes}, {"sfu", 2 * 2 * 32}})};
+  const KernelModel k = model_predict(ls, l, MmaUnit::mma_sync, c, 0, code).kernels.at(0);
+  CHECK(k.marker == "gmem");
+  CHECK(k.hot_loop == 0);  // the root's bytes (more than one trip's) do not stand in its way
+  const double trips = (double(ls["k"].gmem_read) / double(warps) - root_bytes) / trip_bytes;
+  CHECK(k.hot_trips == doctest::Approx(trips));
+  CHECK(std::abs(trips - keys / 2.0) < 2);  // the kernel's trips, two keys each, less the root's few
+  // By the exponentials it would have been 32 times fewer trips: the lanes' copies, not the ledger's.
+  const double by_sfu = (double(ls["k"].exps) / double(warps) - 64) / (2 * 2 * 32);
+  CHECK(trips / by_sfu == doctest::Approx(32).epsilon(0.01));
+}
+
 TEST_CASE("model [latency]: a kernel's instantiation is the one whose registers the launch reports") {
   const Ceilings c = round_device();
   LedgerSet ls;

@@ -234,7 +234,11 @@ double ledger_work(const Ledger& led, const std::string& marker) {
 // that the warp's marker work is the ledger's share. The marker is the block barrier where the kernel has one:
 // every warp passes every __syncthreads, so a warp's count is the block's, even where warps take turns
 // at other work (`if (warp == w)`: the listing's per-warp walk overcounts that work, not the barriers).
-// Else the MMAs, the exponentials, shared, then global memory, a warp's share of the ledger's.
+// Else the MMAs, shared, then global memory, then the exponentials, a warp's share of the ledger's.
+// The exponentials come last because the listing counts a MUFU as 32 of them, one per lane, and a
+// kernel whose softmax state is the same in every lane (step 02: one query row per warp) has all 32
+// compute the same one: the ledger's count would then give the loop 1/32 of its trips. The bytes a
+// lane loads or stores are its own.
 // Every loop's own code then counts once per execution: cycles (its chain), instructions, classes.
 struct WarpPath {
   double cycles = 0, instructions = 0, hot_trips = 0, queue_cycles = 0;
@@ -290,7 +294,7 @@ WarpPath warp_path(const std::vector<const SassLoop*>& nodes, const Ledger& led,
     for (int k = id; k != -2 && by.count(k); k = parent_of(k)) e *= per_entry[k];
     return e;
   };
-  for (const char* m : {"bar", "mma", "sfu", "smem", "gmem"}) {
+  for (const char* m : {"bar", "mma", "smem", "gmem", "sfu"}) {
     double listing = 0;
     for (const auto& [id, l] : by) listing += l->work.count(m) ? l->work.at(m) : 0;
     if (listing > 0 && ledger_work(led, m) > 0) { w.marker = m; break; }
@@ -309,11 +313,16 @@ WarpPath warp_path(const std::vector<const SassLoop*>& nodes, const Ledger& led,
       return sum;
     };
     double total = subtree_work(-1);
-    // The hot loop: the deepest runtime loop whose subtree does at least half of the listing's marker
-    // work (an outer loop's own barrier, before its inner loop starts, does not make it the hot one).
+    // The hot loop: the deepest runtime loop whose subtree does at least half of the loops' marker
+    // work, each loop at its trips so far (an outer loop's own barrier, before its inner loop starts,
+    // does not make it the hot one). The code outside every loop is left out of that half: it runs
+    // once, the hot loop many times, so one trip of each says nothing of which does more (step 02's
+    // tail, an odd last key and the fallbacks its shuffles never take, has more global bytes than one
+    // trip of its key loop).
+    const double in_loops = total - own(-1);
     int depth_best = -1;
     for (const auto& [id, l] : by) {
-      if (id < 0 || l->trip_kind != "runtime" || subtree_work(id) < 0.5 * total) continue;
+      if (id < 0 || l->trip_kind != "runtime" || in_loops <= 0 || subtree_work(id) < 0.5 * in_loops) continue;
       int depth = 0;
       for (int k = id; k >= 0 && by.count(k); k = parent_of(k)) ++depth;
       if (depth > depth_best) { depth_best = depth; w.hot = id; }
