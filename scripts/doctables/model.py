@@ -738,3 +738,75 @@ def model_h200_queued():
         ["step", "variant", "pass", "measured ms", "model ms", "ratio", "ratio (idle, fa39398)", "ratio (queued, fa39398)",
          "change", "within 1.5×", "bound by"], body)
     return text + "\n\n" + " ".join(lines)
+
+
+STEP02_HOW = ("FA_SASS_PROFILE=plots/data/model_step02_sass_profile_h200.csv model --peaks plots/data/peaks_h200.csv "
+              "--runs plots/data/tour_h200.csv,plots/data/model_sweep_h200.csv,plots/data/model_dev_sweep_h200.csv "
+              "--out plots/data/model_step02_h200.csv --paths plots/data/model_step02_paths_h200.csv")
+
+
+def _hot_trips(paths_name):
+    """(file, step, variant, pass, B, H, N, d, causal) -> the hot loop's runs per warp of step 02's kernel."""
+    out = {}
+    for p in common.rows(paths_name):
+        if p["step"] == "02" and p["hot_loop"] not in ("", "-1") and p["loop"] == p["hot_loop"]:
+            out[(os.path.basename(p["file"]), p["pass_of"], p["B"], p["H"], p["N"], p["d"], p["causal"])] = (
+                float(p["executions"]), p["marker"])
+    return out
+
+
+def model_step02_loop():
+    """Step 02's passes in the committed runs (the validation tour and sweep of 097d19c, the development sweep of
+    1588b44), the model before (model_step02_before_h200.csv: the tree before the change, 0ff8dbe's profile) and
+    after (model_step02_h200.csv: the fallbacks' returns closing no loop, the marker's order, the hot-loop rule;
+    the d = 64 listing re-read from the committed fixture, d = 128's as 0ff8dbe's profile has it), with the hot
+    loop's runs per warp and the marker that set them (the paths files). Closing lines: within 1.5× before and
+    after, by d; and the passes of other steps whose model moved."""
+    before = {(os.path.basename(r["file"]), r["step"], r["variant"], r["pass_of"], r["B"], r["H"], r["N"], r["d"],
+               r["causal"]): r for r in model_rows("model_step02_before_h200.csv")}
+    after = model_rows("model_step02_h200.csv")
+    if not after or not before:
+        return provenance([], STEP02_HOW)
+    trips_b, trips_a = _hot_trips("model_step02_before_paths_h200.csv"), _hot_trips("model_step02_paths_h200.csv")
+    srcs = [os.path.basename(f) for f in sorted({r["file"] for r in after})]
+    src = [r for f in srcs for r in common.rows(f)]
+    body, counts, moved = [], {}, []
+    for r in after:
+        key = (os.path.basename(r["file"]), r["step"], r["variant"], r["pass_of"], r["B"], r["H"], r["N"], r["d"],
+               r["causal"])
+        b = before.get(key)
+        if b is None:
+            continue
+        if r["step"] != "02":
+            if abs(float(r["model_ms"]) / float(b["model_ms"]) - 1) > 1e-9:
+                moved.append(f"{r['step']} `{r['variant']}` {r['pass_of']} {key[0]} "
+                             f"({_pct(float(r['model_ms']) / float(b['model_ms']) - 1)} in the model, ratio "
+                             f"{float(b['ratio']):.3f} → {float(r['ratio']):.3f})")
+            continue
+        tk = (key[0], r["pass_of"]) + key[4:]
+        tb, ta = trips_b.get(tk), trips_a.get(tk)
+        rb, ra = float(b["ratio"]), float(r["ratio"])
+        c = counts.setdefault(r["d"], [0, 0, 0])
+        c[0] += 1
+        c[1] += _within(rb)
+        c[2] += _within(ra)
+        shape = f"B{r['B']} H{r['H']} N{r['N']}" + (" causal" if r["causal"] == "1" else "")
+        body.append([key[0].replace("_h200.csv", ""), shape, r["d"], f"{float(r['measured_ms']):.4g}",
+                     f"{float(b['model_ms']):.4g}", f"{rb:.2f}", b["bound_by"],
+                     f"{tb[0]:.0f} ({tb[1]})" if tb else "–", f"{float(r['model_ms']):.4g}", f"{ra:.2f}",
+                     "yes" if _within(ra) else "**no**", r["bound_by"], f"{ta[0]:.0f} ({ta[1]})" if ta else "–"])
+    body.sort(key=lambda x: (int(x[2]), x[0], x[1]))
+    text = provenance(src) + (
+        " _Step 02's passes in the committed runs, re-modelled (no GPU): before, the tree before this change with "
+        "0ff8dbe's profile (`model_step02_before_h200.csv`); after, with the divergent fallbacks' returns closing no "
+        "loop, the exponentials last among the markers and the hot-loop rule over the loops' work alone "
+        "(`model_step02_h200.csv`), the d = 64 listing re-read from the committed fixture and d = 128's as 0ff8dbe's "
+        "profile has it (`model_step02_sass_profile_h200.csv`). Hot loop: its runs per warp and the class that "
+        "set them (the paths files). A development result: these times were known. Ratio = measured / model._\n\n"
+    ) + table(["run", "shape", "d", "measured ms", "model ms (before)", "ratio (before)", "bound by (before)",
+               "hot loop (before)", "model ms (after)", "ratio (after)", "within 1.5×", "bound by (after)",
+               "hot loop (after)"], body)
+    lines = [f"Within 1.5×, d = {d}: **{c[2]} of {c[0]}** after, {c[1]} of {c[0]} before."
+             for d, c in sorted(counts.items(), key=lambda x: int(x[0]))]
+    lines.append("Passes of other steps whose model moved: " + ("; ".join(moved) if moved else "none") + ".")
+    return text + "\n\n" + "\n".join(lines)

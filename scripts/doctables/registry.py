@@ -8,7 +8,7 @@ import step_diff  # noqa: E402  (each step's kernel diff, lines per anchor)
 
 from .decode import decode_clocks, decode_merge, decode_probe, decode_splits, decode_target
 from .first_run import first_run
-from .model import (ceilings, io_complexity, model_latencies, model_latency, model_latency_counts, model_latval, model_h100_tour, model_h200_queued, model_latval_inputs, model_refined, model_latency_sweeps, model_path, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
+from .model import (ceilings, io_complexity, model_latencies, model_latency, model_latency_counts, model_latval, model_h100_tour, model_h200_queued, model_step02_loop, model_latval_inputs, model_refined, model_latency_sweeps, model_path, model_step, model_summary, model_tour, paper_peaks, paper_peaks_line,
                     step08_stored)
 from .python_pkg import python_gpt, python_gpt_host, python_host_cost, python_peers
 from .step20 import fp8_accuracy, step20_ablation, step20_exp2, step20_exp2_noconv, step20_h200_default, step20_mufu, step20_target, step20_units
@@ -183,6 +183,7 @@ TABLES = {
     "model-refined": model_refined,
     "model-h100-tour": model_h100_tour,
     "model-h200-queued": model_h200_queued,
+    "model-step02-loop": model_step02_loop,
     "step08-stored": step08_stored,
     **{f"model-step{i:02d}": (lambda i=i: model_step(f"{i:02d}")) for i in range(1, 18)},
     # Each step's kernel diff against the step its doc is written against, lines per anchor (scripts/step_diff.py).
