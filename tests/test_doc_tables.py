@@ -236,6 +236,28 @@ class LatencyTerm(unittest.TestCase):
         self.assertIn("not the bound): 20 `exp2=poly` fwd.", text)
 
 
+    def test_step02s_loop_before_and_after_counts_by_d_and_names_other_steps_that_moved(self):
+        def r(ratio, d="64", step="02", model_ms="10", bound="latency"):
+            return dict(self.row("plots/data/tour_h200.csv", ratio, model_ms=model_ms), step=step, d=d, B="4", H="16",
+                        bound_by=bound)
+        before = [r(3.0, bound="l2+serial"), r(1.6, d="128", bound="l2+serial"), r(1.3, step="08", model_ms="10")]
+        after = [r(1.2, model_ms="25"), r(0.6, d="128", model_ms="80"), r(1.29, step="08", model_ms="10.1")]
+        path = {"file": "plots/data/tour_h200.csv", "step": "02", "pass_of": "fwd", "B": "4", "H": "16", "N": "4096",
+                "causal": "0", "loop": "0", "hot_loop": "0"}
+        text = with_rows("model-step02-loop", {
+            "model_step02_before_paths": [dict(path, d="64", executions="128", marker="sfu")],
+            "model_step02_before_h200": before,
+            "model_step02_paths": [dict(path, d="64", executions="2047", marker="gmem"),
+                                   dict(path, d="64", loop="-1", executions="1", marker="gmem")],
+            "model_step02_h200": after, "tour_h200": [self.TOUR]})
+        self.assertIn("| tour | B4 H16 N4096 | 64 | 30 | 10 | 3.00 | l2+serial | 128 (sfu) | 25 | 1.20 | yes | latency "
+                      "| 2047 (gmem) |", text)
+        self.assertIn("| tour | B4 H16 N4096 | 128 | 48 | 10 | 1.60 | l2+serial | – | 80 | 0.60 | **no** |", text)
+        self.assertIn("Within 1.5×, d = 64: **1 of 1** after, 0 of 1 before.", text)
+        self.assertIn("Within 1.5×, d = 128: **0 of 1** after, 0 of 1 before.", text)
+        self.assertIn("08 `-` fwd tour_h200.csv (+1.0 % in the model, ratio 1.300 → 1.290)", text)
+        self.assertNotIn("| 08 |", text)
+
     def test_the_queued_validation_reads_each_part_of_its_prediction(self):
         import doctables.model as dm
         expected = sorted(dm.QUEUED_OUTSIDE) + [dm.QUEUED_LINE[0], ("03", "-", "fwd")]
