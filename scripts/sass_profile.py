@@ -97,10 +97,15 @@ class Instr:
 class Function:
     def __init__(self, name):
         self.name, self.instrs, self.labels = name, [], {}
+        self._at = {}  # address -> index, rebuilt when instructions were added since
 
     def index_of(self, target):
-        at = {ins.addr: k for k, ins in enumerate(self.instrs)}
-        return self.labels.get(target) if isinstance(target, str) else at.get(target)
+        """The index of a branch target (a label or an address); None outside the function."""
+        if isinstance(target, str):
+            return self.labels.get(target)
+        if len(self._at) != len(self.instrs):
+            self._at = {ins.addr: k for k, ins in enumerate(self.instrs)}
+        return self._at.get(target)
 
     def divergent_returns(self):
         """Indices of the branches that end a divergent-warp fallback. A warp-wide shuffle compiles to

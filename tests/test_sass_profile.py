@@ -226,7 +226,7 @@ class RealListing(unittest.TestCase):
         body = self.f.instrs[lo:hi + 1]
         keys = sum(1 for ins in body if ins.op == "BRA.DIV")
         self.assertGreaterEqual(keys, 1)
-        self.assertEqual(sum(1 for ins in body if ins.op == "SHFL.BFLY"), keys * (32).bit_length() - keys)
+        self.assertEqual(sum(1 for ins in body if ins.op == "SHFL.BFLY"), keys * (32 - 1).bit_length())  # log2 32 per key
         self.assertFalse(any(ins.op.startswith("WARPSYNC") or ins.base in ("EXIT", "STG") for ins in body))
         w = sp.work_by_class(body)
         self.assertEqual(w["gmem"], keys * 2 * 64 * 2)  # a K row and a V row of d = 64 halves per key
