@@ -331,6 +331,23 @@ TEST_CASE("model [latency]: a one-row-per-warp loop takes its trips from its byt
   CHECK(trips / by_sfu == doctest::Approx(32).epsilon(0.01));
 }
 
+TEST_CASE("model [latency]: no loop is hot when every barrier is outside the loops") {
+  // Step 01's softmax: its barriers sit between its row loops, none inside one. No loop can stand for
+  // the ledger's barriers, so none is hot; the row loops take their trips from their bytes.
+  const Ceilings c = round_device();
+  LedgerSet ls;
+  ls["k"].barriers = 400 * 4;
+  ls["k"].gmem_read = int64_t(400) * 4 * (256 + 3 * 22 * 128);  // per warp: the root's, then 22 trips of each loop
+  const std::vector<SassLoop> code = {node(-1, -2, "once", 1, 0, 300, 1600, {{"bar", 4}, {"gmem", 256}}),
+                                      node(0, -1, "runtime", 0, 0, 9, 330, {{"gmem", 128}}),
+                                      node(1, -1, "runtime", 0, 0, 19, 360, {{"gmem", 128}}),
+                                      node(2, -1, "runtime", 0, 0, 29, 420, {{"gmem", 128}})};
+  const KernelModel k = model_predict(ls, {launch("k", 400, 128, 40, 0)}, MmaUnit::mma_sync, c, 0, code).kernels.at(0);
+  CHECK(k.marker == "bar");
+  CHECK(k.hot_loop == -1);
+  CHECK(k.path_cycles == doctest::Approx(1600 + 22 * (330 + 360 + 420)));
+}
+
 TEST_CASE("model [latency]: a kernel's instantiation is the one whose registers the launch reports") {
   const Ceilings c = round_device();
   LedgerSet ls;
